@@ -1,0 +1,45 @@
+"""Pure accounting core: mechanisms -> privacy curves -> (epsilon, delta).
+
+Imports only the standard library, numpy and scipy, so it can be read and tested alone.
+Modules, in reading order:
+
+* ``orders``       the fixed grid of Renyi orders
+* ``curve``        ``PrivacyCurve`` (rho, RDP vector, pure-DP sum) and sound addition
+* ``mechanisms``   one value object per mechanism, each mapping to its tight curve
+* ``conversions``  zCDP / RDP / Gaussian-only / pure DP -> (epsilon, delta) and back
+* ``filters``      which guarantee a dataset's admission rule gives, and its spend
+* ``calibration``  inverse questions: least noise / largest epsilon that still fits
+"""
+
+from app.accounting.curve import PrivacyCurve
+from app.accounting.filters import Budget, FilterKind, Spend, admits, filter_kind, spend
+from app.accounting.mechanisms import (
+    DiscreteLaplace,
+    Gaussian,
+    Laplace,
+    Mechanism,
+    RandomizedResponse,
+    Rappor,
+    SubsampledGaussian,
+    mechanism_from_dict,
+)
+from app.accounting.orders import ORDERS
+
+__all__ = [
+    "ORDERS",
+    "Budget",
+    "DiscreteLaplace",
+    "FilterKind",
+    "Gaussian",
+    "Laplace",
+    "Mechanism",
+    "PrivacyCurve",
+    "RandomizedResponse",
+    "Rappor",
+    "Spend",
+    "SubsampledGaussian",
+    "admits",
+    "filter_kind",
+    "mechanism_from_dict",
+    "spend",
+]

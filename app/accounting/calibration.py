@@ -1,0 +1,318 @@
+"""Inverse questions: the least noise, largest epsilon or most steps that still fits.
+
+Given a predicate ``fits(curve)`` (is the ledger plus this curve within the budget under the
+dataset's filter?) and a mechanism with every parameter but one fixed, find the extreme value of
+that parameter. ``fits`` is monotone in each parameter (more noise never costs more; larger
+epsilon or more steps never cost less), so a bracketing search applies. The search always
+returns a value that was checked to fit (rounding toward safety) and stops when the value one
+relative step of ``REL_TOL`` further in the costly direction does not fit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+from scipy import optimize
+
+from app.accounting import mechanisms as mech
+from app.accounting.curve import PrivacyCurve
+from app.accounting.filters import RHO_FILTERS, Budget, FilterKind, admits, spend
+from app.accounting.orders import ORDERS
+from app.accounting.subsampled_gaussian import subsampled_gaussian_rdp_window
+
+
+class Fits(Protocol):
+    """Is a new curve within budget? ``margin`` > 0 when it fits, continuous in the curve."""
+
+    def __call__(self, curve: PrivacyCurve) -> bool: ...
+
+    def margin(self, curve: PrivacyCurve) -> float: ...
+
+    def order(self, curve: PrivacyCurve) -> float | None: ...
+
+
+REL_TOL = 1e-9
+
+# kind -> {parameter: direction}; "min" = least value that fits, "max" = largest.
+PARAMETERS: dict[str, dict[str, str]] = {
+    "gaussian": {"sigma": "min"},
+    "subsampled_gaussian": {"sigma": "min", "steps": "max"},
+    "laplace": {"epsilon": "max", "scale": "min"},
+    "randomized_response": {"epsilon": "max"},
+    "rappor": {"epsilon": "max"},
+    "discrete_laplace": {"epsilon": "max"},
+}
+
+_RANGES: dict[str, tuple[float, float]] = {
+    "sigma": (mech.MIN_SCALE, mech.MAX_SCALE),
+    "scale": (mech.MIN_SCALE, mech.MAX_SCALE),
+    "epsilon": (mech.MIN_EPSILON, mech.MAX_EPSILON),
+}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The calibrated mechanism, the parameter searched, its value and the curve it adds."""
+
+    mechanism: mech.Mechanism
+    parameter: str
+    value: float
+    curve: PrivacyCurve
+
+
+def default_parameter(kind: str) -> str:
+    """The parameter calibrated when none is named (noise for Gaussians, epsilon otherwise)."""
+    if kind not in PARAMETERS:
+        raise ValueError(f"unknown mechanism {kind!r}")
+    return next(iter(PARAMETERS[kind]))
+
+
+def _build(kind: str, params: dict[str, Any], parameter: str, value: float) -> mech.Mechanism:
+    return mech.mechanism_from_dict({"mechanism": kind, **params, parameter: value})
+
+
+def calibrate(kind: str, params: dict[str, Any], parameter: str, fits: Fits) -> Calibration | None:
+    """The extreme value of ``parameter`` for mechanism ``kind`` with the other ``params`` that
+    still ``fits``; None when no value in the allowed range fits (budget exhausted)."""
+    if kind not in PARAMETERS:
+        raise ValueError(f"unknown mechanism {kind!r}")
+    if parameter not in PARAMETERS[kind]:
+        raise ValueError(
+            f"{kind}: can calibrate {', '.join(sorted(PARAMETERS[kind]))}, not {parameter!r}"
+        )
+    params = {k: v for k, v in params.items() if k not in ("mechanism", parameter)}
+    if parameter == "steps":
+        return _most_steps(params, fits)
+    if kind == "subsampled_gaussian":
+        return _least_subsampled_sigma(params, fits)
+    direction = PARAMETERS[kind][parameter]
+    lo_limit, hi_limit = _RANGES[parameter]
+
+    def build(v: float) -> mech.Mechanism | None:
+        try:
+            return _build(kind, params, parameter, v)
+        except ValueError:
+            return None  # outside the mechanism's valid range (e.g. sensitivity / sigma)
+
+    def ok(v: float) -> bool:
+        m = build(v)
+        return m is not None and fits(m.curve())
+
+    def margin(v: float) -> float:
+        m = build(v)
+        return -math.inf if m is None else fits.margin(m.curve())
+
+    value = _search(ok, margin, lo_limit, hi_limit, increasing_cost=(direction == "max"))
+    if value is None:
+        return None
+    m = build(value)
+    assert m is not None
+    return Calibration(mechanism=m, parameter=parameter, value=value, curve=m.curve())
+
+
+def _search(
+    ok: Callable[[float], bool],
+    margin: Callable[[float], float],
+    lo: float,
+    hi: float,
+    increasing_cost: bool,
+) -> float | None:
+    """Boundary of a monotone predicate on [lo, hi]: geometric bisection to a factor 1.01, then
+    Brent's method on the continuous ``margin`` (in log space), then a step to the safe side
+    until ``ok`` holds.
+
+    increasing_cost=True: ok holds below the boundary (largest fitting value is returned);
+    False: ok holds above it (least fitting value is returned).
+    """
+    good, bad = (lo, hi) if increasing_cost else (hi, lo)
+    if not ok(good):
+        return None
+    if ok(bad):
+        return bad
+    probe = min(max(1.0, lo), hi)  # start near 1 rather than across 18 decades
+    if probe not in (lo, hi):
+        if ok(probe):
+            good = probe
+        else:
+            bad = probe
+    while abs(math.log(bad) - math.log(good)) > 0.01:
+        mid = math.sqrt(good * bad)
+        if ok(mid):
+            good = mid
+        else:
+            bad = mid
+    m_good, m_bad = margin(good), margin(bad)
+    if math.isfinite(m_good) and math.isfinite(m_bad) and m_good >= 0 > m_bad:
+        root = math.exp(
+            optimize.brentq(
+                lambda x: margin(math.exp(x)),
+                math.log(good),
+                math.log(bad),
+                xtol=REL_TOL * 1e-3,
+                rtol=1e-15,
+            )
+        )
+        # finish on the safe side of the root, never beyond the known-good end
+        step = REL_TOL * 1e-3
+        candidate = root
+        while not ok(candidate):
+            candidate = candidate * math.exp(step if not increasing_cost else -step)
+            step *= 2.0
+            if (candidate >= good) if increasing_cost is False else (candidate <= good):
+                return good
+        good = candidate
+    else:
+        while abs(math.log(bad) - math.log(good)) > REL_TOL:
+            mid = math.sqrt(good * bad)
+            if mid in (good, bad):
+                break
+            if ok(mid):
+                good = mid
+            else:
+                bad = mid
+    return good
+
+
+def _most_steps(params: dict[str, Any], fits: Fits) -> Calibration | None:
+    """Largest integer ``steps`` (exponential then binary search)."""
+    unit = mech.mechanism_from_dict({"mechanism": "subsampled_gaussian", **params, "steps": 1})
+    per_step = unit.curve()
+
+    def ok(n: int) -> bool:
+        return fits(per_step.scaled(n))
+
+    if not ok(1):
+        return None
+    good, bad = 1, 2
+    while bad <= mech.MAX_COUNT and ok(bad):
+        good, bad = bad, bad * 2
+    bad = min(bad, mech.MAX_COUNT + 1)
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if ok(mid):
+            good = mid
+        else:
+            bad = mid
+    m = mech.mechanism_from_dict({"mechanism": "subsampled_gaussian", **params, "steps": good})
+    return Calibration(
+        mechanism=m, parameter="steps", value=float(good), curve=per_step.scaled(good)
+    )
+
+
+def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration | None:
+    """Least noise multiplier for DP-SGD, searching on a window of orders.
+
+    The exact series costs ~1 ms per order, so the search evaluates the curve only on a window
+    of orders (others set to +inf: sound, only looser), then checks the full grid at the end;
+    if the full grid's optimal order falls outside the window, the window moves and the search
+    repeats. The returned value fits on the full grid.
+    """
+    q = float(params.get("sample_rate", 0.0))
+    steps = int(params.get("steps", 1)) * int(params.get("count", 1))
+    base = {k: v for k, v in params.items() if k != "sigma"}
+    mech.SubsampledGaussian(sigma=1.0, sample_rate=q, steps=1)  # validates q
+
+    def curve(sigma: float, mask: np.ndarray | None) -> PrivacyCurve:
+        if mask is None:
+            m = mech.SubsampledGaussian(sigma=sigma, sample_rate=q, steps=1)
+            return m.curve().scaled(steps)
+        rdp = subsampled_gaussian_rdp_window(q, sigma, mask)
+        rho = 0.5 / (sigma * sigma)
+        return PrivacyCurve(rho=rho, rdp=rdp, pure_eps=math.inf, gaussian_only=False).scaled(steps)
+
+    coarse = np.zeros(ORDERS.shape, dtype=bool)
+    coarse[:: max(1, ORDERS.size // 24)] = True
+    coarse[-1] = True
+    mask = coarse
+    lo_limit, hi_limit = 1e-3, 1e6
+    sigma, full = hi_limit, curve(hi_limit, None)
+    for _ in range(6):
+
+        def ok(sigma: float, window: np.ndarray = mask) -> bool:
+            return fits(curve(sigma, window))
+
+        def margin(sigma: float, window: np.ndarray = mask) -> float:
+            return fits.margin(curve(sigma, window))
+
+        found = _search(ok, margin, lo_limit, hi_limit, increasing_cost=False)
+        if found is None:
+            # not even the largest noise fits on the window; try the full grid once
+            if not fits(full):
+                return None
+            found = hi_limit
+        sigma = found
+        full = curve(sigma, None)
+        if not fits(full):  # pragma: no cover - a window only over-states the loss
+            raise AssertionError("calibrated sigma does not fit on the full grid")
+        best = _best_order_index(full, fits)
+        if best is None or mask[max(best - 1, 0) : best + 2].all():
+            m = mech.mechanism_from_dict(
+                {"mechanism": "subsampled_gaussian", **base, "sigma": sigma}
+            )
+            return Calibration(mechanism=m, parameter="sigma", value=sigma, curve=full)
+        window = (ORDERS >= ORDERS[best] / 2) & (ORDERS <= ORDERS[best] * 2)
+        mask = coarse | window
+    m = mech.mechanism_from_dict({"mechanism": "subsampled_gaussian", **base, "sigma": sigma})
+    return Calibration(mechanism=m, parameter="sigma", value=sigma, curve=full)
+
+
+def _best_order_index(curve: PrivacyCurve, fits: Fits) -> int | None:
+    """Index of the order the RDP conversion picks for ``curve`` (None when rho decides)."""
+    a = fits.order(curve)
+    if a is None:
+        return None
+    return int(np.argmin(np.abs(ORDERS - a)))
+
+
+@dataclass(frozen=True)
+class FilterFit:
+    """``Fits`` for a dataset: its composed ``total`` plus a new curve, under filter ``kind``."""
+
+    kind: FilterKind
+    total: PrivacyCurve
+    budget: Budget
+    rho_bound: float | None
+
+    def __call__(self, curve: PrivacyCurve) -> bool:
+        return admits(self.kind, self.budget, self.total + curve, self.rho_bound)
+
+    def margin(self, curve: PrivacyCurve) -> float:
+        combined = self.total + curve
+        if self.kind in RHO_FILTERS:
+            if self.kind is FilterKind.GDP and not combined.gaussian_only:
+                return -math.inf
+            assert self.rho_bound is not None
+            return self.rho_bound - combined.rho
+        return self.budget.epsilon - spend(self.kind, combined, self.budget.delta).epsilon
+
+    def order(self, curve: PrivacyCurve) -> float | None:
+        if self.kind in RHO_FILTERS:
+            return None
+        return spend(self.kind, self.total + curve, self.budget.delta).order
+
+
+def filter_fits(
+    kind: FilterKind,
+    total: PrivacyCurve,
+    epsilon_budget: float,
+    delta_budget: float,
+    rho_bound: float | None,
+) -> FilterFit:
+    """The ``Fits`` of a dataset with composed ``total`` and budget (epsilon, delta)."""
+    return FilterFit(kind, total, Budget(epsilon_budget, delta_budget), rho_bound)
+
+
+__all__ = [
+    "PARAMETERS",
+    "REL_TOL",
+    "Calibration",
+    "FilterFit",
+    "Fits",
+    "calibrate",
+    "default_parameter",
+    "filter_fits",
+]

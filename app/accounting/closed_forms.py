@@ -1,0 +1,204 @@
+"""Closed-form RDP curves and tight zCDP values (FORMULAS.md section 1), in stable form.
+
+Every function takes the order vector ``alpha`` (all > 1) and returns eps(alpha) with the
+conventions stated in the mechanism docstrings of ``mechanisms.py``. Functions named
+``*_rho`` return the tight zCDP parameter rho* = sup_alpha eps(alpha) / alpha.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+from scipy import optimize
+
+from app.accounting.rounding import up
+
+Vector = npt.NDArray[np.float64]
+
+
+def log_expm1(x: Vector) -> Vector:
+    """log(e^x - 1) for x > 0 without overflow or cancellation."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        big = x > 30.0
+        small = np.log(np.expm1(np.where(big, 1.0, x)))
+        large = x + np.log1p(-np.exp(-np.where(big, x, 30.0)))
+    return np.where(big, large, small)
+
+
+# --- Gaussian (BS16 Lemma 16/17; M17 Table II) -------------------------------------------
+
+
+def gaussian_rho(sigma: float, sensitivity: float) -> float:
+    """rho = Delta^2 / (2 sigma^2), exact zCDP and eps(alpha) = alpha rho (BS16 Prop 6)."""
+    ratio = sensitivity / sigma
+    return 0.5 * ratio * ratio
+
+
+# --- k-ary randomized response (M17 Table II; HM25; FORMULAS.md 1.4-1.5) -----------------
+
+
+def rr_rdp(alpha: Vector, eps: float, k: int = 2) -> Vector:
+    """Exact RDP of k-ary randomized response with parameter eps.
+
+    e^{(a-1) eps(a)} = (e^{a e} + e^{(1-a) e} + k - 2) / (e^e + k - 1). Subtracting the
+    denominator, the numerator minus denominator factorises as
+    expm1((a-1) e) * expm1(a e) * e^{-(a-1) e}, which has no cancellation, so
+    eps(a) = log1p(T) / (a - 1), T = expm1(x) expm1(a e) e^{-x} / (e^e + k - 1), x = (a-1) e.
+    """
+    a = np.asarray(alpha, dtype=np.float64)
+    x = (a - 1.0) * eps
+    log_den = np.logaddexp(eps, math.log(k - 1)) if k > 1 else eps
+    log_t = log_expm1(x) + log_expm1(a * eps) - x - log_den
+    return np.logaddexp(0.0, log_t) / (a - 1.0)
+
+
+def rr_kl(eps: float, k: int = 2) -> float:
+    """KL limit eps(1) = eps (e^eps - 1) / (e^eps + k - 1) (FORMULAS.md 1.5)."""
+    log_ratio = float(log_expm1(np.array(eps))) - float(np.logaddexp(eps, math.log(k - 1)))
+    return eps * math.exp(log_ratio)
+
+
+def binary_rr_rho(eps: float) -> float:
+    """Tight zCDP of any eps-DP mechanism / binary RR: eps tanh(eps/2) (S24 Thm 5; HM25 Prop 8)."""
+    return eps * math.tanh(eps / 2.0)
+
+
+# --- Laplace (M17 Prop 6; HM25 main theorem) ----------------------------------------------
+
+
+def laplace_rdp(alpha: Vector, eps: float) -> Vector:
+    """Mironov's exact Laplace RDP, stable form (as dp_accounting ``_laplace_rdp``).
+
+    eps(a) = eps + log1p((a-1) expm1((1-2a) eps) / (2a-1)) / (a-1), eps = Delta / b.
+    """
+    a = np.asarray(alpha, dtype=np.float64)
+    return eps + np.log1p((a - 1.0) * np.expm1((1.0 - 2.0 * a) * eps) / (2.0 * a - 1.0)) / (a - 1.0)
+
+
+def laplace_rho(eps: float) -> float:
+    """Tight zCDP of Laplace: eps + e^{-eps} - 1 (HM25), by series below 0.1 (no cancellation)."""
+    if eps < 0.1:
+        # sum_{k>=2} (-eps)^k / k!, alternating with decreasing terms: 20 terms reach 1e-40.
+        total, term = 0.0, -eps
+        for k in range(2, 22):
+            term *= -eps / k
+            total += term
+        return total
+    return eps + math.expm1(-eps)
+
+
+# --- RAPPOR (CH24 Thm 1, Thm 4; FORMULAS.md 1.6) -------------------------------------------
+
+
+def rappor_rdp(alpha: Vector, eps: float) -> Vector:
+    """One-time RAPPOR with total epsilon eps: twice the binary-RR curve at eps / 2."""
+    return 2.0 * rr_rdp(alpha, eps / 2.0, 2)
+
+
+def rappor_rho(eps: float) -> float:
+    """Tight zCDP of RAPPOR (value change): eps tanh(eps / 4)."""
+    return eps * math.tanh(eps / 4.0)
+
+
+# --- discrete Laplace (FORMULAS.md 1.3) ------------------------------------------------------
+
+
+def discrete_laplace_rdp(
+    alpha: Vector, eps: float, sensitivity: int, margin: bool = True
+) -> Vector:
+    """Exact RDP of the discrete Laplace mechanism, t = eps / Delta, shift by Delta.
+
+    e^{(a-1) eps(a)} = (e^{(a-1) e} + e^{-a e}) / (1 + e^{-t})
+                       + tanh(t/2) e^{(a-1) e} s (1 - s^{Delta-1}) / (1 - s),  s = e^{-(2a-1) t}.
+    Delta = 1 is binary RR with parameter eps (the loss takes only the values +-eps).
+    The log-space sum loses absolute precision ~1e-16 in (a-1) eps(a); a margin of 8e-16 / (a-1)
+    is added so that the value stays an upper bound.
+    """
+    a = np.asarray(alpha, dtype=np.float64)
+    if sensitivity == 1:
+        return rr_rdp(a, eps, 2)
+    t = eps / sensitivity
+    log_first = np.logaddexp((a - 1.0) * eps, -a * eps) - math.log1p(math.exp(-t))
+    log_s = -(2.0 * a - 1.0) * t
+    log_second = (
+        math.log(math.tanh(t / 2.0))
+        + (a - 1.0) * eps
+        + log_s
+        + np.log(-np.expm1((sensitivity - 1) * log_s))
+        - np.log(-np.expm1(log_s))
+    )
+    value = np.logaddexp(log_first, log_second) / (a - 1.0)
+    return value + 8e-16 / (a - 1.0) if margin else value
+
+
+def discrete_laplace_kl(eps: float, sensitivity: int) -> float:
+    """KL = eps - t (1 - e^{-eps}) / sinh t, t = eps / Delta (FORMULAS.md 1.3), + 4 ulps of eps."""
+    t = eps / sensitivity
+    ratio = 2.0 * t * math.exp(-t) * (-math.expm1(-eps)) / (-math.expm1(-2.0 * t))
+    return max(0.0, eps - ratio) + 4.0 * math.ulp(eps)
+
+
+# --- numerical supremum of eps(alpha) / alpha ----------------------------------------------
+
+SUP_MARGIN = 1e-9
+"""Relative margin added to a numerically located interior supremum (FORMULAS.md 1.5, item 2)."""
+
+
+def rho_from_curve(
+    rdp: object,
+    kl: float,
+    pure_eps: float,
+    min_alpha_minus_1: float = 1e-13,
+) -> float:
+    """rho* = sup_{alpha > 1} eps(alpha) / alpha for a closed-form curve ``rdp(alpha_vector)``.
+
+    ``kl`` is the alpha -> 1 limit, ``pure_eps`` the alpha -> infinity limit of eps(alpha).
+    Coarse scan over alpha - 1 in [min_alpha_minus_1, alpha_max] (log-spaced), then bounded
+    Brent around the best point. If the supremum is the alpha -> 1 limit (the usual case,
+    HM25), ``kl`` is returned; otherwise the interior maximum times (1 + SUP_MARGIN). Beyond
+    alpha_max = 1e8 max(1, 1/eps) the bound eps(alpha)/alpha <= pure_eps / alpha_max
+    <= eps min(1, eps) / 1e8 is used.
+    """
+    curve = rdp  # a callable Vector -> Vector
+    assert callable(curve)
+
+    def f(t: Vector) -> Vector:
+        a = 1.0 + np.exp(t)
+        return np.asarray(curve(a), dtype=np.float64) / a
+
+    alpha_max = 1e8 * max(1.0, 1.0 / max(pure_eps, 1e-300))
+    t = np.linspace(math.log(min_alpha_minus_1), math.log(alpha_max), 6001)
+    values = f(t)
+    i = int(np.nanargmax(values))
+    best = float(values[i])
+    lo, hi = float(t[max(i - 1, 0)]), float(t[min(i + 1, t.size - 1)])
+    res = optimize.minimize_scalar(
+        lambda s: -float(f(np.array([s]))[0]),
+        bounds=(lo, hi),
+        method="bounded",
+        options={"xatol": 1e-12},
+    )
+    best = max(best, -float(res.fun))
+    tail = pure_eps / alpha_max
+    if best <= kl * (1.0 + 1e-12) and tail <= kl:
+        return kl
+    return up(max(best, tail, kl) * (1.0 + SUP_MARGIN))
+
+
+__all__ = [
+    "binary_rr_rho",
+    "discrete_laplace_kl",
+    "discrete_laplace_rdp",
+    "gaussian_rho",
+    "laplace_rdp",
+    "laplace_rho",
+    "log_expm1",
+    "rappor_rdp",
+    "rappor_rho",
+    "rho_from_curve",
+    "rr_kl",
+    "rr_rdp",
+]

@@ -1,0 +1,70 @@
+"""Arithmetic rounded toward +infinity, so that stored totals never under-state a loss.
+
+A float sum ``fl(a + b)`` can be below the exact ``a + b`` by half an ulp; summed over a long
+ledger those errors could turn into a false admission. ``add_up`` and ``mul_up`` return the
+smallest float that is >= the exact result: Knuth's TwoSum and Dekker's TwoProduct give the
+rounding error exactly, and we step one ulp up only when that error is positive. Exact
+results (0.5 + 0.5) stay exact; after n additions the total exceeds the exact sum by at most
+n ulps of the largest partial sum.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+FloatOrArray = TypeVar("FloatOrArray", float, npt.NDArray[np.float64])
+
+_SPLITTER = 134217729.0  # 2**27 + 1, Veltkamp splitting for float64
+
+
+def add_up(a: FloatOrArray, b: FloatOrArray) -> FloatOrArray:
+    """Smallest float >= a + b (TwoSum; Knuth, TAOCP vol. 2, 4.2.2)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        x = np.asarray(a, dtype=np.float64)
+        y = np.asarray(b, dtype=np.float64)
+        s = x + y
+        bb = s - x
+        err = (x - (s - bb)) + (y - bb)
+        out = np.where(err > 0, np.nextafter(s, np.inf), s)
+    if isinstance(a, float) and isinstance(b, float):
+        return float(out)  # type: ignore[return-value,unused-ignore]
+    return out  # type: ignore[return-value,unused-ignore]
+
+
+def sub_up(a: FloatOrArray, b: FloatOrArray) -> FloatOrArray:
+    """Smallest float >= a - b."""
+    return add_up(a, -b)
+
+
+def _split(a: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    c = _SPLITTER * a
+    hi = c - (c - a)
+    return hi, a - hi
+
+
+def mul_up(a: FloatOrArray, b: float) -> FloatOrArray:
+    """Smallest float >= a * b (Dekker's TwoProduct), for finite values below ~1e290."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        x = np.asarray(a, dtype=np.float64)
+        y = np.float64(b)
+        p = x * y
+        xh, xl = _split(x)
+        yh, yl = _split(np.asarray(y))
+        err = ((xh * yh - p) + xh * yl + xl * yh) + xl * yl
+        out = np.where(np.isfinite(p) & (err > 0), np.nextafter(p, np.inf), p)
+    if isinstance(a, float):
+        return float(out)  # type: ignore[return-value,unused-ignore]
+    return out  # type: ignore[return-value,unused-ignore]
+
+
+def up(x: float, ulps: int = 1) -> float:
+    """``x`` moved ``ulps`` floats toward +infinity (a margin for a few-ulp evaluation error)."""
+    for _ in range(ulps):
+        x = float(np.nextafter(x, np.inf))
+    return x
+
+
+__all__ = ["add_up", "mul_up", "sub_up", "up"]
