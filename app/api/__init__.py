@@ -1,0 +1,1 @@
+"""HTTP layer: FastAPI routers, Pydantic schemas, auth dependencies and problem+json errors."""

@@ -1,0 +1,97 @@
+"""One place that renders every error as RFC 9457 ``application/problem+json``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.services.errors import PROBLEM_BASE, ProblemError
+
+log = logging.getLogger("privacy_ledger.errors")
+
+PROBLEM_JSON = "application/problem+json"
+
+_TITLES = {
+    400: "Bad request",
+    401: "Missing or invalid API key",
+    403: "Not allowed for this key",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Conflict",
+    413: "Request body too large",
+    415: "Unsupported media type",
+    422: "Invalid request",
+    500: "Internal error",
+}
+
+
+def problem_response(body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(
+        body, status_code=int(body["status"]), media_type=PROBLEM_JSON, headers=headers
+    )
+
+
+def _clean_errors(errors: Any) -> list[dict[str, Any]]:
+    out = []
+    for e in errors:
+        loc = [str(p) for p in e.get("loc", ()) if p not in ("body",)]
+        out.append({"loc": loc, "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))})
+    return out
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers."""
+
+    @app.exception_handler(ProblemError)
+    async def _problem(_request: Request, exc: ProblemError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return problem_response(exc.to_problem(), headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = _clean_errors(exc.errors())
+        detail = (
+            "; ".join(f"{'.'.join(e['loc']) or 'body'}: {e['msg']}" for e in errors[:5])
+            or "invalid request"
+        )
+        body = {
+            "type": PROBLEM_BASE + "validation-error",
+            "title": "Invalid request",
+            "status": 422,
+            "detail": detail,
+            "errors": errors,
+        }
+        return problem_response(body)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        status = exc.status_code
+        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if status == 400 and "parsing the body" in detail:
+            detail = "the request body is not valid JSON (or nests too deeply)"
+        body = {
+            "type": PROBLEM_BASE + _TITLES.get(status, "error").lower().replace(" ", "-"),
+            "title": _TITLES.get(status, "Error"),
+            "status": status,
+            "detail": detail,
+        }
+        return problem_response(body, dict(exc.headers) if exc.headers else None)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        body = {
+            "type": PROBLEM_BASE + "internal",
+            "title": "Internal error",
+            "status": 500,
+            "detail": "an unexpected error occurred; it has been logged",
+        }
+        return problem_response(body)
+
+
+__all__ = ["PROBLEM_JSON", "install", "problem_response"]

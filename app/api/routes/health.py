@@ -1,0 +1,31 @@
+"""Liveness and readiness (no key needed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+from app import __version__
+from app.api.deps import DbDep
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", summary="Liveness")
+def healthz() -> dict[str, Any]:
+    return {"status": "ok", "version": __version__}
+
+
+@router.get("/readyz", summary="Readiness: the database answers and the schema is present")
+def readyz(db: DbDep) -> JSONResponse:
+    try:
+        with db.read() as s:
+            s.execute(text("SELECT 1 FROM dataset_total LIMIT 1"))
+    except Exception as exc:  # any database failure means not ready
+        return JSONResponse(
+            {"status": "unavailable", "detail": type(exc).__name__}, status_code=503
+        )
+    return JSONResponse({"status": "ready", "database": "sqlite" if db.is_sqlite else "postgresql"})

@@ -1,0 +1,251 @@
+"""Request schemas (Pydantic v2). Responses are plain dicts built by the services.
+
+Numbers must be finite JSON numbers of the right type (strict mode: no strings, no booleans);
+ranges are checked by the accounting core's constructors so that every rule lives in one
+place, and a violation becomes a 422 naming the bad value. Unknown fields are refused.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from app.accounting.mechanisms import MAX_COUNT, Mechanism, mechanism_from_dict
+
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=1, le=MAX_COUNT, description="Repetitions of the mechanism.")]
+
+MAX_METADATA_BYTES = 16_384
+MAX_METADATA_DEPTH = 8
+MAX_LABEL = 200
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _MechanismBase(_Strict):
+    count: Count = 1
+    _core: Mechanism | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _build_core(self) -> _MechanismBase:
+        try:
+            self._core = mechanism_from_dict(self.model_dump(exclude_none=True))
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @property
+    def core(self) -> Mechanism:
+        assert self._core is not None
+        return self._core
+
+    def wire(self) -> dict[str, Any]:
+        """The mechanism as given (defaults filled in), for the ledger and answers."""
+        return self.model_dump(exclude_none=True)
+
+
+class GaussianIn(_MechanismBase):
+    """Gaussian noise of standard deviation ``sigma`` on a query of L2 ``sensitivity``."""
+
+    mechanism: Literal["gaussian"]
+    sigma: FiniteFloat
+    sensitivity: FiniteFloat = 1.0
+
+
+class LaplaceIn(_MechanismBase):
+    """Laplace noise: ``epsilon`` (= sensitivity / scale), or ``scale`` with L1 ``sensitivity``."""
+
+    mechanism: Literal["laplace"]
+    epsilon: FiniteFloat | None = None
+    scale: FiniteFloat | None = None
+    sensitivity: FiniteFloat | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_form(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            has_eps, has_scale = data.get("epsilon") is not None, data.get("scale") is not None
+            if has_eps == has_scale:
+                raise ValueError(
+                    "laplace takes exactly one of 'epsilon' or 'scale' (+ 'sensitivity')"
+                )
+            if has_eps and data.get("sensitivity") is not None:
+                raise ValueError(
+                    "laplace: 'sensitivity' goes with 'scale'; 'epsilon' already includes it"
+                )
+        return data
+
+
+class RandomizedResponseIn(_MechanismBase):
+    """k-ary randomized response with parameter ``epsilon`` (k = 2: binary)."""
+
+    mechanism: Literal["randomized_response"]
+    epsilon: FiniteFloat
+    k: int = 2
+
+
+class RapporIn(_MechanismBase):
+    """One-time RAPPOR; ``epsilon`` is the total for one user's value change."""
+
+    mechanism: Literal["rappor"]
+    epsilon: FiniteFloat
+
+
+class SubsampledGaussianIn(_MechanismBase):
+    """DP-SGD: ``steps`` Poisson-subsampled Gaussian steps with noise multiplier ``sigma``."""
+
+    mechanism: Literal["subsampled_gaussian"]
+    sigma: FiniteFloat
+    sample_rate: FiniteFloat
+    steps: int = 1
+
+
+class DiscreteLaplaceIn(_MechanismBase):
+    """Discrete Laplace on integers; ``sensitivity`` is an integer L1 sensitivity."""
+
+    mechanism: Literal["discrete_laplace"]
+    epsilon: FiniteFloat
+    sensitivity: int = 1
+
+
+MechanismIn = Annotated[
+    GaussianIn
+    | LaplaceIn
+    | RandomizedResponseIn
+    | RapporIn
+    | SubsampledGaussianIn
+    | DiscreteLaplaceIn,
+    Field(discriminator="mechanism"),
+]
+
+
+def _depth(value: Any, level: int = 1) -> int:
+    if isinstance(value, dict):
+        return max([level] + [_depth(v, level + 1) for v in value.values()])
+    if isinstance(value, list):
+        return max([level] + [_depth(v, level + 1) for v in value])
+    return level - 1 if level > 1 else 0
+
+
+def check_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    size = len(json.dumps(value, allow_nan=False, default=str))
+    if size > MAX_METADATA_BYTES:
+        raise ValueError(f"metadata is {size} bytes of JSON; the limit is {MAX_METADATA_BYTES}")
+    depth = _depth(value)
+    if depth > MAX_METADATA_DEPTH:
+        raise ValueError(f"metadata nests {depth} levels deep; the limit is {MAX_METADATA_DEPTH}")
+    return value
+
+
+class _WithLabel(_Strict):
+    label: Annotated[str, Field(max_length=MAX_LABEL)] | None = None
+    metadata: dict[str, Any] | None = None
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _no_nan(cls, v: Any) -> Any:
+        if v is not None:
+            try:
+                json.dumps(v, allow_nan=False)
+            except ValueError:
+                raise ValueError("metadata must not contain NaN or infinite numbers") from None
+        return v
+
+    @field_validator("metadata")
+    @classmethod
+    def _limits(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return check_metadata(v)
+
+
+class ChargeIn(_WithLabel):
+    """``POST /v1/datasets/{id}/charges``."""
+
+    mechanism: MechanismIn
+
+
+class ReservationIn(_WithLabel):
+    """``POST /v1/datasets/{id}/reservations``."""
+
+    mechanism: MechanismIn
+    ttl_seconds: Annotated[int, Field(ge=1)] = 600
+
+
+class BudgetIn(_Strict):
+    epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    delta: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+
+
+class BudgetPatch(_Strict):
+    epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    delta: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] | None = None
+
+
+Kind = Literal[
+    "gaussian",
+    "laplace",
+    "randomized_response",
+    "rappor",
+    "subsampled_gaussian",
+    "discrete_laplace",
+]
+Name = Annotated[
+    str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/ -]*$")
+]
+
+
+class DatasetIn(_Strict):
+    """``POST /v1/datasets``."""
+
+    name: Name
+    budget: BudgetIn
+    accounting: Literal["rdp", "zcdp"] = "rdp"
+    adaptive: bool = True
+    allowed_mechanisms: Annotated[list[Kind], Field(min_length=1, max_length=16)] | None = None
+    description: Annotated[str, Field(max_length=2000)] | None = None
+
+
+class DatasetPatch(_Strict):
+    """``PATCH /v1/datasets/{id}``: budget and description (rules only before the first charge)."""
+
+    name: Name | None = None
+    budget: BudgetPatch | None = None
+    description: Annotated[str, Field(max_length=2000)] | None = None
+    accounting: Literal["rdp", "zcdp"] | None = None
+    adaptive: bool | None = None
+    allowed_mechanisms: Annotated[list[Kind], Field(min_length=1, max_length=16)] | None = None
+
+
+class ComposeIn(_Strict):
+    """``POST /v1/accounting/compose``."""
+
+    mechanisms: Annotated[list[MechanismIn], Field(min_length=1, max_length=10_000)]
+    delta: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+    accounting: Literal["rdp", "zcdp"] = "rdp"
+
+
+class KeyIn(_Strict):
+    """``POST /v1/keys``."""
+
+    role: Literal["admin", "pipeline", "viewer"]
+    datasets: (
+        Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=1000)] | None
+    ) = None
+    label: Annotated[str, Field(max_length=MAX_LABEL)] | None = None
+
+
+__all__ = [
+    "BudgetIn",
+    "ChargeIn",
+    "ComposeIn",
+    "DatasetIn",
+    "DatasetPatch",
+    "KeyIn",
+    "MechanismIn",
+    "ReservationIn",
+]

@@ -1,0 +1,1 @@
+"""Database layer: SQLAlchemy 2 typed models and engine/session setup (SQLite + PostgreSQL)."""

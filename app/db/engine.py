@@ -1,0 +1,93 @@
+"""Engines, sessions and the write transaction that serialises charges.
+
+* PostgreSQL: one engine; the charge path locks the dataset's ``dataset_total`` row with
+  ``SELECT ... FOR UPDATE``, which serialises charges of one dataset across processes and
+  replicas while other datasets proceed in parallel.
+* SQLite: WAL journal, ``synchronous=FULL`` (a commit is on disk before we answer 201), and
+  write transactions opened with ``BEGIN IMMEDIATE`` so that the database write lock is taken
+  before anything is read. Inside one process, writers queue on a ``threading.Lock`` instead of
+  SQLite's busy-wait back-off (which gives a p99 of 0.4-0.6 s with 16 writers, DESIGN.md);
+  ``busy_timeout`` still covers writers in other processes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def _sqlite_engine(url: str, immediate: bool) -> Engine:
+    engine = create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+        pool_size=20,
+        max_overflow=40,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # take over transaction control from pysqlite so that BEGIN is ours
+        dbapi_connection.isolation_level = None
+        cur = dbapi_connection.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=FULL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+class Database:
+    """Engine(s) and transaction helpers for one database URL."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        if self.is_sqlite:
+            self.write_engine = _sqlite_engine(url, immediate=True)
+            self.read_engine = _sqlite_engine(url, immediate=False)
+        else:
+            self.write_engine = create_engine(
+                url, pool_size=20, max_overflow=20, pool_pre_ping=True
+            )
+            self.read_engine = self.write_engine
+        self._write_lock: threading.Lock | None = threading.Lock() if self.is_sqlite else None
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A write transaction: committed when the block exits normally, rolled back otherwise.
+
+        On SQLite it holds the in-process writer lock and the database write lock throughout.
+        """
+        lock = self._write_lock if self._write_lock is not None else nullcontext()
+        with lock, Session(self.write_engine, expire_on_commit=False) as session:
+            with session.begin():
+                yield session
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A read transaction (nothing is written; objects stay readable after the block)."""
+        with Session(self.read_engine, expire_on_commit=False) as session:
+            with session.begin():
+                yield session
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self.write_engine.dispose()
+        if self.read_engine is not self.write_engine:
+            self.read_engine.dispose()
+
+
+__all__ = ["Database"]

@@ -1,0 +1,59 @@
+"""Bring the schema to Alembic head (``python -m app.cli migrate`` and app start-up)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, inspect, text
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations"
+_ADVISORY_LOCK_ID = 0x70726976  # "priv": one migrator at a time across replicas
+
+
+def alembic_config(url: str) -> Config:
+    """Alembic configuration for ``url`` with our migrations directory."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Upgrade the database at ``url`` to ``revision``; PostgreSQL holds an advisory lock."""
+    cfg = alembic_config(url)
+    if url.startswith("sqlite"):
+        command.upgrade(cfg, revision)
+        return
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _ADVISORY_LOCK_ID})
+            try:
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, revision)
+                conn.commit()
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _ADVISORY_LOCK_ID})
+                conn.commit()
+    finally:
+        engine.dispose()
+
+
+def downgrade(url: str, revision: str = "base") -> None:
+    """Downgrade the database at ``url`` (used by the reversibility test)."""
+    command.downgrade(alembic_config(url), revision)
+
+
+def is_at_head(url: str) -> bool:
+    """Whether the schema exists (the ``dataset`` table is present)."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return inspect(conn).has_table("alembic_version") and inspect(conn).has_table("dataset")
+    finally:
+        engine.dispose()
+
+
+__all__ = ["MIGRATIONS_DIR", "alembic_config", "downgrade", "is_at_head", "upgrade"]

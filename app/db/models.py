@@ -1,0 +1,248 @@
+"""SQLAlchemy 2 typed models. Tables are singular snake_case; timestamps end in ``_at`` (UTC).
+
+The ledger (``ledger_entry``) is the source of truth; ``dataset_total`` holds running sums
+updated in the same transaction as every ledger insert, so budget reads and admission checks
+cost O(1) in the ledger length. Curves are stored as little-endian float64 bytes over the
+order grid whose version is recorded beside them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# BIGINT autoincrement on PostgreSQL, INTEGER PRIMARY KEY (rowid) on SQLite
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    """Current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class ApiKey(Base):
+    """An API key: shown once, stored as a salted SHA-256 hash; found by a public lookup digest."""
+
+    __tablename__ = "api_key"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    lookup: Mapped[str] = mapped_column(String(64), unique=True)
+    salt: Mapped[str] = mapped_column(String(64))
+    key_hash: Mapped[str] = mapped_column(String(128))
+    prefix: Mapped[str] = mapped_column(String(32))
+    role: Mapped[str] = mapped_column(String(16))
+    dataset_ids: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    label: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Dataset(Base):
+    """A dataset with its budget and the admission filter fixed at creation."""
+
+    __tablename__ = "dataset"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    description: Mapped[str | None] = mapped_column(Text, nullable=True)
+    budget_epsilon: Mapped[float] = mapped_column(Float)
+    budget_delta: Mapped[float] = mapped_column(Float)
+    accounting: Mapped[str] = mapped_column(String(8))
+    adaptive: Mapped[bool] = mapped_column(Boolean)
+    allowed_mechanisms: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    filter: Mapped[str] = mapped_column(String(32))
+    filter_bound: Mapped[float | None] = mapped_column(Float, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class DatasetTotal(Base):
+    """Running sums of a dataset's ledger (the row that is locked to serialise charges)."""
+
+    __tablename__ = "dataset_total"
+
+    dataset_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("dataset.id", ondelete="CASCADE"), primary_key=True
+    )
+    orders_version: Mapped[int] = mapped_column(Integer)
+    rho: Mapped[float] = mapped_column(Float)
+    rdp: Mapped[bytes] = mapped_column(LargeBinary)
+    pure_eps: Mapped[float] = mapped_column(Float)
+    gaussian_only: Mapped[bool] = mapped_column(Boolean)
+    entry_count: Mapped[int] = mapped_column(BigInteger)
+    mechanism_counts: Mapped[dict[str, Any]] = mapped_column(JSON)
+    spent_epsilon: Mapped[float] = mapped_column(Float)
+    spent_method: Mapped[str] = mapped_column(String(32))
+    last_entry_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class LedgerEntry(Base):
+    """One recorded mechanism invocation, with the curve it added (append-only)."""
+
+    __tablename__ = "ledger_entry"
+    __table_args__ = (UniqueConstraint("dataset_id", "seq", name="uq_ledger_entry_dataset_seq"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    dataset_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("dataset.id", ondelete="CASCADE"), index=True
+    )
+    seq: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    kind: Mapped[str] = mapped_column(String(32))
+    mechanism: Mapped[dict[str, Any]] = mapped_column(JSON)
+    count: Mapped[int] = mapped_column(BigInteger)
+    rho: Mapped[float] = mapped_column(Float)
+    rdp: Mapped[bytes] = mapped_column(LargeBinary)
+    pure_eps: Mapped[float] = mapped_column(Float)
+    gaussian_only: Mapped[bool] = mapped_column(Boolean)
+    orders_version: Mapped[int] = mapped_column(Integer)
+    label: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON, nullable=True)
+    key_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    source: Mapped[str] = mapped_column(String(32), default="charge")
+    reservation_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    spent_epsilon: Mapped[float] = mapped_column(Float)
+
+
+class IdempotencyRecord(Base):
+    """The first answer to a request carrying an ``Idempotency-Key`` (per dataset)."""
+
+    __tablename__ = "idempotency_record"
+    __table_args__ = (
+        UniqueConstraint("dataset_id", "key", name="uq_idempotency_record_dataset_key"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    dataset_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("dataset.id", ondelete="CASCADE")
+    )
+    key: Mapped[str] = mapped_column(String(200))
+    scope: Mapped[str] = mapped_column(String(32), default="charge")
+    request_hash: Mapped[str] = mapped_column(String(64))
+    status_code: Mapped[int] = mapped_column(Integer)
+    response: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Rejection(Base):
+    """A refused charge or reservation, with the spend at that moment and the reason."""
+
+    __tablename__ = "rejection"
+    __table_args__ = (Index("ix_rejection_dataset_created", "dataset_id", "created_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    dataset_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("dataset.id", ondelete="CASCADE")
+    )
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    operation: Mapped[str] = mapped_column(String(16))
+    mechanism: Mapped[dict[str, Any]] = mapped_column(JSON)
+    label: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON, nullable=True)
+    key_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    reason: Mapped[str] = mapped_column(Text)
+    spent: Mapped[dict[str, Any]] = mapped_column(JSON)
+    requested: Mapped[dict[str, Any]] = mapped_column(JSON)
+    budget: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class Reservation(Base):
+    """Budget held for a planned invocation: active -> committed | released | expired."""
+
+    __tablename__ = "reservation"
+    __table_args__ = (Index("ix_reservation_dataset_status", "dataset_id", "status"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    dataset_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("dataset.id", ondelete="CASCADE")
+    )
+    status: Mapped[str] = mapped_column(String(16))
+    kind: Mapped[str] = mapped_column(String(32))
+    mechanism: Mapped[dict[str, Any]] = mapped_column(JSON)
+    count: Mapped[int] = mapped_column(BigInteger)
+    rho: Mapped[float] = mapped_column(Float)
+    rdp: Mapped[bytes] = mapped_column(LargeBinary)
+    pure_eps: Mapped[float] = mapped_column(Float)
+    gaussian_only: Mapped[bool] = mapped_column(Boolean)
+    orders_version: Mapped[int] = mapped_column(Integer)
+    label: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON, nullable=True)
+    key_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    resolved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    resolved_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    ledger_entry_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class AuditEvent(Base):
+    """Append-only audit trail: who (key id) did what, when, with old and new values."""
+
+    __tablename__ = "audit_event"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, index=True
+    )
+    key_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    action: Mapped[str] = mapped_column(String(64))
+    dataset_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    target_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    details: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class AppSetting(Base):
+    """Small key/value facts about the installation (e.g. that the first admin key was made)."""
+
+    __tablename__ = "app_setting"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+__all__ = [
+    "ApiKey",
+    "AppSetting",
+    "AuditEvent",
+    "Base",
+    "Dataset",
+    "DatasetTotal",
+    "IdempotencyRecord",
+    "LedgerEntry",
+    "Rejection",
+    "Reservation",
+    "utcnow",
+]

@@ -1,0 +1,162 @@
+"""The ASGI application: ``app.main:app``, built by ``create_app(settings)``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app import __version__
+from app.api import problems
+from app.api.routes import accounting, admin, datasets, health, reservations
+from app.config import Settings, get_settings
+from app.db import migrate
+from app.db.engine import Database
+from app.services import keys
+from app.services import reservations as reservation_service
+from app.services.errors import PROBLEM_BASE
+
+log = logging.getLogger("privacy_ledger")
+
+SWEEP_INTERVAL_SECONDS = 5.0
+
+
+class BodySizeLimit:
+    """Refuse request bodies above ``max_bytes`` with 413 (declared or streamed size)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    too_big = int(value) > self.max_bytes
+                except ValueError:
+                    too_big = True
+                if too_big:
+                    await self._reject(send)
+                    return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await self._reject(send)
+
+    async def _reject(self, send: Send) -> None:
+        import json
+
+        body = json.dumps(
+            {
+                "type": PROBLEM_BASE + "payload-too-large",
+                "title": "Request body too large",
+                "status": 413,
+                "detail": f"request bodies are limited to {self.max_bytes} bytes",
+            }
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/problem+json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _bootstrap_keys(db: Database, settings: Settings) -> None:
+    if settings.admin_key:
+        keys.ensure_admin_key(db, settings.admin_key)
+        return
+    key = keys.bootstrap_first_key(db)
+    if key is not None:
+        banner = (
+            "\n" + "=" * 72 + "\n"
+            "privacy-ledger: no API key existed, so an admin key was created.\n"
+            "It is shown once and stored only as a salted hash:\n\n"
+            f"    {key}\n\n"
+            "Use it as 'Authorization: Bearer <key>' (or PRIVACY_LEDGER_API_KEY for the CLI).\n"
+            + "=" * 72
+            + "\n"
+        )
+        print(banner, file=sys.stderr, flush=True)
+        print(banner, flush=True)
+
+
+async def _sweeper(db: Database) -> None:
+    while True:
+        await asyncio.sleep(SWEEP_INTERVAL_SECONDS)
+        try:
+            await run_in_threadpool(reservation_service.sweep_expired, db)
+        except Exception:  # keep sweeping; the error is logged
+            log.exception("reservation sweeper failed")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the application for ``settings`` (default: from the environment)."""
+    settings = settings or get_settings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if settings.auto_migrate:
+            await run_in_threadpool(migrate.upgrade, settings.database_url)
+        db = Database(settings.database_url)
+        app.state.db = db
+        await run_in_threadpool(_bootstrap_keys, db, settings)
+        task = asyncio.create_task(_sweeper(db))
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            db.dispose()
+
+    app = FastAPI(
+        title="privacy-ledger",
+        version=__version__,
+        description=(
+            "A stateful privacy-budget accountant: pipelines charge differentially private "
+            "mechanism invocations to per-dataset ledgers; the service composes them (zCDP or "
+            "RDP) and refuses, atomically, any charge that would exceed the budget."
+        ),
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    problems.install(app)
+    for r in (health.router, accounting.router, datasets.router, reservations.router, admin.router):
+        app.include_router(r)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    return app
+
+
+app = create_app()
+
+__all__ = ["app", "create_app"]

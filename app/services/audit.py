@@ -1,0 +1,79 @@
+"""Append-only audit trail: every budget, dataset and key change, with who and when."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.db.engine import Database
+from app.db.models import AuditEvent, utcnow
+from app.services.curves import iso
+
+if TYPE_CHECKING:
+    from app.services.keys import Principal
+
+
+def record(
+    session: Session,
+    actor: Principal,
+    action: str,
+    *,
+    dataset_id: str | None = None,
+    target_id: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> None:
+    """Add an audit event inside the caller's transaction."""
+    session.add(
+        AuditEvent(
+            created_at=utcnow(),
+            key_id=actor.key_id,
+            action=action,
+            dataset_id=dataset_id,
+            target_id=target_id,
+            details=details or {},
+        )
+    )
+
+
+def event_json(e: AuditEvent) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "created_at": iso(e.created_at),
+        "key_id": e.key_id,
+        "action": e.action,
+        "dataset_id": e.dataset_id,
+        "target_id": e.target_id,
+        "details": e.details,
+    }
+
+
+def list_events(
+    db: Database,
+    *,
+    dataset_id: str | None = None,
+    action: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int = 100,
+    before_id: int | None = None,
+) -> list[dict[str, Any]]:
+    """Audit events, newest first."""
+    q = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit)
+    if dataset_id is not None:
+        q = q.where(AuditEvent.dataset_id == dataset_id)
+    if action is not None:
+        q = q.where(AuditEvent.action == action)
+    if since is not None:
+        q = q.where(AuditEvent.created_at >= since)
+    if until is not None:
+        q = q.where(AuditEvent.created_at <= until)
+    if before_id is not None:
+        q = q.where(AuditEvent.id < before_id)
+    with db.read() as s:
+        return [event_json(e) for e in s.scalars(q)]
+
+
+__all__ = ["event_json", "list_events", "record"]

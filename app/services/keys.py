@@ -1,0 +1,238 @@
+"""API keys: creation (shown once), salted-hash storage, constant-time lookup, revocation.
+
+A key looks like ``pl_<role initial>_<43 url-safe chars>`` (256 random bits). The table stores
+``lookup`` = SHA-256 of the key (a public index: it reveals nothing usable, the key has 256
+bits of entropy), and ``key_hash`` = SHA-256(salt || key) with a per-key random salt, compared
+with ``hmac.compare_digest``. Any string works as a key (``PRIVACY_LEDGER_ADMIN_KEY`` is
+whatever the operator chose), so lookup does not depend on the key's format.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.db.engine import Database
+from app.db.models import ApiKey, AppSetting, utcnow
+from app.services import audit
+from app.services.curves import iso
+from app.services.errors import Forbidden, NotFound, Unauthorized, Unprocessable
+
+ROLES = ("viewer", "pipeline", "admin")
+_RANK = {r: i for i, r in enumerate(ROLES)}
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: key id, role and the datasets the key is scoped to (None = all)."""
+
+    key_id: str | None
+    role: str
+    dataset_ids: tuple[str, ...] | None = None
+
+    def has_role(self, role: str) -> bool:
+        return _RANK[self.role] >= _RANK[role]
+
+    def can_see(self, dataset_id: str) -> bool:
+        return self.dataset_ids is None or dataset_id in self.dataset_ids
+
+
+SYSTEM = Principal(key_id=None, role="admin")
+"""The service itself (CLI commands run on the server, start-up tasks)."""
+
+
+def _lookup(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _hash(salt: str, key: str) -> str:
+    return hashlib.sha256((salt + key).encode()).hexdigest()
+
+
+def _new_key(role: str) -> str:
+    return f"pl_{role[0]}_{secrets.token_urlsafe(32)}"
+
+
+def key_json(k: ApiKey) -> dict[str, Any]:
+    """A key as listed (never the secret)."""
+    return {
+        "id": k.id,
+        "prefix": k.prefix,
+        "role": k.role,
+        "datasets": k.dataset_ids,
+        "label": k.label,
+        "created_at": iso(k.created_at),
+        "created_by": k.created_by,
+        "revoked_at": iso(k.revoked_at),
+        "revoked": k.revoked_at is not None,
+    }
+
+
+def _insert_key(
+    session: Session,
+    key: str,
+    role: str,
+    dataset_ids: list[str] | None,
+    label: str | None,
+    created_by: str | None,
+) -> ApiKey:
+    if role not in ROLES:
+        raise Unprocessable(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+    salt = secrets.token_hex(16)
+    row = ApiKey(
+        id="key_" + secrets.token_hex(8),
+        lookup=_lookup(key),
+        salt=salt,
+        key_hash=_hash(salt, key),
+        prefix=key[:8],
+        role=role,
+        dataset_ids=dataset_ids,
+        label=label,
+        created_at=utcnow(),
+        created_by=created_by,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def create_key(
+    db: Database,
+    actor: Principal,
+    role: str,
+    dataset_ids: list[str] | None = None,
+    label: str | None = None,
+) -> dict[str, Any]:
+    """Create a key; the answer is the only time the secret is shown."""
+    from app.db.models import Dataset
+
+    key = _new_key(role)
+    with db.write() as s:
+        if dataset_ids is not None:
+            dataset_ids = list(dict.fromkeys(dataset_ids))
+            found = set(s.scalars(select(Dataset.id).where(Dataset.id.in_(dataset_ids))))
+            missing = [d for d in dataset_ids if d not in found]
+            if missing:
+                raise Unprocessable(f"unknown dataset ids: {missing}", unknown=missing)
+        row = _insert_key(s, key, role, dataset_ids, label, actor.key_id)
+        audit.record(
+            s,
+            actor,
+            "key.created",
+            target_id=row.id,
+            details={"role": role, "datasets": dataset_ids, "label": label},
+        )
+        return {**key_json(row), "key": key}
+
+
+def list_keys(db: Database) -> list[dict[str, Any]]:
+    """Every key, newest first, without secrets."""
+    with db.read() as s:
+        return [key_json(k) for k in s.scalars(select(ApiKey).order_by(ApiKey.created_at.desc()))]
+
+
+def revoke_key(db: Database, actor: Principal, key_id: str) -> dict[str, Any]:
+    """Revoke a key (idempotent). A key cannot revoke itself if it is the last admin key."""
+    with db.write() as s:
+        row = s.get(ApiKey, key_id)
+        if row is None:
+            raise NotFound(f"no key {key_id!r}")
+        if row.revoked_at is None:
+            if row.role == "admin":
+                others = s.scalars(
+                    select(ApiKey.id).where(
+                        ApiKey.role == "admin", ApiKey.revoked_at.is_(None), ApiKey.id != row.id
+                    )
+                ).first()
+                if others is None:
+                    raise Forbidden("refusing to revoke the last active admin key")
+            row.revoked_at = utcnow()
+            audit.record(s, actor, "key.revoked", target_id=row.id, details={"role": row.role})
+        return key_json(row)
+
+
+def authenticate(db: Database, key: str | None) -> Principal:
+    """The principal for a presented key, or ``Unauthorized``."""
+    if not key:
+        raise Unauthorized("an API key is required: send 'Authorization: Bearer <key>'")
+    with db.read() as s:
+        row = s.scalars(select(ApiKey).where(ApiKey.lookup == _lookup(key))).first()
+        if row is None or not hmac.compare_digest(row.key_hash, _hash(row.salt, key)):
+            raise Unauthorized("unknown API key")
+        if row.revoked_at is not None:
+            raise Unauthorized("this API key has been revoked")
+        ids = tuple(row.dataset_ids) if row.dataset_ids is not None else None
+        return Principal(key_id=row.id, role=row.role, dataset_ids=ids)
+
+
+def ensure_admin_key(db: Database, key: str) -> str:
+    """Make sure an active admin key with exactly this value exists (for automation)."""
+    with db.write() as s:
+        row = s.scalars(select(ApiKey).where(ApiKey.lookup == _lookup(key))).first()
+        if row is not None and hmac.compare_digest(row.key_hash, _hash(row.salt, key)):
+            if row.revoked_at is None and row.role == "admin":
+                return row.id
+            raise Forbidden(
+                "PRIVACY_LEDGER_ADMIN_KEY matches a revoked or non-admin key; choose another value"
+            )
+        row = _insert_key(s, key, "admin", None, "bootstrap (PRIVACY_LEDGER_ADMIN_KEY)", None)
+        audit.record(
+            s,
+            SYSTEM,
+            "key.created",
+            target_id=row.id,
+            details={"role": "admin", "bootstrap": "env"},
+        )
+        return row.id
+
+
+def bootstrap_first_key(db: Database) -> str | None:
+    """On an installation without any key, create one admin key and return it (once, ever)."""
+    key = _new_key("admin")
+    try:
+        with db.write() as s:
+            if s.get(AppSetting, "bootstrap_admin") is not None:
+                return None
+            if s.scalars(select(ApiKey.id)).first() is not None:
+                return None
+            s.add(AppSetting(key="bootstrap_admin", value=utcnow().isoformat()))
+            s.flush()
+            row = _insert_key(s, key, "admin", None, "bootstrap (first start)", None)
+            audit.record(
+                s,
+                SYSTEM,
+                "key.created",
+                target_id=row.id,
+                details={"role": "admin", "bootstrap": "first-start"},
+            )
+    except IntegrityError:  # another replica won the race
+        return None
+    return key
+
+
+def require_role(principal: Principal, role: str) -> None:
+    """``Forbidden`` unless the principal's role is at least ``role``."""
+    if not principal.has_role(role):
+        raise Forbidden(f"this endpoint needs the {role!r} role; the key has {principal.role!r}")
+
+
+__all__ = [
+    "ROLES",
+    "SYSTEM",
+    "Principal",
+    "authenticate",
+    "bootstrap_first_key",
+    "create_key",
+    "ensure_admin_key",
+    "key_json",
+    "list_keys",
+    "require_role",
+    "revoke_key",
+]

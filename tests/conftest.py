@@ -1,0 +1,123 @@
+"""Shared fixtures: a migrated database per test on SQLite and (in CI) on PostgreSQL.
+
+PostgreSQL tests run when PRIVACY_LEDGER_TEST_POSTGRES_URL is set (``.ci/run`` sets it and
+creates a fresh database); without it they are skipped with the reason printed. The number of
+PostgreSQL tests that passed is written to PRIVACY_LEDGER_PG_REPORT (if set) so CI can fail
+when none ran.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
+
+from app.config import Settings
+from app.db import migrate
+from app.main import create_app
+
+PG_URL = os.environ.get("PRIVACY_LEDGER_TEST_POSTGRES_URL")
+ADMIN_KEY = "test-admin-key-0123456789"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+BACKENDS = ["sqlite", "postgres"]
+
+_TABLES = [
+    "audit_event", "idempotency_record", "rejection", "reservation", "ledger_entry",
+    "dataset_total", "dataset", "api_key", "app_setting",
+]
+_pg_passed = 0
+_pg_ready = False
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if PG_URL:
+        return f"postgres: {PG_URL.rsplit('@', 1)[-1]}"
+    return "postgres: PRIVACY_LEDGER_TEST_POSTGRES_URL not set, PostgreSQL tests will be skipped"
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    global _pg_passed
+    if report.when == "call" and report.passed and "[postgres" in report.nodeid:
+        _pg_passed += 1
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    out = os.environ.get("PRIVACY_LEDGER_PG_REPORT")
+    if out:
+        Path(out).write_text(str(_pg_passed))
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated to head once; each test copies it."""
+    path = tmp_path_factory.mktemp("template") / "template.db"
+    migrate.upgrade(f"sqlite:///{path}")
+    return path
+
+
+def _reset_postgres(url: str) -> None:
+    global _pg_ready
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            if not _pg_ready:
+                conn.execute(text("DROP SCHEMA public CASCADE"))
+                conn.execute(text("CREATE SCHEMA public"))
+        if not _pg_ready:
+            migrate.upgrade(url)
+            _pg_ready = True
+        with engine.begin() as conn:
+            conn.execute(text(f"TRUNCATE {', '.join(_TABLES)} RESTART IDENTITY CASCADE"))
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: Path) -> str:
+    """A freshly migrated, empty database: SQLite file, or the CI PostgreSQL (truncated)."""
+    if request.param == "sqlite":
+        path = tmp_path / "ledger.db"
+        shutil.copy(sqlite_template, path)
+        return f"sqlite:///{path}"
+    if not PG_URL:
+        reason = "PostgreSQL tests skipped: PRIVACY_LEDGER_TEST_POSTGRES_URL is not set"
+        print(reason)
+        pytest.skip(reason)
+    _reset_postgres(PG_URL)
+    return PG_URL
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path, sqlite_template: Path) -> str:
+    """A migrated SQLite database only (for tests that are about SQLite itself)."""
+    path = tmp_path / "ledger.db"
+    shutil.copy(sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+def make_settings(url: str, **overrides: Any) -> Settings:
+    return Settings(database_url=url, admin_key=ADMIN_KEY, auto_migrate=False, **overrides)
+
+
+@pytest.fixture
+def client(db_url: str) -> Iterator[TestClient]:
+    """TestClient on a fresh database; admin key ``ADMIN_KEY`` exists."""
+    app = create_app(make_settings(db_url))
+    with TestClient(app) as c:
+        c.headers.update(ADMIN)
+        yield c
+
+
+def new_dataset(client: TestClient, name: str = "census", **fields: Any) -> dict[str, Any]:
+    """Create a dataset (default budget epsilon=1, delta=1e-5) and return it."""
+    body: dict[str, Any] = {"name": name, "budget": {"epsilon": 1.0, "delta": 1e-5}}
+    body.update(fields)
+    r = client.post("/v1/datasets", json=body)
+    assert r.status_code == 201, r.text
+    return r.json()
