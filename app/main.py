@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
@@ -106,7 +105,6 @@ def _bootstrap_keys(db: Database, settings: Settings) -> None:
             + "=" * 72
             + "\n"
         )
-        print(banner, file=sys.stderr, flush=True)
         print(banner, flush=True)
 
 
