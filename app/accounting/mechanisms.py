@@ -95,12 +95,22 @@ class Mechanism:
         return {"mechanism": self.kind, **asdict(self)}
 
 
+RDP_EVAL_MARGIN = 2.0**-50
+"""Relative margin (about 4 ulps) added to closed-form RDP values: they are evaluated to within
+a few ulps, and the stored curve must never be below the true one."""
+
+
 @lru_cache(maxsize=4096)
 def _unit_curve_cached(mechanism: Mechanism) -> PrivacyCurve:
     curve = mechanism._unit_curve()
     if not curve.is_finite():
         raise ValueError(f"{mechanism.kind}: the privacy loss of these parameters overflows")
-    return curve
+    return PrivacyCurve(
+        rho=curve.rho,
+        rdp=curve.rdp * (1.0 + RDP_EVAL_MARGIN),
+        pure_eps=curve.pure_eps,
+        gaussian_only=curve.gaussian_only,
+    )
 
 
 @dataclass(frozen=True)
@@ -299,7 +309,9 @@ class DiscreteLaplace(Mechanism):
                 lambda a: discrete_laplace_rdp(a, eps, delta_1, margin=False), kl, eps, 1e-4
             )
         rdp = discrete_laplace_rdp(ORDERS, eps, delta_1)
-        return PrivacyCurve(rho=rho, rdp=np.minimum(rdp, eps), pure_eps=eps, gaussian_only=False)
+        # eps(alpha) <= eps for an eps-DP mechanism; the cap keeps the margin from exceeding it
+        cap = eps / (1.0 + RDP_EVAL_MARGIN)
+        return PrivacyCurve(rho=rho, rdp=np.minimum(rdp, cap), pure_eps=eps, gaussian_only=False)
 
 
 MECHANISMS: dict[str, type[Mechanism]] = {
