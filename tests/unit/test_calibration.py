@@ -1,0 +1,85 @@
+"""Calibration: the returned parameter fits, and one step (1 %) further does not."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from app.accounting.calibration import calibrate, filter_fits
+from app.accounting.curve import PrivacyCurve
+from app.accounting.filters import Budget, FilterKind, filter_bound
+from app.accounting.mechanisms import Gaussian, Laplace, mechanism_from_dict
+
+BUDGET = Budget(1.0, 1e-6)
+
+
+def _fits_for(kind: FilterKind, total: PrivacyCurve):
+    return filter_fits(kind, total, BUDGET.epsilon, BUDGET.delta, filter_bound(kind, BUDGET))
+
+
+PRIOR = {
+    FilterKind.GDP: Gaussian(sigma=10.0, count=3).curve(),
+    FilterKind.ZCDP: Gaussian(sigma=10.0).curve() + Laplace(epsilon=0.05).curve(),
+    FilterKind.ZCDP_FILTER: Laplace(epsilon=0.1).curve(),
+    FilterKind.RDP: Laplace(epsilon=0.1, count=2).curve(),
+    FilterKind.RDP_UNION_BOUND: Gaussian(sigma=20.0).curve(),
+}
+
+
+def _case(kind: FilterKind, mech: str, params: dict, parameter: str, further: float) -> None:
+    fits = _fits_for(kind, PRIOR[kind])
+    result = calibrate(mech, params, parameter, fits)
+    assert result is not None
+    assert fits(result.curve), "the calibrated parameter must fit"
+    assert fits(result.mechanism.curve())
+    value = result.value
+    more = {**params, parameter: (int(value) + 1 if parameter == "steps" else value * further)}
+    assert not fits(mechanism_from_dict({"mechanism": mech, **more}).curve()), (
+        "one step further must not fit"
+    )
+
+
+@pytest.mark.parametrize("kind", list(FilterKind))
+def test_least_gaussian_sigma(kind: FilterKind) -> None:
+    _case(kind, "gaussian", {"sensitivity": 2.0}, "sigma", 0.99)
+
+
+@pytest.mark.parametrize("kind", [k for k in FilterKind if k is not FilterKind.GDP])
+@pytest.mark.parametrize(
+    ("mech", "params"),
+    [
+        ("laplace", {}),
+        ("randomized_response", {"k": 4}),
+        ("rappor", {}),
+        ("discrete_laplace", {"sensitivity": 3}),
+    ],
+)
+def test_largest_epsilon(kind: FilterKind, mech: str, params: dict) -> None:
+    _case(kind, mech, params, "epsilon", 1.01)
+
+
+@pytest.mark.parametrize("kind", [FilterKind.RDP, FilterKind.RDP_UNION_BOUND, FilterKind.ZCDP])
+def test_dp_sgd_sigma_and_steps(kind: FilterKind) -> None:
+    _case(kind, "subsampled_gaussian", {"sample_rate": 0.01, "steps": 200}, "sigma", 0.99)
+    budget = Budget(8.0, 1e-5)
+    fits = filter_fits(
+        kind, PrivacyCurve.zero(), budget.epsilon, budget.delta, filter_bound(kind, budget)
+    )
+    result = calibrate("subsampled_gaussian", {"sample_rate": 0.01, "sigma": 1.5}, "steps", fits)
+    assert result is not None and fits(result.curve)
+    more = dataclasses.replace(result.mechanism, steps=int(result.value) + 1)
+    assert not fits(more.curve())
+
+
+def test_exhausted_budget_gives_none() -> None:
+    spent = Laplace(epsilon=1.0).curve()
+    fits = _fits_for(FilterKind.RDP, spent)
+    assert calibrate("laplace", {}, "epsilon", fits) is None
+    assert calibrate("gaussian", {}, "sigma", fits) is None
+
+
+def test_unknown_parameter_is_value_error() -> None:
+    fits = _fits_for(FilterKind.RDP, PrivacyCurve.zero())
+    with pytest.raises(ValueError, match="can calibrate"):
+        calibrate("gaussian", {}, "epsilon", fits)
