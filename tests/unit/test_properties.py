@@ -204,7 +204,8 @@ def test_core_imports_no_web_or_database_code() -> None:
     code = (
         "import sys, app.accounting, app.accounting.calibration\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in "
-        "('fastapi', 'sqlalchemy', 'pydantic', 'starlette', 'dp_accounting', 'opendp', 'autodp', 'mpmath')]\n"
+        "('fastapi', 'sqlalchemy', 'pydantic', 'starlette', 'dp_accounting', 'opendp',"
+        " 'autodp', 'mpmath')]\n"
         "print(','.join(bad))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
