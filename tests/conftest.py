@@ -28,8 +28,15 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 BACKENDS = ["sqlite", "postgres"]
 
 _TABLES = [
-    "audit_event", "idempotency_record", "rejection", "reservation", "ledger_entry",
-    "dataset_total", "dataset", "api_key", "app_setting",
+    "audit_event",
+    "idempotency_record",
+    "rejection",
+    "reservation",
+    "ledger_entry",
+    "dataset_total",
+    "dataset",
+    "api_key",
+    "app_setting",
 ]
 _pg_passed = 0
 _pg_ready = False
