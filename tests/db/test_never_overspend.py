@@ -1,4 +1,4 @@
-"""Invariant 1: under any concurrency, across processes, committed spend never exceeds the budget."""
+"""Invariant 1: under any concurrency, across processes, committed spend stays within budget."""
 
 from __future__ import annotations
 
