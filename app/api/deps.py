@@ -14,12 +14,12 @@ from app.services.keys import Principal, authenticate, require_role
 bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`")
 
 
-def get_db(request: Request) -> Database:
+async def get_db(request: Request) -> Database:
     db: Database = request.app.state.db
     return db
 
 
-def get_settings_dep(request: Request) -> Settings:
+async def get_settings_dep(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
@@ -38,17 +38,17 @@ def get_principal(
     return principal
 
 
-def _viewer(p: Annotated[Principal, Depends(get_principal)]) -> Principal:
+async def _viewer(p: Annotated[Principal, Depends(get_principal)]) -> Principal:
     require_role(p, "viewer")
     return p
 
 
-def _pipeline(p: Annotated[Principal, Depends(get_principal)]) -> Principal:
+async def _pipeline(p: Annotated[Principal, Depends(get_principal)]) -> Principal:
     require_role(p, "pipeline")
     return p
 
 
-def _admin(p: Annotated[Principal, Depends(get_principal)]) -> Principal:
+async def _admin(p: Annotated[Principal, Depends(get_principal)]) -> Principal:
     require_role(p, "admin")
     return p
 

@@ -52,18 +52,35 @@ def find_dataset(
 
     A scoped key asking for a dataset outside its scope gets the same 404 as for a missing one.
     """
-    ds = session.get(Dataset, ref)
-    if ds is None:
-        ds = session.scalars(select(Dataset).where(Dataset.name == ref)).first()
-    if ds is None or not principal.can_see(ds.id):
+    if lock:
+        # lock the totals row first, then read the dataset in a later statement, so that a
+        # concurrent budget change (which takes the same lock) is always seen
+        totals = session.scalars(
+            select(DatasetTotal).where(DatasetTotal.dataset_id == ref).with_for_update()
+        ).first()
+        if totals is None:
+            dataset_id = session.scalars(select(Dataset.id).where(Dataset.name == ref)).first()
+            if dataset_id is not None:
+                totals = session.scalars(
+                    select(DatasetTotal)
+                    .where(DatasetTotal.dataset_id == dataset_id)
+                    .with_for_update()
+                ).first()
+        if totals is None or not principal.can_see(totals.dataset_id):
+            raise NotFound(f"no dataset {ref!r}")
+        ds = session.get(Dataset, totals.dataset_id)
+        assert ds is not None
+        return DatasetState(dataset=ds, totals=totals, curve=curve_of(totals))
+    row = session.execute(
+        select(Dataset, DatasetTotal).join(DatasetTotal).where(Dataset.id == ref)
+    ).first()
+    if row is None:
+        row = session.execute(
+            select(Dataset, DatasetTotal).join(DatasetTotal).where(Dataset.name == ref)
+        ).first()
+    if row is None or not principal.can_see(row[0].id):
         raise NotFound(f"no dataset {ref!r}")
-    q = select(DatasetTotal).where(DatasetTotal.dataset_id == ds.id)
-    if lock:
-        q = q.with_for_update()
-    totals = session.scalars(q).one()
-    if lock:
-        session.refresh(ds)
-    return DatasetState(dataset=ds, totals=totals, curve=curve_of(totals))
+    return DatasetState(dataset=row[0], totals=row[1], curve=curve_of(row[1]))
 
 
 def dataset_json(state: DatasetState, reserved: PrivacyCurve | None = None) -> dict[str, Any]:

@@ -1,11 +1,12 @@
 """Two-phase charging: hold budget before running, then commit into the ledger or release.
 
-* ``reserve``: admitted like a charge (active holds count as spent); 409 when it does not fit.
+* ``reserve``: admitted like a charge (active holds count as spent); 409 when it does not fit
+  (recorded as a rejection with operation ``reservation``).
 * ``commit``: turns the hold into a ledger entry (source ``reservation``). Idempotent.
 * ``release``: frees the hold; the pipeline asserts that no output was released. Idempotent.
 * Expiry fails closed: a hold past its ``expires_at`` is charged into the ledger (source
-  ``reservation_expired``) and audited, never silently freed. Expiry happens lazily inside
-  every write transaction on the dataset and in the periodic sweeper.
+  ``reservation_expired``) and audited, never silently freed. Expiry happens inside every
+  write transaction on the dataset and in the periodic sweeper.
 
 Every transition happens under the dataset's totals lock, so racing commit / release / expiry
 resolve to exactly one outcome.
@@ -14,27 +15,26 @@ resolve to exactly one outcome.
 from __future__ import annotations
 
 import secrets
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import FilterKind, spend
-from app.accounting.mechanisms import Mechanism, mechanism_from_dict
+from app.accounting.mechanisms import Mechanism
 from app.accounting.orders import ORDERS_VERSION
 from app.db.engine import Database
-from app.db.models import Rejection, Reservation, utcnow
+from app.db.models import Reservation, utcnow
 from app.services import audit
-from app.services.curves import budget_json, curve_of, finite_or_none, iso, rdp_to_bytes, spent_json
+from app.services.curves import curve_of, finite_or_none, iso, rdp_to_bytes
 from app.services.datasets import DatasetState, find_dataset
-from app.services.errors import Conflict, NotFound, Unprocessable
+from app.services.errors import BudgetExceeded, Conflict, NotFound, Unprocessable
 from app.services.keys import SYSTEM, Principal
 
 
 def _aware(ts: datetime) -> datetime:
-    from datetime import UTC
-
     return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
@@ -56,20 +56,24 @@ def reservation_json(r: Reservation) -> dict[str, Any]:
     }
 
 
-def _charge_reservation(
+def _charge_hold(
     session: Session, st: DatasetState, r: Reservation, source: str, now: datetime
 ) -> int:
+    """Append the reservation's curve to the ledger (the caller holds the lock)."""
     from app.services.charges import append_entry
 
-    mech = mechanism_from_dict(r.mechanism)
     curve = curve_of(r)
+    after = st.curve + curve
+    sp = spend(FilterKind(st.dataset.filter), after, st.dataset.budget_delta)
     entry = append_entry(
         session,
         st,
-        mechanism=mech,
+        kind=r.kind,
+        count=r.count,
         mechanism_json={k: v for k, v in r.mechanism.items() if k != "v"},
         curve=curve,
-        after=st.curve + curve,
+        after=after,
+        spend_after=sp,
         label=r.label,
         metadata=r.metadata_,
         key_id=r.key_id,
@@ -77,36 +81,38 @@ def _charge_reservation(
         reservation_id=r.id,
         now=now,
     )
-    return entry.id
+    return int(entry["id"])
 
 
-def expire_due(session: Session, st: DatasetState, now: datetime | None = None) -> int:
-    """Charge every active reservation of the locked dataset whose TTL has passed."""
-    now = now or utcnow()
+def _expire(session: Session, st: DatasetState, r: Reservation, now: datetime) -> None:
+    r.status = "expired"
+    r.resolved_at = now
+    r.ledger_entry_id = _charge_hold(session, st, r, "reservation_expired", now)
+    audit.record(
+        session,
+        SYSTEM,
+        "reservation.expired",
+        dataset_id=st.dataset.id,
+        target_id=r.id,
+        details={"ledger_entry_id": r.ledger_entry_id, "mechanism": r.mechanism},
+    )
+
+
+def settle_holds(session: Session, st: DatasetState, now: datetime) -> PrivacyCurve | None:
+    """Charge the locked dataset's expired reservations; return the sum of the curves of the
+    ones still active (None when there are none)."""
     rows = session.scalars(
         select(Reservation)
         .where(Reservation.dataset_id == st.dataset.id, Reservation.status == "active")
-        .order_by(Reservation.created_at)
+        .order_by(Reservation.created_at, Reservation.id)
     ).all()
-    n = 0
+    held: PrivacyCurve | None = None
     for r in rows:
         if _aware(r.expires_at) <= now:
-            r.status = "expired"
-            r.resolved_at = now
-            r.resolved_by = None
-            # the hold is released from the active set before charging it
-            session.flush()
-            r.ledger_entry_id = _charge_reservation(session, st, r, "reservation_expired", now)
-            audit.record(
-                session,
-                SYSTEM,
-                "reservation.expired",
-                dataset_id=st.dataset.id,
-                target_id=r.id,
-                details={"ledger_entry_id": r.ledger_entry_id, "mechanism": r.mechanism},
-            )
-            n += 1
-    return n
+            _expire(session, st, r, now)
+        else:
+            held = curve_of(r) if held is None else held + curve_of(r)
+    return held
 
 
 def reserve(
@@ -121,41 +127,37 @@ def reserve(
     metadata: dict[str, Any] | None,
     max_ttl_seconds: int,
 ) -> dict[str, Any]:
-    """Hold budget for a planned invocation: 201 body, or BudgetExceeded (recorded)."""
-    from app.services.charges import _refusal, admission, check_allowed, curve_for, requested_json
+    """Hold budget for a planned invocation: the reservation, or BudgetExceeded (recorded)."""
+    from app.services.charges import (
+        check_allowed,
+        current_spent,
+        curve_for,
+        decide,
+        record_rejection,
+        refusal,
+        requested_json,
+    )
 
     if not 1 <= ttl_seconds <= max_ttl_seconds:
         raise Unprocessable(f"ttl_seconds must be in [1, {max_ttl_seconds}], got {ttl_seconds}")
     curve = curve_for(mechanism)
-    refusal = None
+    problem: BudgetExceeded | None = None
     with db.write() as s:
         st = find_dataset(s, ref, principal, lock=True)
-        check_allowed(st, mechanism)
-        expire_due(s, st)
-        ok, after = admission(st, s, curve)
-        requested = requested_json(st, mechanism_json, curve)
+        check_allowed(st, mechanism.kind)
         now = utcnow()
-        if not ok:
-            would = spent_json(
-                st.dataset,
-                after,
-                spend(FilterKind(st.dataset.filter), after, st.dataset.budget_delta),
-            )
-            refusal = _refusal(st, requested, would, dry_run=False)
-            s.add(
-                Rejection(
-                    dataset_id=st.dataset.id,
-                    created_at=now,
-                    operation="reservation",
-                    mechanism=mechanism_json,
-                    label=label,
-                    metadata_=metadata,
-                    key_id=principal.key_id,
-                    reason=refusal.detail,
-                    spent=refusal.extra["spent"],
-                    requested=requested,
-                    budget=budget_json(st.dataset),
-                )
+        d = decide(s, st, curve, now)
+        if not d.admitted:
+            problem = refusal(st, d, mechanism_json, dry_run=False)
+            record_rejection(
+                s,
+                st,
+                problem,
+                operation="reservation",
+                mechanism_json=mechanism_json,
+                label=label,
+                metadata=metadata,
+                key_id=principal.key_id,
             )
         else:
             r = Reservation(
@@ -178,22 +180,26 @@ def reserve(
             )
             s.add(r)
             s.flush()
-            from app.services.charges import current_spent
-
-            body = {**reservation_json(r), "spent": current_spent(st), "requested": requested}
-    if refusal is not None:
-        raise refusal
+            body = {
+                **reservation_json(r),
+                "spent": current_spent(st),
+                "requested": requested_json(st, mechanism_json, curve),
+            }
+    if problem is not None:
+        raise problem
     return body
 
 
-def _locked_reservation(
+def _locked(
     s: Session, principal: Principal, reservation_id: str
 ) -> tuple[Reservation, DatasetState]:
+    """The reservation and its dataset, under the dataset's lock, expired holds settled."""
     r = s.get(Reservation, reservation_id)
     if r is None or not principal.can_see(r.dataset_id):
         raise NotFound(f"no reservation {reservation_id!r}")
     st = find_dataset(s, r.dataset_id, principal, lock=True)
     s.refresh(r)
+    settle_holds(s, st, utcnow())
     return r, st
 
 
@@ -203,30 +209,27 @@ def commit(db: Database, principal: Principal, reservation_id: str) -> dict[str,
     An expired reservation has already been charged: the answer says so (status ``expired``)
     with its ledger entry. A released one cannot be committed (409).
     """
+    from app.services.charges import current_spent
+
     with db.write() as s:
-        r, st = _locked_reservation(s, principal, reservation_id)
-        expire_due(s, st)
-        s.refresh(r)
+        r, st = _locked(s, principal, reservation_id)
         if r.status == "active":
             now = utcnow()
             r.status = "committed"
             r.resolved_at = now
             r.resolved_by = principal.key_id
-            s.flush()
-            r.ledger_entry_id = _charge_reservation(s, st, r, "reservation", now)
+            r.ledger_entry_id = _charge_hold(s, st, r, "reservation", now)
         elif r.status == "released":
             raise Conflict(f"reservation {reservation_id!r} was released; it cannot be committed")
-        from app.services.charges import current_spent
-
         return {**reservation_json(r), "spent": current_spent(st)}
 
 
 def release(db: Database, principal: Principal, reservation_id: str) -> dict[str, Any]:
     """Release a reservation (idempotent). Expired or committed ones are already charged: 409."""
+    from app.services.charges import current_spent
+
     with db.write() as s:
-        r, st = _locked_reservation(s, principal, reservation_id)
-        expire_due(s, st)
-        s.refresh(r)
+        r, st = _locked(s, principal, reservation_id)
         if r.status == "active":
             r.status = "released"
             r.resolved_at = utcnow()
@@ -236,8 +239,6 @@ def release(db: Database, principal: Principal, reservation_id: str) -> dict[str
                 f"reservation {reservation_id!r} is {r.status}: its budget is already charged",
                 reservation=reservation_json(r),
             )
-        from app.services.charges import current_spent
-
         return {**reservation_json(r), "spent": current_spent(st)}
 
 
@@ -260,20 +261,18 @@ def sweep_expired(db: Database) -> int:
                 if _aware(r.expires_at) <= now
             }
         )
-    n = 0
     for dataset_id in due:
         with db.write() as s:
-            st = find_dataset(s, dataset_id, SYSTEM, lock=True)
-            n += expire_due(s, st, now)
-    return n
+            settle_holds(s, find_dataset(s, dataset_id, SYSTEM, lock=True), now)
+    return len(due)
 
 
 __all__ = [
     "commit",
-    "expire_due",
     "get_reservation",
     "release",
     "reservation_json",
     "reserve",
+    "settle_holds",
     "sweep_expired",
 ]
