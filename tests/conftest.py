@@ -121,6 +121,15 @@ def client(db_url: str) -> Iterator[TestClient]:
         yield c
 
 
+@pytest.fixture
+def sqlite_client(sqlite_url: str) -> Iterator[TestClient]:
+    """TestClient on a fresh SQLite database only (for large matrices that need no PG copy)."""
+    app = create_app(make_settings(sqlite_url))
+    with TestClient(app) as c:
+        c.headers.update(ADMIN)
+        yield c
+
+
 def new_dataset(client: TestClient, name: str = "census", **fields: Any) -> dict[str, Any]:
     """Create a dataset (default budget epsilon=1, delta=1e-5) and return it."""
     body: dict[str, Any] = {"name": name, "budget": {"epsilon": 1.0, "delta": 1e-5}}
