@@ -46,6 +46,9 @@ class FilterKind(StrEnum):
     RDP_UNION_BOUND = "rdp_union_bound"
 
 
+MAX_BUDGET_EPSILON = 1e6
+"""Largest budget epsilon accepted (far beyond any meaningful guarantee; keeps numbers finite)."""
+
 RHO_FILTERS = frozenset({FilterKind.GDP, FilterKind.ZCDP_FILTER, FilterKind.ZCDP})
 
 
@@ -71,8 +74,10 @@ class Budget:
 
     def __post_init__(self) -> None:
         eps = conv.check_epsilon(self.epsilon)
-        if eps <= 0:
-            raise ValueError(f"budget epsilon must be > 0, got {self.epsilon!r}")
+        if not 0 < eps <= MAX_BUDGET_EPSILON:
+            raise ValueError(
+                f"budget epsilon must be in (0, {MAX_BUDGET_EPSILON:g}], got {self.epsilon!r}"
+            )
         object.__setattr__(self, "epsilon", eps)
         object.__setattr__(self, "delta", conv.check_delta(self.delta))
 
@@ -100,8 +105,14 @@ def _mu(curve: PrivacyCurve) -> float:
 
 
 def union_bound_epsilon(rdp: np.ndarray, delta: float) -> tuple[float, float]:
-    """Classic conversion at delta / |grid|: the adaptive RDP filter's guarantee."""
-    return conv.rdp_epsilon_classic(rdp, delta / ORDERS.size)
+    """Classic conversion at delta / |grid|: the adaptive RDP filter's guarantee,
+    min_j r_j + (log |grid| - log delta) / (alpha_j - 1), in log space (delta / |grid| would
+    underflow for delta near the smallest float)."""
+    delta = conv.check_delta(delta)
+    r = np.asarray(rdp, dtype=np.float64)
+    eps = r + (math.log(ORDERS.size) - math.log(delta)) / (ORDERS - 1.0)
+    j = int(np.argmin(eps))
+    return max(0.0, up(float(eps[j]), 4)), float(ORDERS[j])
 
 
 def spend(kind: FilterKind, curve: PrivacyCurve, delta: float) -> Spend:
@@ -208,6 +219,7 @@ def admits(
 
 
 __all__ = [
+    "MAX_BUDGET_EPSILON",
     "RHO_FILTERS",
     "Budget",
     "FilterKind",

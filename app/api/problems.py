@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.services.errors import PROBLEM_BASE, ProblemError
@@ -30,6 +31,36 @@ _TITLES = {
 }
 
 
+class Problem(BaseModel):
+    """RFC 9457 problem details (extra members such as ``spent`` or ``errors`` may follow)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {PROBLEM_JSON: {"schema": Problem.model_json_schema()}},
+    }
+
+
+PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: _problem("malformed request (e.g. body is not JSON)"),
+    401: _problem("missing, unknown or revoked API key"),
+    403: _problem("the key's role does not allow this"),
+    404: _problem("no such resource (or not visible to a scoped key)"),
+    409: _problem("conflict: over budget (with spent, budget, requested) or a state conflict"),
+    413: _problem("request body too large"),
+    422: _problem("invalid request: the detail names the bad value"),
+}
+"""Error responses declared on every router (problem+json)."""
+
+
 def problem_response(body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(
         body, status_code=int(body["status"]), media_type=PROBLEM_JSON, headers=headers
@@ -42,6 +73,18 @@ def _clean_errors(errors: Any) -> list[dict[str, Any]]:
         loc = [str(p) for p in e.get("loc", ()) if p not in ("body",)]
         out.append({"loc": loc, "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))})
     return out
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method of every route matching the path (Starlette lists only the first route's)."""
+    from starlette.routing import Match
+
+    methods: set[str] = set()
+    for route in request.app.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 def install(app: FastAPI) -> None:
@@ -80,7 +123,10 @@ def install(app: FastAPI) -> None:
             "status": status,
             "detail": detail,
         }
-        return problem_response(body, dict(exc.headers) if exc.headers else None)
+        headers = dict(exc.headers) if exc.headers else {}
+        if status == 405:
+            headers["Allow"] = ", ".join(_allowed_methods(_request))
+        return problem_response(body, headers or None)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -94,4 +140,4 @@ def install(app: FastAPI) -> None:
         return problem_response(body)
 
 
-__all__ = ["PROBLEM_JSON", "install", "problem_response"]
+__all__ = ["PROBLEM_JSON", "PROBLEM_RESPONSES", "Problem", "install", "problem_response"]

@@ -12,10 +12,21 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from app.accounting import mechanisms as mech
+from app.accounting.filters import MAX_BUDGET_EPSILON
 from app.accounting.mechanisms import MAX_COUNT, Mechanism, mechanism_from_dict
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=1, le=MAX_COUNT, description="Repetitions of the mechanism.")]
+# single-field ranges, published in the OpenAPI schema; cross-field rules (sensitivity / sigma,
+# steps * count) are checked by the accounting core and answered with 422 as well
+Scale = Annotated[float, Field(ge=mech.MIN_SCALE, le=mech.MAX_SCALE, allow_inf_nan=False)]
+Epsilon = Annotated[float, Field(ge=mech.MIN_EPSILON, le=mech.MAX_EPSILON, allow_inf_nan=False)]
+NoiseMultiplier = Annotated[float, Field(ge=1e-3, le=1e6, allow_inf_nan=False)]
+SampleRate = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+Steps = Annotated[int, Field(ge=1, le=MAX_COUNT)]
+Buckets = Annotated[int, Field(ge=2, le=mech.MAX_K)]
+IntSensitivity = Annotated[int, Field(ge=1, le=mech.MAX_K)]
 
 MAX_METADATA_BYTES = 16_384
 MAX_METADATA_DEPTH = 8
@@ -52,17 +63,17 @@ class GaussianIn(_MechanismBase):
     """Gaussian noise of standard deviation ``sigma`` on a query of L2 ``sensitivity``."""
 
     mechanism: Literal["gaussian"]
-    sigma: FiniteFloat
-    sensitivity: FiniteFloat = 1.0
+    sigma: Scale
+    sensitivity: Scale = 1.0
 
 
 class LaplaceIn(_MechanismBase):
     """Laplace noise: ``epsilon`` (= sensitivity / scale), or ``scale`` with L1 ``sensitivity``."""
 
     mechanism: Literal["laplace"]
-    epsilon: FiniteFloat | None = None
-    scale: FiniteFloat | None = None
-    sensitivity: FiniteFloat | None = None
+    epsilon: Epsilon | None = None
+    scale: Scale | None = None
+    sensitivity: Scale | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -84,32 +95,32 @@ class RandomizedResponseIn(_MechanismBase):
     """k-ary randomized response with parameter ``epsilon`` (k = 2: binary)."""
 
     mechanism: Literal["randomized_response"]
-    epsilon: FiniteFloat
-    k: int = 2
+    epsilon: Epsilon
+    k: Buckets = 2
 
 
 class RapporIn(_MechanismBase):
     """One-time RAPPOR; ``epsilon`` is the total for one user's value change."""
 
     mechanism: Literal["rappor"]
-    epsilon: FiniteFloat
+    epsilon: Epsilon
 
 
 class SubsampledGaussianIn(_MechanismBase):
     """DP-SGD: ``steps`` Poisson-subsampled Gaussian steps with noise multiplier ``sigma``."""
 
     mechanism: Literal["subsampled_gaussian"]
-    sigma: FiniteFloat
-    sample_rate: FiniteFloat
-    steps: int = 1
+    sigma: NoiseMultiplier
+    sample_rate: SampleRate
+    steps: Steps = 1
 
 
 class DiscreteLaplaceIn(_MechanismBase):
     """Discrete Laplace on integers; ``sensitivity`` is an integer L1 sensitivity."""
 
     mechanism: Literal["discrete_laplace"]
-    epsilon: FiniteFloat
-    sensitivity: int = 1
+    epsilon: Epsilon
+    sensitivity: IntSensitivity = 1
 
 
 MechanismIn = Annotated[
@@ -177,12 +188,12 @@ class ReservationIn(_WithLabel):
 
 
 class BudgetIn(_Strict):
-    epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    epsilon: Annotated[float, Field(gt=0, le=MAX_BUDGET_EPSILON, allow_inf_nan=False)]
     delta: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
 
 
 class BudgetPatch(_Strict):
-    epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    epsilon: Annotated[float, Field(gt=0, le=MAX_BUDGET_EPSILON, allow_inf_nan=False)] | None = None
     delta: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] | None = None
 
 

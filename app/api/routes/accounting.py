@@ -7,10 +7,11 @@ from typing import Any
 from fastapi import APIRouter
 
 from app.api.deps import Viewer
+from app.api.problems import PROBLEM_RESPONSES
 from app.api.schemas import ComposeIn
 from app.services.compose import compose
 
-router = APIRouter(prefix="/v1/accounting", tags=["accounting"])
+router = APIRouter(prefix="/v1/accounting", tags=["accounting"], responses=PROBLEM_RESPONSES)
 
 
 @router.post("/compose", summary="Compose a fixed list of mechanisms (non-adaptive)")

@@ -8,10 +8,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, status
 
 from app.api.deps import Admin, DbDep
+from app.api.problems import PROBLEM_RESPONSES
 from app.api.schemas import KeyIn
 from app.services import audit, keys, ledger
 
-router = APIRouter(tags=["admin"])
+router = APIRouter(tags=["admin"], responses=PROBLEM_RESPONSES)
 
 
 @router.post("/v1/keys", status_code=status.HTTP_201_CREATED, summary="Create a key (shown once)")

@@ -7,11 +7,12 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, Query, Response, status
 
 from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer
+from app.api.problems import PROBLEM_RESPONSES
 from app.api.schemas import ChargeIn, DatasetIn, DatasetPatch
 from app.services import calibrate as calibrate_service
 from app.services import charges, datasets, ledger
 
-router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+router = APIRouter(prefix="/v1/datasets", tags=["datasets"], responses=PROBLEM_RESPONSES)
 
 KindQuery = Annotated[
     Literal[
@@ -60,7 +61,14 @@ def get(dataset_id: str, db: DbDep, p: Viewer) -> dict[str, Any]:
 @router.patch("/{dataset_id}", summary="Change budget or description (admin, audited)")
 def patch(dataset_id: str, body: DatasetPatch, db: DbDep, p: Admin) -> dict[str, Any]:
     changes = body.model_dump(exclude_unset=True)
-    if "budget" in changes and changes["budget"] is not None:
+    # null means "no change" for fields that cannot be null; description and
+    # allowed_mechanisms (null = every kind) can be set to null
+    changes = {
+        k: v
+        for k, v in changes.items()
+        if v is not None or k in ("description", "allowed_mechanisms")
+    }
+    if "budget" in changes:
         changes["budget"] = {k: v for k, v in changes["budget"].items() if v is not None}
     return datasets.update_dataset(db, p, dataset_id, changes)
 
@@ -69,7 +77,7 @@ def patch(dataset_id: str, body: DatasetPatch, db: DbDep, p: Admin) -> dict[str,
     "/{dataset_id}/charges",
     status_code=status.HTTP_201_CREATED,
     summary="Charge a mechanism invocation (409 when over budget; ?dry_run=true records nothing)",
-    responses={409: {"description": "over budget (problem+json with spent, budget, requested)"}},
+    responses={200: {"description": "dry run: the charge would be admitted (nothing recorded)"}},
 )
 def charge(
     dataset_id: str,

@@ -7,10 +7,11 @@ from typing import Any
 from fastapi import APIRouter, status
 
 from app.api.deps import DbDep, Pipeline, SettingsDep, Viewer
+from app.api.problems import PROBLEM_RESPONSES
 from app.api.schemas import ReservationIn
 from app.services import reservations
 
-router = APIRouter(tags=["reservations"])
+router = APIRouter(tags=["reservations"], responses=PROBLEM_RESPONSES)
 
 
 @router.post(
