@@ -1,14 +1,20 @@
 """The ``privacy-ledger`` command (also ``python -m app.cli``).
 
-Server-side commands (talk to the database directly): ``serve``, ``migrate``, ``verify``.
+Server-side commands (talk to the database directly): ``serve``, ``migrate``, ``verify``, and
+``keys create --local``. Client commands talk to a running server over HTTP, found through
+``--url`` / ``--api-key`` or ``PRIVACY_LEDGER_URL`` / ``PRIVACY_LEDGER_API_KEY``: ``datasets``,
+``status``, ``charge``, ``compose``, ``keys``. Every client command takes ``--json`` for scripts.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from app.config import get_settings
 
@@ -97,6 +103,317 @@ def verify(
         typer.echo("all totals match the ledger" if report["ok"] else "drift found")
     if not report["ok"] and not rebuild:
         raise typer.Exit(code=1)
+
+
+# --- client commands (HTTP) -------------------------------------------------------------------
+
+URL = Annotated[str | None, typer.Option("--url", help="Server URL (default: PRIVACY_LEDGER_URL).")]
+KEY = Annotated[
+    str | None, typer.Option("--api-key", help="API key (default: PRIVACY_LEDGER_API_KEY).")
+]
+JSON_OUT = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
+console = Console()
+
+
+def _client(url: str | None, api_key: str | None) -> Any:
+    from app.client import LedgerClient
+
+    return LedgerClient(url=url, api_key=api_key, retries=2)
+
+
+def _run(fn: Any) -> Any:
+    """Call the server; print a clean error (not a traceback) and exit 1 on failure, 2 when
+    refused for budget."""
+    from app.client import BudgetExceeded, LedgerError
+
+    try:
+        return fn()
+    except LedgerError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2 if isinstance(exc, BudgetExceeded) else 1) from None
+
+
+def _fmt(x: float | None, digits: int = 4) -> str:
+    return (
+        "-" if x is None else f"{x:.{digits}g}" if abs(x) < 1e-3 and x != 0 else f"{x:.{digits}f}"
+    )
+
+
+datasets_cli = typer.Typer(help="List or create datasets.", invoke_without_command=True)
+cli.add_typer(datasets_cli, name="datasets")
+
+
+@datasets_cli.callback()
+def datasets_list(
+    ctx: typer.Context, url: URL = None, api_key: KEY = None, as_json: JSON_OUT = False
+) -> None:
+    """List datasets with budget, spend and remaining (the default action)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with _client(url, api_key) as c:
+        items = _run(c.datasets)
+    if as_json:
+        typer.echo(json.dumps(items, indent=2))
+        return
+    table = Table(title="datasets")
+    for col in (
+        "name",
+        "id",
+        "filter",
+        "budget (eps, delta)",
+        "spent eps",
+        "remaining eps",
+        "entries",
+        "",
+    ):
+        table.add_column(col)
+    for d in items:
+        table.add_row(
+            d["name"],
+            d["id"],
+            d["filter"],
+            f"{d['budget']['epsilon']:g}, {d['budget']['delta']:g}",
+            _fmt(d["spent"]["epsilon"]),
+            _fmt(d["remaining"]["epsilon"]),
+            str(d["entries"]),
+            "EXHAUSTED" if d["exhausted"] else "",
+        )
+    console.print(table)
+
+
+@datasets_cli.command("create")
+def datasets_create(
+    name: str,
+    epsilon: Annotated[float, typer.Option(help="Budget epsilon.")],
+    delta: Annotated[float, typer.Option(help="Budget delta.")],
+    accounting: Annotated[str, typer.Option(help="rdp or zcdp.")] = "rdp",
+    adaptive: Annotated[
+        bool, typer.Option(help="Parameters may depend on earlier outputs.")
+    ] = True,
+    allow: Annotated[
+        list[str] | None, typer.Option(help="Allowed mechanism kind (repeatable).")
+    ] = None,
+    url: URL = None,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+) -> None:
+    """Create a dataset (admin key)."""
+    with _client(url, api_key) as c:
+        d = _run(
+            lambda: c.create_dataset(
+                name,
+                epsilon,
+                delta,
+                accounting=accounting,
+                adaptive=adaptive,
+                allowed_mechanisms=allow or None,
+            )
+        )
+    typer.echo(
+        json.dumps(d, indent=2)
+        if as_json
+        else f"created {d['name']} ({d['id']}), filter {d['filter']}"
+    )
+
+
+@cli.command()
+def status(dataset: str, url: URL = None, api_key: KEY = None, as_json: JSON_OUT = False) -> None:
+    """Budget, spend, remaining and the top mechanisms of one dataset."""
+    with _client(url, api_key) as c:
+        d = _run(lambda: c.dataset(dataset))
+    if as_json:
+        typer.echo(json.dumps(d, indent=2))
+        return
+    b, sp, rem = d["budget"], d["spent"], d["remaining"]
+    table = Table(title=f"{d['name']} ({d['id']})", show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    table.add_row("budget", f"epsilon {b['epsilon']:g}, delta {b['delta']:g}")
+    table.add_row(
+        "filter", f"{d['filter']} (accounting {d['accounting']}, adaptive {d['adaptive']})"
+    )
+    table.add_row(
+        "spent", f"epsilon {_fmt(sp['epsilon'], 6)} at delta {sp['delta']:g} ({sp['method']})"
+    )
+    table.add_row("rho", _fmt(sp["rho"], 6))
+    table.add_row(
+        "remaining",
+        f"epsilon {_fmt(rem['epsilon'], 6)}"
+        + (f", rho {_fmt(rem['rho'], 6)}" if rem["rho"] is not None else ""),
+    )
+    table.add_row("entries", str(d["entries"]))
+    table.add_row("status", "EXHAUSTED" if d["exhausted"] else "open")
+    console.print(table)
+    counts = d.get("mechanism_counts") or {}
+    if counts:
+        top = Table(title="mechanisms by rho")
+        for col in ("kind", "entries", "invocations", "rho"):
+            top.add_column(col)
+        ranked = sorted(counts.items(), key=lambda kv: -(kv[1].get("rho") or 0.0))
+        for kind, c in ranked[:5]:
+            top.add_row(kind, str(c["entries"]), str(c["count"]), _fmt(c.get("rho"), 6))
+        console.print(top)
+
+
+def _mechanism_from_options(mechanism: str, raw: str | None, **params: Any) -> dict[str, Any]:
+    if raw:
+        parsed = json.loads(raw)
+        if not isinstance(parsed, dict):
+            raise typer.BadParameter("--mechanism-json must be a JSON object")
+        return parsed
+    return {"mechanism": mechanism, **{k: v for k, v in params.items() if v is not None}}
+
+
+@cli.command()
+def charge(
+    dataset: str,
+    mechanism: Annotated[
+        str, typer.Option(help="Kind: gaussian, laplace, randomized_response, ...")
+    ] = "gaussian",
+    sigma: Annotated[float | None, typer.Option()] = None,
+    sensitivity: Annotated[float | None, typer.Option()] = None,
+    epsilon: Annotated[float | None, typer.Option()] = None,
+    scale: Annotated[float | None, typer.Option()] = None,
+    k: Annotated[int | None, typer.Option()] = None,
+    sample_rate: Annotated[float | None, typer.Option()] = None,
+    steps: Annotated[int | None, typer.Option()] = None,
+    count: Annotated[int | None, typer.Option()] = None,
+    mechanism_json: Annotated[str | None, typer.Option(help="The whole mechanism as JSON.")] = None,
+    label: Annotated[str | None, typer.Option()] = None,
+    dry_run: Annotated[bool, typer.Option(help="Only ask whether it would be admitted.")] = False,
+    url: URL = None,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+) -> None:
+    """Charge one mechanism invocation to DATASET (exit 2 when refused for budget)."""
+    m = _mechanism_from_options(
+        mechanism,
+        mechanism_json,
+        sigma=sigma,
+        sensitivity=sensitivity,
+        epsilon=epsilon,
+        scale=scale,
+        k=k,
+        sample_rate=sample_rate,
+        steps=steps,
+        count=count,
+    )
+    with _client(url, api_key) as c:
+        answer = _run(
+            lambda: c.dry_run(dataset, m) if dry_run else c.charge(dataset, m, label=label)
+        )
+    if as_json:
+        typer.echo(json.dumps(answer, indent=2))
+        return
+    sp = answer.get("would_spend") if dry_run else answer["spent"]
+    verb = "would be admitted" if dry_run else f"recorded as entry {answer['entry']['id']}"
+    typer.echo(
+        f"{verb}; spent epsilon {_fmt(sp['epsilon'], 6)} at delta {sp['delta']:g} ({sp['method']})"
+    )
+
+
+@cli.command()
+def compose(
+    file: Annotated[
+        Path, typer.Argument(help='JSON file: a list of mechanisms (or {"mechanisms": [...]}).')
+    ],
+    delta: Annotated[float, typer.Option(help="Target delta.")] = 1e-6,
+    accounting: Annotated[str, typer.Option(help="rdp or zcdp.")] = "rdp",
+    url: URL = None,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+) -> None:
+    """What-if: the epsilon of a planned list of mechanisms (nothing is recorded)."""
+    data = json.loads(file.read_text())
+    mechanisms = data["mechanisms"] if isinstance(data, dict) else data
+    with _client(url, api_key) as c:
+        answer = _run(lambda: c.compose(mechanisms, delta, accounting))
+    if as_json:
+        typer.echo(
+            json.dumps({k: v for k, v in answer.items() if k not in ("orders", "rdp")}, indent=2)
+        )
+        return
+    typer.echo(f"epsilon {_fmt(answer['epsilon'], 6)} at delta {delta:g} ({answer['method']})")
+    for name, eps in sorted(answer["conversions"].items(), key=lambda kv: kv[1]):
+        typer.echo(f"  {name:<18} {_fmt(eps, 6)}")
+
+
+keys_cli = typer.Typer(help="Create, list and revoke API keys (admin).")
+cli.add_typer(keys_cli, name="keys")
+
+
+@keys_cli.command("create")
+def keys_create(
+    role: Annotated[str, typer.Option(help="admin, pipeline or viewer.")],
+    dataset: Annotated[
+        list[str] | None, typer.Option(help="Scope to a dataset id (repeatable).")
+    ] = None,
+    label: Annotated[str | None, typer.Option()] = None,
+    local: Annotated[
+        bool, typer.Option(help="Write to the database directly (on the server).")
+    ] = False,
+    url: URL = None,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+) -> None:
+    """Create a key; it is printed once and stored only as a salted hash."""
+    if local:
+        from app.db.engine import Database
+        from app.services import keys as key_service
+        from app.services.errors import ProblemError
+
+        db = Database(get_settings().database_url)
+        try:
+            created = key_service.create_key(db, key_service.SYSTEM, role, dataset or None, label)
+        except ProblemError as exc:
+            typer.echo(f"error: {exc.detail}", err=True)
+            raise typer.Exit(code=1) from None
+        finally:
+            db.dispose()
+    else:
+        with _client(url, api_key) as c:
+            body = {"role": role, "datasets": dataset or None, "label": label}
+            created = _run(lambda: c._request("POST", "/v1/keys", json=body, idempotent=False))
+    if as_json:
+        typer.echo(json.dumps(created, indent=2))
+    else:
+        typer.echo(
+            f"{created['role']} key {created['id']} (shown once, store it now):\n{created['key']}"
+        )
+
+
+@keys_cli.command("list")
+def keys_list(url: URL = None, api_key: KEY = None, as_json: JSON_OUT = False) -> None:
+    """List keys (never the secrets)."""
+    with _client(url, api_key) as c:
+        items = _run(lambda: c._request("GET", "/v1/keys")["keys"])
+    if as_json:
+        typer.echo(json.dumps(items, indent=2))
+        return
+    table = Table(title="API keys")
+    for col in ("id", "prefix", "role", "datasets", "label", "created", "revoked"):
+        table.add_column(col)
+    for kk in items:
+        table.add_row(
+            kk["id"],
+            kk["prefix"] + "...",
+            kk["role"],
+            ",".join(kk["datasets"] or []) or "all",
+            kk["label"] or "",
+            kk["created_at"] or "",
+            kk["revoked_at"] or "",
+        )
+    console.print(table)
+
+
+@keys_cli.command("revoke")
+def keys_revoke(
+    key_id: str, url: URL = None, api_key: KEY = None, as_json: JSON_OUT = False
+) -> None:
+    """Revoke a key."""
+    with _client(url, api_key) as c:
+        answer = _run(lambda: c._request("DELETE", f"/v1/keys/{key_id}"))
+    typer.echo(json.dumps(answer, indent=2) if as_json else f"revoked {answer['id']}")
 
 
 def _redact(url: str) -> str:
