@@ -269,6 +269,19 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
     while gaussian_delta(mu, eps) > delta:
         eps += step
         step *= 2.0
+    # finish by bisection to float resolution: the least eps found to satisfy the bound, so
+    # that a budget the Gaussian-DP filter admits is never reported as exceeded by rounding
+    lo = max(0.0, eps - 64 * max(step, abs(eps) * 1e-14))
+    if gaussian_delta(mu, lo) <= delta:
+        return lo
+    for _ in range(80):
+        mid = 0.5 * (lo + eps)
+        if mid in (lo, eps):
+            break
+        if gaussian_delta(mu, mid) <= delta:
+            eps = mid
+        else:
+            lo = mid
     return eps
 
 

@@ -201,6 +201,24 @@ def filter_bound(kind: FilterKind, budget: Budget) -> float | None:
     return None
 
 
+def filter_spend(
+    kind: FilterKind, curve: PrivacyCurve, budget: Budget, bound: float | None
+) -> Spend:
+    """``spend`` at the budget's delta, consistent with admission.
+
+    For the rho filters (gdp, zcdp) the admission rule is ``rho <= bound``, and the bound was
+    verified to give (eps_B, delta_B) when it was computed. While the ledger is within that
+    bound the filter itself certifies eps_B, so the reported epsilon is capped at eps_B: two
+    numerical routes (root finding for epsilon, bisection for the bound) could otherwise
+    disagree in the 15th digit and show an admitted ledger as 4e-15 over budget.
+    """
+    s = spend(kind, curve, budget.delta)
+    if kind in RHO_FILTERS and bound is not None and admits(kind, budget, curve, bound):
+        if s.epsilon > budget.epsilon:
+            return Spend(budget.epsilon, s.delta, s.method, s.order, s.candidates)
+    return s
+
+
 def admits(
     kind: FilterKind, budget: Budget, total: PrivacyCurve, bound: float | None = None
 ) -> bool:
@@ -227,6 +245,7 @@ __all__ = [
     "admits",
     "filter_bound",
     "filter_kind",
+    "filter_spend",
     "spend",
     "spend_delta",
     "union_bound_epsilon",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from app.accounting.calibration import PARAMETERS, calibrate, default_parameter, filter_fits
-from app.accounting.filters import FilterKind, spend
+from app.accounting.filters import FilterKind
 from app.db.engine import Database
-from app.services.curves import finite_or_none, spent_json
+from app.services.curves import finite_or_none, spend_of, spent_json
 from app.services.datasets import active_reservations_curve, find_dataset
 from app.services.errors import BudgetExceeded, Unprocessable
 from app.services.keys import Principal
@@ -88,7 +88,7 @@ def calibrate_next(
             "rho": finite_or_none(result.curve.rho),
             "pure_epsilon": finite_or_none(result.curve.pure_eps),
         },
-        "spent_after": spent_json(ds, after, spend(kind_f, after, ds.budget_delta)),
+        "spent_after": spent_json(ds, after, spend_of(ds, after)),
         "filter": ds.filter,
     }
 

@@ -26,6 +26,7 @@ from app.services.curves import (
     iso,
     rdp_to_bytes,
     request_hash,
+    spend_of,
     spent_json,
 )
 from app.services.datasets import DatasetState, find_dataset
@@ -107,7 +108,7 @@ def decide(
     ds = st.dataset
     kind = FilterKind(ds.filter)
     after = st.curve + curve
-    sp = spend(kind, after, ds.budget_delta)
+    sp = spend_of(ds, after)
     if held is None:
         if kind in RHO_FILTERS:
             assert ds.filter_bound is not None

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import RHO_FILTERS, FilterKind, Spend, spend
+from app.accounting.filters import RHO_FILTERS, Budget, FilterKind, Spend, filter_spend
 from app.accounting.orders import ORDERS, ORDERS_VERSION
 from app.db.models import Dataset, DatasetTotal
 
@@ -77,8 +77,10 @@ def spent_json(ds: Dataset, curve: PrivacyCurve, s: Spend) -> dict[str, Any]:
 
 
 def spend_of(ds: Dataset, curve: PrivacyCurve) -> Spend:
-    """Spend of ``curve`` at the dataset's budget delta under its filter."""
-    return spend(FilterKind(ds.filter), curve, ds.budget_delta)
+    """Spend of ``curve`` at the dataset's budget delta under its filter (``filter_spend``)."""
+    return filter_spend(
+        FilterKind(ds.filter), curve, Budget(ds.budget_epsilon, ds.budget_delta), ds.filter_bound
+    )
 
 
 def exhausted(ds: Dataset, curve: PrivacyCurve, spent_epsilon: float) -> bool:

@@ -29,6 +29,7 @@ from app.services.curves import (
     iso,
     rdp_to_bytes,
     remaining_json,
+    spend_of,
     spent_json,
 )
 from app.services.errors import Conflict, NotFound, Unprocessable
@@ -128,7 +129,7 @@ def _validate_settings(
 
 def _reset_totals(t: DatasetTotal, ds: Dataset) -> None:
     zero = PrivacyCurve.zero()
-    s = spend(FilterKind(ds.filter), zero, ds.budget_delta)
+    s = spend_of(ds, zero)
     t.orders_version = ORDERS_VERSION
     t.rho = zero.rho
     t.rdp = rdp_to_bytes(zero.rdp)
@@ -278,7 +279,9 @@ def spend_query(
         st = find_dataset(s, ref, principal)
     kind = FilterKind(st.dataset.filter)
     try:
-        if delta is not None:
+        if delta is not None and delta == st.dataset.budget_delta:
+            r = spend_of(st.dataset, st.curve)
+        elif delta is not None:
             r = spend(kind, st.curve, delta)
         else:
             assert epsilon is not None
@@ -355,7 +358,7 @@ def update_dataset(
         ds.accounting, ds.adaptive, ds.allowed_mechanisms = accounting, adaptive, allowed
         ds.filter, ds.filter_bound = kind.value, bound
         ds.updated_at = utcnow()
-        sp = spend(kind, st.curve, ds.budget_delta)
+        sp = spend_of(ds, st.curve)
         t.spent_epsilon, t.spent_method = sp.epsilon, sp.method
         new = {
             "name": ds.name,

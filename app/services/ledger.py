@@ -18,13 +18,12 @@ import numpy as np
 from sqlalchemy import select
 
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import FilterKind, spend
 from app.accounting.mechanisms import mechanism_from_dict
 from app.db.engine import Database
 from app.db.models import Dataset, DatasetTotal, LedgerEntry, Rejection, utcnow
 from app.services import audit
 from app.services.charges import entry_json
-from app.services.curves import curve_of, iso, rdp_to_bytes
+from app.services.curves import curve_of, iso, rdp_to_bytes, spend_of
 from app.services.datasets import find_dataset
 from app.services.errors import Unprocessable
 from app.services.keys import SYSTEM, Principal
@@ -180,7 +179,7 @@ def verify(db: Database, rebuild: bool = False) -> dict[str, Any]:
                 item["recomputed"] = {"rho": total.rho, "entries": n}
             if rebuild and drifted:
                 t: DatasetTotal = st.totals
-                sp = spend(FilterKind(st.dataset.filter), total, st.dataset.budget_delta)
+                sp = spend_of(st.dataset, total)
                 t.rho, t.rdp, t.pure_eps = total.rho, rdp_to_bytes(total.rdp), total.pure_eps
                 t.gaussian_only, t.entry_count, t.mechanism_counts = total.gaussian_only, n, counts
                 t.spent_epsilon, t.spent_method, t.updated_at = sp.epsilon, sp.method, utcnow()

@@ -22,13 +22,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import FilterKind, spend
 from app.accounting.mechanisms import Mechanism
 from app.accounting.orders import ORDERS_VERSION
 from app.db.engine import Database
 from app.db.models import Reservation, utcnow
 from app.services import audit
-from app.services.curves import curve_of, finite_or_none, iso, rdp_to_bytes
+from app.services.curves import curve_of, finite_or_none, iso, rdp_to_bytes, spend_of
 from app.services.datasets import DatasetState, find_dataset
 from app.services.errors import BudgetExceeded, Conflict, NotFound, Unprocessable
 from app.services.keys import SYSTEM, Principal
@@ -64,7 +63,7 @@ def _charge_hold(
 
     curve = curve_of(r)
     after = st.curve + curve
-    sp = spend(FilterKind(st.dataset.filter), after, st.dataset.budget_delta)
+    sp = spend_of(st.dataset, after)
     entry = append_entry(
         session,
         st,

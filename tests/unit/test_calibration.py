@@ -83,3 +83,22 @@ def test_unknown_parameter_is_value_error() -> None:
     fits = _fits_for(FilterKind.RDP, PrivacyCurve.zero())
     with pytest.raises(ValueError, match="can calibrate"):
         calibrate("gaussian", {}, "epsilon", fits)
+
+
+@pytest.mark.parametrize("kind", [FilterKind.GDP, FilterKind.ZCDP, FilterKind.ZCDP_FILTER])
+@pytest.mark.parametrize("budget", [Budget(2.0, 1e-6), Budget(0.5, 1e-9), Budget(8.0, 1e-5)])
+def test_ledger_at_the_rho_bound_is_reported_within_budget(
+    kind: FilterKind, budget: Budget
+) -> None:
+    from app.accounting.filters import admits, filter_spend
+
+    bound = filter_bound(kind, budget)
+    assert bound is not None
+    curve = Gaussian(sigma=1.0 / (2 * bound) ** 0.5).curve()  # rho == bound up to rounding
+    if not admits(kind, budget, curve, bound):
+        curve = Gaussian(sigma=1.0000001 / (2 * bound) ** 0.5).curve()
+    assert admits(kind, budget, curve, bound)
+    reported = filter_spend(kind, curve, budget, bound)
+    assert reported.epsilon <= budget.epsilon
+    if kind is not FilterKind.ZCDP:  # zcdp (non-adaptive) reports the tighter exact Gaussian value
+        assert reported.epsilon == pytest.approx(budget.epsilon, rel=1e-5)

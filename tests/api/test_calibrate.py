@@ -1,0 +1,116 @@
+"""GET /calibrate: the answer fits (charging it is admitted) and 1 % further does not."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.conftest import new_dataset
+
+FILTERS = {
+    "rdp": {"accounting": "rdp", "adaptive": False},
+    "rdp_union_bound": {"accounting": "rdp", "adaptive": True},
+    "zcdp": {"accounting": "zcdp", "adaptive": False},
+    "zcdp_filter": {"accounting": "zcdp", "adaptive": True},
+    "gdp": {"allowed_mechanisms": ["gaussian"]},
+}
+CASES = [
+    ("gaussian", {"sensitivity": 2.0}, "sigma", 0.99),
+    ("laplace", {}, "epsilon", 1.01),
+    ("randomized_response", {"k": 5}, "epsilon", 1.01),
+    ("rappor", {}, "epsilon", 1.01),
+    ("discrete_laplace", {"sensitivity": 2}, "epsilon", 1.01),
+]
+
+
+def _dry(client: TestClient, ds: dict, mechanism: dict) -> int:
+    return client.post(
+        f"/v1/datasets/{ds['id']}/charges",
+        params={"dry_run": "true"},
+        json={"mechanism": mechanism},
+    ).status_code
+
+
+@pytest.mark.parametrize("filt", sorted(FILTERS))
+@pytest.mark.parametrize(("kind", "fixed", "param", "factor"), CASES, ids=[c[0] for c in CASES])
+def test_answer_fits_and_one_percent_more_does_not(
+    client: TestClient, filt: str, kind: str, fixed: dict, param: str, factor: float
+) -> None:
+    ds = new_dataset(client, budget={"epsilon": 2.0, "delta": 1e-6}, **FILTERS[filt])
+    assert ds["filter"] == filt
+    prior = (
+        {"mechanism": "gaussian", "sigma": 20.0}
+        if filt == "gdp"
+        else {"mechanism": "laplace", "epsilon": 0.2}
+    )
+    assert (
+        client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": prior}).status_code
+        == 201
+    )
+    r = client.get(f"/v1/datasets/{ds['id']}/calibrate", params={"mechanism": kind, **fixed})
+    if filt == "gdp" and kind != "gaussian":
+        assert r.status_code == 422 and "not allowed" in r.json()["detail"]
+        return
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    m = answer["mechanism"]
+    assert answer["parameter"] == param and m["mechanism"] == kind and m[param] == answer["value"]
+    for k, v in fixed.items():
+        assert m[k] == v
+    assert _dry(client, ds, m) == 200
+    assert _dry(client, ds, {**m, param: answer["value"] * factor}) == 409
+    assert answer["spent_after"]["epsilon"] <= 2.0
+
+
+@pytest.mark.parametrize("filt", ["rdp", "rdp_union_bound"])
+def test_dp_sgd_sigma_and_steps(client: TestClient, filt: str) -> None:
+    ds = new_dataset(client, budget={"epsilon": 3.0, "delta": 1e-5}, **FILTERS[filt])
+    r = client.get(
+        f"/v1/datasets/{ds['id']}/calibrate",
+        params={"mechanism": "subsampled_gaussian", "sample_rate": 0.01, "steps": 500},
+    )
+    m = r.json()["mechanism"]
+    assert r.json()["parameter"] == "sigma" and m["steps"] == 500 and m["sample_rate"] == 0.01
+    assert _dry(client, ds, m) == 200
+    assert _dry(client, ds, {**m, "sigma": m["sigma"] * 0.99}) == 409
+    r = client.get(
+        f"/v1/datasets/{ds['id']}/calibrate",
+        params={
+            "mechanism": "subsampled_gaussian",
+            "parameter": "steps",
+            "sample_rate": 0.01,
+            "sigma": 1.2,
+        },
+    )
+    m = r.json()["mechanism"]
+    assert isinstance(r.json()["value"], int) and m["steps"] == r.json()["value"]
+    assert _dry(client, ds, m) == 200
+    assert _dry(client, ds, {**m, "steps": m["steps"] + 1}) == 409
+
+
+def test_reservations_count_and_exhausted_is_409(client: TestClient) -> None:
+    ds = new_dataset(client, budget={"epsilon": 1.0, "delta": 1e-6}, adaptive=False)
+    free = client.get(f"/v1/datasets/{ds['id']}/calibrate", params={"mechanism": "laplace"}).json()[
+        "value"
+    ]
+    client.post(
+        f"/v1/datasets/{ds['id']}/reservations",
+        json={"mechanism": {"mechanism": "laplace", "epsilon": 0.5}},
+    )
+    held = client.get(f"/v1/datasets/{ds['id']}/calibrate", params={"mechanism": "laplace"}).json()[
+        "value"
+    ]
+    assert held < free
+    # the pure-DP sum of the default (adaptive) filter reaches the budget exactly: nothing fits
+    full = new_dataset(client, "full", budget={"epsilon": 1.0, "delta": 1e-6})
+    assert (
+        client.post(
+            f"/v1/datasets/{full['id']}/charges",
+            json={"mechanism": {"mechanism": "laplace", "epsilon": 1.0}},
+        ).status_code
+        == 201
+    )
+    assert client.get(f"/v1/datasets/{full['id']}").json()["exhausted"] is True
+    for kind in ("gaussian", "laplace"):
+        r = client.get(f"/v1/datasets/{full['id']}/calibrate", params={"mechanism": kind})
+        assert r.status_code == 409 and r.json()["detail"]
