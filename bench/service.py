@@ -1,0 +1,387 @@
+"""Service benchmark: charge throughput vs a trivial-insert baseline, and budget-read latency.
+
+Run from the repository root: ``.venv/bin/python bench/service.py`` (prints JSON).
+
+* Throughput: 16 concurrent keep-alive HTTP connections POST charges to a running server
+  (uvicorn[standard]: uvloop + httptools); SQLite with 1 worker, PostgreSQL with 2. The
+  baseline is a trivial FastAPI app defined here, served the same way, whose endpoint does
+  one single-row insert transaction per request on the same kind of database. The ratio
+  ours / baseline is the figure to quote (both measured in this run, on this machine).
+* Budget reads: GET /v1/datasets/{id}/budget latency with 10 and with 100,000 ledger entries
+  (the 100k ledger is bulk-inserted with SQL, then totals are rebuilt from it with
+  ``privacy-ledger verify --rebuild``); the ratio should be about 1 (O(1) reads).
+
+The load generator is a small asyncio HTTP/1.1 client in a separate process; client and server
+share the machine's cores, which the JSON records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+ADMIN_KEY = "bench-admin-key-0123456789"
+CONNECTIONS = 16
+DURATION = 8.0
+PG_ADMIN_URL = os.environ.get(
+    "PRIVACY_LEDGER_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+
+BASELINE_APP = """
+import os, threading
+from fastapi import FastAPI
+from sqlalchemy import create_engine, event, text
+URL = os.environ["BENCH_DATABASE_URL"]
+if URL.startswith("sqlite"):
+    engine = create_engine(URL, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=20)
+    @event.listens_for(engine, "connect")
+    def _pragmas(conn, _):
+        conn.execute("PRAGMA journal_mode=WAL"); conn.execute("PRAGMA synchronous=FULL")
+else:
+    engine = create_engine(URL, pool_size=20, max_overflow=20)
+with engine.begin() as c:
+    c.execute(text("CREATE TABLE IF NOT EXISTS bench_event (id INTEGER PRIMARY KEY %s, payload TEXT)"
+                   % ("" if URL.startswith("sqlite") else "GENERATED ALWAYS AS IDENTITY")))
+app = FastAPI()
+@app.post("/insert", status_code=201)
+def insert(body: dict) -> dict:
+    with engine.begin() as c:
+        c.execute(text("INSERT INTO bench_event (payload) VALUES (:p)"), {"p": str(body)})
+    return {"ok": True}
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    def __init__(self, app: str, env: dict[str, str], workers: int, cwd: Path = ROOT) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            app,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            str(workers),
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ]
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env={**os.environ, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+
+    def wait(self, path: str) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + path, timeout=1).status_code < 500:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError("server did not start")
+
+    def stop(self) -> None:
+        import signal
+
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+async def _connection(
+    port: int, request: bytes, until: float, latencies: list[float], codes: dict[int, int]
+) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        while time.perf_counter() < until:
+            t0 = time.perf_counter()
+            writer.write(request)
+            status_line = await reader.readline()
+            length = 0
+            while True:
+                line = await reader.readline()
+                if line in (b"\r\n", b""):
+                    break
+                name, _, value = line.decode().partition(":")
+                if name.lower() == "content-length":
+                    length = int(value)
+            await reader.readexactly(length)
+            latencies.append(time.perf_counter() - t0)
+            code = int(status_line.split()[1])
+            codes[code] = codes.get(code, 0) + 1
+    finally:
+        writer.close()
+
+
+def _request(method: str, path: str, body: dict[str, Any] | None, auth: bool) -> bytes:
+    data = json.dumps(body).encode() if body is not None else b""
+    head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+    if auth:
+        head += f"Authorization: Bearer {ADMIN_KEY}\r\n"
+    return (head + "\r\n").encode() + data
+
+
+def load(
+    port: int, request: bytes, connections: int = CONNECTIONS, duration: float = DURATION
+) -> dict[str, Any]:
+    """Run the load in a fresh event loop; returns throughput and latency percentiles."""
+    latencies: list[float] = []
+    codes: dict[int, int] = {}
+
+    async def main() -> float:
+        warm_until = time.perf_counter() + 1.0
+        await asyncio.gather(
+            *[_connection(port, request, warm_until, [], {}) for _ in range(connections)]
+        )
+        t0 = time.perf_counter()
+        until = t0 + duration
+        await asyncio.gather(
+            *[_connection(port, request, until, latencies, codes) for _ in range(connections)]
+        )
+        return time.perf_counter() - t0
+
+    elapsed = asyncio.run(main())
+    lat = sorted(latencies)
+    return {
+        "requests_per_second": len(lat) / elapsed,
+        "status_codes": codes,
+        "latency_ms": {
+            "p50": 1000 * lat[len(lat) // 2],
+            "p99": 1000 * lat[int(len(lat) * 0.99)],
+        },
+    }
+
+
+def _pg_database(name: str) -> str:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with engine.connect() as c:
+        c.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        c.execute(text(f"CREATE DATABASE {name}"))
+    engine.dispose()
+    return PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+
+
+def throughput(kind: str, tmp: Path) -> dict[str, Any]:
+    workers = 1 if kind == "sqlite" else 2
+    url = f"sqlite:///{tmp / 'ours.db'}" if kind == "sqlite" else _pg_database("pl_bench_ours")
+    base_url = (
+        f"sqlite:///{tmp / 'baseline.db'}"
+        if kind == "sqlite"
+        else _pg_database("pl_bench_baseline")
+    )
+    ours = Server(
+        "app.main:app",
+        {"PRIVACY_LEDGER_DATABASE_URL": url, "PRIVACY_LEDGER_ADMIN_KEY": ADMIN_KEY},
+        workers,
+    )
+    try:
+        ours.wait("/readyz")
+        with httpx.Client(base_url=ours.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as c:
+            ds = c.post(
+                "/v1/datasets", json={"name": "bench", "budget": {"epsilon": 1e9, "delta": 1e-6}}
+            ).json()
+        req = _request(
+            "POST",
+            f"/v1/datasets/{ds['id']}/charges",
+            {"mechanism": {"mechanism": "gaussian", "sigma": 10.0}},
+            auth=True,
+        )
+        ours_result = load(ours.port, req)
+    finally:
+        ours.stop()
+    (tmp / "baseline_app.py").write_text(BASELINE_APP)
+    base = Server("baseline_app:app", {"BENCH_DATABASE_URL": base_url}, workers, cwd=tmp)
+    try:
+        base.wait("/docs")
+        base_result = load(
+            base.port,
+            _request(
+                "POST",
+                "/insert",
+                {"mechanism": {"mechanism": "gaussian", "sigma": 10.0}},
+                auth=False,
+            ),
+        )
+    finally:
+        base.stop()
+    return {
+        "workers": workers,
+        "ours_charges": ours_result,
+        "baseline_single_insert": base_result,
+        "ratio_ours_over_baseline": ours_result["requests_per_second"]
+        / base_result["requests_per_second"],
+    }
+
+
+def _bulk_fill(url: str, dataset_id: str, n: int) -> None:
+    """Insert n ledger rows of one Gaussian charge with SQL, then rebuild totals from them."""
+    from sqlalchemy import create_engine, insert
+
+    from app.accounting.mechanisms import Gaussian
+    from app.accounting.orders import ORDERS_VERSION
+    from app.db.models import LedgerEntry, utcnow
+    from app.services.curves import rdp_to_bytes
+
+    m = Gaussian(sigma=1000.0)
+    c = m.curve()
+    now = utcnow()
+    rows = [
+        {
+            "dataset_id": dataset_id,
+            "seq": i + 1,
+            "created_at": now,
+            "kind": "gaussian",
+            "mechanism": {**m.to_dict(), "v": 1},
+            "count": 1,
+            "rho": c.rho,
+            "rdp": rdp_to_bytes(c.rdp),
+            "pure_eps": c.pure_eps,
+            "gaussian_only": True,
+            "orders_version": ORDERS_VERSION,
+            "label": None,
+            "metadata_": None,
+            "key_id": None,
+            "source": "charge",
+            "reservation_id": None,
+            "spent_epsilon": 0.0,
+        }
+        for i in range(n)
+    ]
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        for start in range(0, n, 10_000):
+            conn.execute(insert(LedgerEntry), rows[start : start + 10_000])
+    engine.dispose()
+    env = {**os.environ, "PRIVACY_LEDGER_DATABASE_URL": url}
+    subprocess.run(
+        [sys.executable, "-m", "app.cli", "verify", "--rebuild"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+
+
+def budget_latency(kind: str, tmp: Path) -> dict[str, Any]:
+    url = f"sqlite:///{tmp / 'reads.db'}" if kind == "sqlite" else _pg_database("pl_bench_reads")
+    server = Server(
+        "app.main:app",
+        {"PRIVACY_LEDGER_DATABASE_URL": url, "PRIVACY_LEDGER_ADMIN_KEY": ADMIN_KEY},
+        1,
+    )
+    try:
+        server.wait("/readyz")
+        with httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+        ) as c:
+            small = c.post(
+                "/v1/datasets", json={"name": "small", "budget": {"epsilon": 1e9, "delta": 1e-6}}
+            ).json()
+            large = c.post(
+                "/v1/datasets", json={"name": "large", "budget": {"epsilon": 1e9, "delta": 1e-6}}
+            ).json()
+            for _ in range(10):
+                c.post(
+                    f"/v1/datasets/{small['id']}/charges",
+                    json={"mechanism": {"mechanism": "gaussian", "sigma": 1000.0}},
+                )
+    finally:
+        server.stop()
+    _bulk_fill(url, large["id"], 100_000)
+    server = Server(
+        "app.main:app",
+        {"PRIVACY_LEDGER_DATABASE_URL": url, "PRIVACY_LEDGER_ADMIN_KEY": ADMIN_KEY},
+        1,
+    )
+    try:
+        server.wait("/readyz")
+        out: dict[str, Any] = {}
+        with httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+        ) as c:
+            for ds in (small, large):
+                assert c.get(f"/v1/datasets/{ds['id']}/budget").json()["entries"] in (10, 100_000)
+            # interleave the two to share any drift in machine load
+            lat: dict[str, list[float]] = {"10_entries": [], "100000_entries": []}
+            for _ in range(400):
+                for name, ds in (("10_entries", small), ("100000_entries", large)):
+                    t0 = time.perf_counter()
+                    r = c.get(f"/v1/datasets/{ds['id']}/budget")
+                    lat[name].append(time.perf_counter() - t0)
+                    assert r.status_code == 200
+        for name, xs in lat.items():
+            xs.sort()
+            out[name] = {
+                "p50_ms": 1000 * statistics.median(xs),
+                "p99_ms": 1000 * xs[int(len(xs) * 0.99)],
+            }
+        out["ratio_p50_100000_over_10"] = (
+            out["100000_entries"]["p50_ms"] / out["10_entries"]["p50_ms"]
+        )
+        return out
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="pl-bench-"))
+    try:
+        result = {
+            "benchmark": "service",
+            "machine": {
+                "cores": os.cpu_count(),
+                "note": "load generator and server share these cores",
+            },
+            "connections": CONNECTIONS,
+            "duration_seconds": DURATION,
+            "throughput": {kind: throughput(kind, tmp) for kind in ("sqlite", "postgresql")},
+            "budget_read_latency": {
+                kind: budget_latency(kind, tmp) for kind in ("sqlite", "postgresql")
+            },
+        }
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
