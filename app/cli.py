@@ -70,7 +70,9 @@ def serve(
         workers=workers,
         loop="uvloop",
         http="httptools",
-        log_level="info",
+        log_level=settings.log_level.lower(),
+        log_config=None,  # the app sends uvicorn's loggers through its JSON formatter
+        access_log=False,  # the app writes one access line per request, with its request id
     )
 
 

@@ -11,9 +11,9 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import __version__
+from app import __version__, observability
 from app.api import problems
-from app.api.routes import accounting, admin, datasets, health, reservations
+from app.api.routes import accounting, admin, dashboard, datasets, health, reservations, web
 from app.config import Settings, get_settings
 from app.db import migrate
 from app.db.engine import Database
@@ -120,6 +120,7 @@ async def _sweeper(db: Database) -> None:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the application for ``settings`` (default: from the environment)."""
     settings = settings or get_settings()
+    observability.configure_logging(settings.log_level, settings.log_json)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -149,9 +150,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     problems.install(app)
-    for r in (health.router, accounting.router, datasets.router, reservations.router, admin.router):
+    for r in (
+        health.router,
+        accounting.router,
+        datasets.router,
+        dashboard.router,
+        reservations.router,
+        admin.router,
+        web.router,
+    ):
         app.include_router(r)
+    app.mount("/static", web.static_files(), name="static")
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(observability.RequestContext)  # outermost: ids and latency for all
     return app
 
 

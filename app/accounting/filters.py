@@ -219,6 +219,30 @@ def filter_spend(
     return s
 
 
+def budget_rdp_curve(kind: FilterKind, budget: Budget, bound: float | None = None) -> np.ndarray:
+    """At each grid order, the largest composed RDP value that certifies ``budget`` by itself.
+
+    rho filters: ``bound * alpha`` (the budget as a zCDP curve); ``rdp``: the larger of the
+    inverted classic [M17 Prop 3] and improved [CKS20 Prop 12] conversions,
+    eps_B - log1p(-1/a) + (log delta_B + log a) / (a - 1); ``rdp_union_bound``: the union-bound
+    threshold eps_B - log(|grid| / delta_B) / (a - 1). A ledger whose curve lies on or below
+    this one at some order is within budget (exact Gaussian or pure-DP conversions may admit
+    more). Values can be negative where no ledger fits at that order. For display and checks.
+    """
+    a = ORDERS
+    if kind in RHO_FILTERS:
+        limit = filter_bound(kind, budget) if bound is None else bound
+        assert limit is not None
+        return limit * a
+    log_delta = math.log(budget.delta)
+    if kind is FilterKind.RDP_UNION_BOUND:
+        return budget.epsilon - (math.log(a.size) - log_delta) / (a - 1.0)
+    classic = budget.epsilon + log_delta / (a - 1.0)
+    improved = budget.epsilon - np.log1p(-1.0 / a) + (log_delta + np.log(a)) / (a - 1.0)
+    improved = np.where(a > 1.01, improved, -np.inf)
+    return np.maximum(classic, improved)
+
+
 def admits(
     kind: FilterKind, budget: Budget, total: PrivacyCurve, bound: float | None = None
 ) -> bool:
@@ -243,6 +267,7 @@ __all__ = [
     "FilterKind",
     "Spend",
     "admits",
+    "budget_rdp_curve",
     "filter_bound",
     "filter_kind",
     "filter_spend",

@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.services.errors import PROBLEM_BASE, ProblemError
@@ -27,6 +28,7 @@ _TITLES = {
     413: "Request body too large",
     415: "Unsupported media type",
     422: "Invalid request",
+    503: "Database unavailable",
     500: "Internal error",
 }
 
@@ -57,6 +59,7 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
     409: _problem("conflict: over budget (with spent, budget, requested) or a state conflict"),
     413: _problem("request body too large"),
     422: _problem("invalid request: the detail names the bad value"),
+    503: _problem("the database is unavailable; retry (with the same Idempotency-Key)"),
 }
 """Error responses declared on every router (problem+json)."""
 
@@ -127,6 +130,26 @@ def install(app: FastAPI) -> None:
         if status == 405:
             headers["Allow"] = ", ".join(_allowed_methods(_request))
         return problem_response(body, headers or None)
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(InterfaceError)
+    async def _db_unavailable(request: Request, exc: Exception) -> JSONResponse:
+        log.error(
+            "database unavailable on %s %s: %s",
+            request.method,
+            request.url.path,
+            getattr(exc, "orig", None) or type(exc).__name__,
+        )
+        body = {
+            "type": PROBLEM_BASE + "database-unavailable",
+            "title": "Database unavailable",
+            "status": 503,
+            "detail": (
+                "the database did not answer; retry later (charges: with the same "
+                "Idempotency-Key, so a charge that did commit is not recorded twice)"
+            ),
+        }
+        return problem_response(body, {"Retry-After": "1"})
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

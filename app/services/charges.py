@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Table, insert, select
 from sqlalchemy.orm import Session
 
+from app import observability
 from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import RHO_FILTERS, Budget, FilterKind, Spend, admits, spend
 from app.accounting.mechanisms import Mechanism
@@ -306,6 +307,7 @@ def charge(
                 key_id=principal.key_id,
             )
             status, body = 409, problem.to_problem()
+            outcome = "refused"
         else:
             entry = append_entry(
                 s,
@@ -321,6 +323,14 @@ def charge(
                 key_id=principal.key_id,
             )
             status, body = 201, {"entry": entry, "spent": current_spent(st)}
+            outcome = "admitted"
+        observability.count(
+            s,
+            observability.CHARGES,
+            dataset=st.dataset.id,
+            mechanism=mechanism.kind,
+            outcome=outcome,
+        )
         if idempotency_key is not None:
             s.add(
                 IdempotencyRecord(

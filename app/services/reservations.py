@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app import observability
 from app.accounting.curve import PrivacyCurve
 from app.accounting.mechanisms import Mechanism
 from app.accounting.orders import ORDERS_VERSION
@@ -83,8 +84,15 @@ def _charge_hold(
     return int(entry["id"])
 
 
+def _count(session: Session, dataset_id: str, kind: str, outcome: str) -> None:
+    observability.count(
+        session, observability.RESERVATIONS, dataset=dataset_id, mechanism=kind, outcome=outcome
+    )
+
+
 def _expire(session: Session, st: DatasetState, r: Reservation, now: datetime) -> None:
     r.status = "expired"
+    _count(session, st.dataset.id, r.kind, "expired")
     r.resolved_at = now
     r.ledger_entry_id = _charge_hold(session, st, r, "reservation_expired", now)
     audit.record(
@@ -158,6 +166,7 @@ def reserve(
                 metadata=metadata,
                 key_id=principal.key_id,
             )
+            _count(s, st.dataset.id, mechanism.kind, "refused")
         else:
             r = Reservation(
                 id="rsv_" + secrets.token_hex(8),
@@ -179,6 +188,7 @@ def reserve(
             )
             s.add(r)
             s.flush()
+            _count(s, st.dataset.id, mechanism.kind, "reserved")
             body = {
                 **reservation_json(r),
                 "spent": current_spent(st),
@@ -218,6 +228,7 @@ def commit(db: Database, principal: Principal, reservation_id: str) -> dict[str,
             r.resolved_at = now
             r.resolved_by = principal.key_id
             r.ledger_entry_id = _charge_hold(s, st, r, "reservation", now)
+            _count(s, st.dataset.id, r.kind, "committed")
         elif r.status == "released":
             raise Conflict(f"reservation {reservation_id!r} was released; it cannot be committed")
         return {**reservation_json(r), "spent": current_spent(st)}
@@ -233,6 +244,7 @@ def release(db: Database, principal: Principal, reservation_id: str) -> dict[str
             r.status = "released"
             r.resolved_at = utcnow()
             r.resolved_by = principal.key_id
+            _count(s, st.dataset.id, r.kind, "released")
         elif r.status in ("committed", "expired"):
             raise Conflict(
                 f"reservation {reservation_id!r} is {r.status}: its budget is already charged",

@@ -66,6 +66,7 @@ def test_keys_never_stored_shown_or_logged_in_clear(
         + client.get(f"/v1/datasets/{ds['id']}/ledger").text
     )
     assert key not in listed and key[8:] not in listed
+    assert caplog.records  # the requests above were logged (access lines), and checked here
     logged = "\n".join(r.getMessage() for r in caplog.records) + caplog.text
     assert key not in logged and "pl_p_wrong-key-value" not in logged
     [row] = [k for k in client.get("/v1/keys").json()["keys"] if k["id"] == created["id"]]

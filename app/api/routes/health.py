@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 
-from app import __version__
+from app import __version__, observability
 from app.api.deps import DbDep
 
 router = APIRouter(tags=["health"])
@@ -29,3 +29,9 @@ def readyz(db: DbDep) -> JSONResponse:
             {"status": "unavailable", "detail": type(exc).__name__}, status_code=503
         )
     return JSONResponse({"status": "ready", "database": "sqlite" if db.is_sqlite else "postgresql"})
+
+
+@router.get("/metrics", summary="Prometheus metrics (text exposition format)")
+def metrics() -> Response:
+    body, content_type = observability.metrics_payload()
+    return Response(body, media_type=content_type)

@@ -1,0 +1,256 @@
+// Small SVG charts for the dashboard: no library, no network. Each chart is an <svg role="img">
+// with a <title> and <desc>, distinguishes its series by dash pattern and marker as well as
+// colour, and comes with its data as a table (in a <details>) for screen readers and copying.
+"use strict";
+
+(function () {
+  const NS = "http://www.w3.org/2000/svg";
+  let uid = 0;
+
+  function el(name, attrs, text) {
+    const node = document.createElementNS(NS, name);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function html(name, attrs, text) {
+    const node = document.createElement(name);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  // numbers as people read them: 4 significant digits, exponent for very small or large
+  function fmt(x) {
+    if (x === null || x === undefined || Number.isNaN(x)) return "n/a";
+    if (!Number.isFinite(x)) return x > 0 ? "∞" : "-∞";
+    if (x === 0) return "0";
+    const a = Math.abs(x);
+    if (a < 1e-3 || a >= 1e6) return x.toExponential(2).replace("e+", "e");
+    return String(Number(x.toPrecision(4)));
+  }
+
+  function niceStep(span, count) {
+    const raw = span / Math.max(1, count);
+    const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+    const norm = raw / mag;
+    const nice = norm < 1.5 ? 1 : norm < 3 ? 2 : norm < 7 ? 5 : 10;
+    return nice * mag;
+  }
+
+  function linearTicks(lo, hi, count) {
+    if (hi <= lo) return [lo];
+    const step = niceStep(hi - lo, count);
+    const ticks = [];
+    for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) {
+      ticks.push(Math.abs(t) < step * 1e-9 ? 0 : t);
+    }
+    return ticks;
+  }
+
+  function logTicks(lo, hi, count) {
+    const a = Math.floor(Math.log10(lo));
+    const b = Math.ceil(Math.log10(hi));
+    const every = Math.max(1, Math.ceil((b - a) / count));
+    const ticks = [];
+    for (let k = a; k <= b; k += every) {
+      const t = Math.pow(10, k);
+      if (t >= lo * 0.999 && t <= hi * 1.001) ticks.push(t);
+    }
+    return ticks.length ? ticks : [lo, hi];
+  }
+
+  function scale(lo, hi, a, b, log) {
+    if (log) {
+      const l0 = Math.log10(lo);
+      const l1 = Math.log10(hi);
+      const span = l1 - l0 || 1;
+      return (v) => a + ((Math.log10(v) - l0) / span) * (b - a);
+    }
+    const span = hi - lo || 1;
+    return (v) => a + ((v - lo) / span) * (b - a);
+  }
+
+  function caption(figure, title, description, ids) {
+    const cap = html("figcaption");
+    cap.appendChild(html("h4", { id: ids.title }, title));
+    if (description) cap.appendChild(html("p", { id: ids.desc, class: "muted" }, description));
+    figure.appendChild(cap);
+  }
+
+  function dataTable(figure, table) {
+    if (!table) return;
+    const details = html("details");
+    details.appendChild(html("summary", {}, "Data as a table"));
+    const t = html("table");
+    const head = html("tr");
+    for (const h of table.headers) head.appendChild(html("th", { scope: "col" }, h));
+    const thead = html("thead");
+    thead.appendChild(head);
+    t.appendChild(thead);
+    const body = html("tbody");
+    for (const row of table.rows) {
+      const tr = html("tr");
+      row.forEach((cell) => tr.appendChild(html("td", {}, typeof cell === "number" ? fmt(cell) : String(cell))));
+      body.appendChild(tr);
+    }
+    t.appendChild(body);
+    details.appendChild(t);
+    figure.appendChild(details);
+  }
+
+  const DASHES = ["", "6 4", "2 3", "10 3 2 3"];
+  const MARKS = ["circle", "square", "triangle", "diamond"];
+
+  function marker(g, kind, x, y, cls) {
+    const s = 3.5;
+    if (kind === "square") g.appendChild(el("rect", { x: x - s, y: y - s, width: 2 * s, height: 2 * s, class: cls }));
+    else if (kind === "triangle") g.appendChild(el("path", { d: `M${x} ${y - s - 1}L${x + s + 1} ${y + s}L${x - s - 1} ${y + s}Z`, class: cls }));
+    else if (kind === "diamond") g.appendChild(el("path", { d: `M${x} ${y - s - 1}L${x + s + 1} ${y}L${x} ${y + s + 1}L${x - s - 1} ${y}Z`, class: cls }));
+    else g.appendChild(el("circle", { cx: x, cy: y, r: s, class: cls }));
+  }
+
+  // opts: {title, description, xLabel, yLabel, xLog, yLog, series: [{name, points: [[x, y]]}],
+  //        hlines: [{y, label}], points: [{x, y, label}], table: {headers, rows}, testid}
+  function lineChart(figure, opts) {
+    figure.replaceChildren();
+    const ids = { title: `chart-title-${++uid}`, desc: `chart-desc-${uid}` };
+    caption(figure, opts.title, opts.description, ids);
+    const W = 560, H = 300, L = 70, R = 16, T = 14, B = 64;
+    // points off a log axis, or above yMax (the part of a curve far beyond the budget), are not drawn
+    const ok = (p) => Number.isFinite(p[0]) && Number.isFinite(p[1]) && (!opts.xLog || p[0] > 0) &&
+      (!opts.yLog || p[1] > 0) && (opts.yMax === undefined || p[1] <= opts.yMax);
+    const series = opts.series.map((s) => ({ ...s, points: s.points.filter(ok) }));
+    const all = series.flatMap((s) => s.points);
+    (opts.points || []).filter((p) => ok([p.x, p.y])).forEach((p) => all.push([p.x, p.y]));
+    const ys = all.map((p) => p[1]).concat((opts.hlines || []).map((h) => h.y).filter((y) => !opts.yLog || y > 0));
+    const svg = el("svg", {
+      viewBox: `0 0 ${W} ${H}`, role: "img", "aria-labelledby": `${ids.title} ${ids.desc}`,
+      class: "plot", "data-testid": opts.testid || "",
+    });
+    svg.appendChild(el("title", {}, opts.title));
+    svg.appendChild(el("desc", {}, opts.summary || opts.description || ""));
+    if (!all.length) {
+      svg.appendChild(el("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty" }, opts.empty || "No data yet"));
+      figure.appendChild(svg);
+      dataTable(figure, opts.table);
+      return svg;
+    }
+    let x0 = Math.min(...all.map((p) => p[0])), x1 = Math.max(...all.map((p) => p[0]));
+    let y0 = opts.yLog ? Math.min(...ys) : Math.min(0, ...ys), y1 = Math.max(...ys);
+    if (x1 === x0) { x0 = opts.xLog ? x0 / 2 : x0 - 1; x1 = opts.xLog ? x1 * 2 : x1 + 1; }
+    if (y1 === y0) { y1 = opts.yLog ? y1 * 10 : y0 + 1; }
+    if (!opts.yLog) y1 += (y1 - y0) * 0.05;
+    else { y0 /= 1.5; y1 *= 1.5; }
+    const sx = scale(x0, x1, L, W - R, opts.xLog);
+    const sy = scale(y0, y1, H - B, T, opts.yLog);
+    const axes = el("g", { class: "axes" });
+    const xt = opts.xLog ? logTicks(x0, x1, 6) : linearTicks(x0, x1, 6);
+    const yt = opts.yLog ? logTicks(y0, y1, 5) : linearTicks(y0, y1, 5);
+    for (const t of yt) {
+      axes.appendChild(el("line", { x1: L, x2: W - R, y1: sy(t), y2: sy(t), class: "gridline" }));
+      axes.appendChild(el("text", { x: L - 6, y: sy(t) + 4, "text-anchor": "end" }, fmt(t)));
+    }
+    for (const t of xt) {
+      axes.appendChild(el("line", { x1: sx(t), x2: sx(t), y1: H - B, y2: H - B + 5, class: "tick" }));
+      axes.appendChild(el("text", { x: sx(t), y: H - B + 18, "text-anchor": "middle" }, fmt(t)));
+    }
+    axes.appendChild(el("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis" }));
+    axes.appendChild(el("line", { x1: L, x2: L, y1: T, y2: H - B, class: "axis" }));
+    axes.appendChild(el("text", { x: (L + W - R) / 2, y: H - B + 36, "text-anchor": "middle", class: "label" }, opts.xLabel));
+    axes.appendChild(el("text", { x: 14, y: (T + H - B) / 2, "text-anchor": "middle", class: "label", transform: `rotate(-90 14 ${(T + H - B) / 2})` }, opts.yLabel));
+    svg.appendChild(axes);
+    const legend = [];
+    for (const h of opts.hlines || []) {
+      if (opts.yLog && h.y <= 0) continue;
+      const g = el("g", { class: "hline" });
+      g.appendChild(el("line", { x1: L, x2: W - R, y1: sy(h.y), y2: sy(h.y), "stroke-dasharray": "8 4" }));
+      svg.appendChild(g);
+      legend.push({ name: h.label, cls: "hline", dash: "8 4" });
+    }
+    series.forEach((s, i) => {
+      const cls = `series s${i}`;
+      const dash = s.dash !== undefined ? s.dash : DASHES[i % DASHES.length];
+      const g = el("g", { class: cls, "data-series": s.name, "data-n": s.points.length });
+      const d = s.points.map((p, j) => `${j ? "L" : "M"}${sx(p[0]).toFixed(2)} ${sy(p[1]).toFixed(2)}`).join("");
+      const path = el("path", { d, fill: "none" });
+      if (dash) path.setAttribute("stroke-dasharray", dash);
+      g.appendChild(path);
+      if (s.points.length <= 60) s.points.forEach((p) => marker(g, MARKS[i % MARKS.length], sx(p[0]), sy(p[1]), "mark"));
+      svg.appendChild(g);
+      legend.push({ name: s.name, cls, dash, mark: MARKS[i % MARKS.length] });
+    });
+    for (const p of opts.points || []) {
+      if (!ok([p.x, p.y])) continue;
+      const g = el("g", { class: "point" });
+      marker(g, "diamond", sx(p.x), sy(p.y), "mark");
+      g.appendChild(el("text", { x: sx(p.x) + 8, y: sy(p.y) - 8 }, p.label));
+      svg.appendChild(g);
+    }
+    // legend along the bottom
+    let lx = L;
+    const ly = H - 10;
+    for (const item of legend) {
+      const g = el("g", { class: `legend ${item.cls}` });
+      const line = el("line", { x1: lx, x2: lx + 26, y1: ly - 4, y2: ly - 4 });
+      if (item.dash) line.setAttribute("stroke-dasharray", item.dash);
+      g.appendChild(line);
+      if (item.mark) marker(g, item.mark, lx + 13, ly - 4, "mark");
+      g.appendChild(el("text", { x: lx + 32, y: ly }, item.name));
+      svg.appendChild(g);
+      lx += 40 + item.name.length * 6.5;
+    }
+    figure.appendChild(svg);
+    dataTable(figure, opts.table);
+    return svg;
+  }
+
+  // rows: [{label, value, text}] drawn as horizontal bars scaled to the largest value
+  function barChart(figure, opts) {
+    figure.replaceChildren();
+    const ids = { title: `chart-title-${++uid}`, desc: `chart-desc-${uid}` };
+    caption(figure, opts.title, opts.description, ids);
+    const rows = opts.rows;
+    const W = 560, rowH = 30, L = 200, R = 150, T = 8;
+    const H = Math.max(60, T * 2 + rows.length * rowH);
+    const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-labelledby": `${ids.title} ${ids.desc}`, class: "plot bars", "data-testid": opts.testid || "" });
+    svg.appendChild(el("title", {}, opts.title));
+    svg.appendChild(el("desc", {}, rows.map((r) => `${r.label}: ${r.text}`).join("; ") || "No entries yet"));
+    if (!rows.length) {
+      svg.appendChild(el("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty" }, "No entries yet"));
+    }
+    const max = Math.max(...rows.map((r) => r.value), 0) || 1;
+    rows.forEach((r, i) => {
+      const y = T + i * rowH;
+      const g = el("g", { class: `bar s${i % 4}`, "data-label": r.label });
+      g.appendChild(el("text", { x: L - 8, y: y + 19, "text-anchor": "end" }, r.label));
+      g.appendChild(el("rect", { x: L, y: y + 5, width: Math.max(1, ((W - L - R) * r.value) / max), height: rowH - 10 }));
+      g.appendChild(el("text", { x: L + ((W - L - R) * r.value) / max + 6, y: y + 19 }, r.text));
+      svg.appendChild(g);
+    });
+    figure.appendChild(svg);
+    dataTable(figure, opts.table);
+    return svg;
+  }
+
+  // a semicircular gauge of used / total (text inside, so it reads without colour)
+  function gauge(used, total, label) {
+    const f = total > 0 ? Math.max(0, Math.min(1, used / total)) : 0;
+    const svg = el("svg", { viewBox: "0 0 200 118", role: "img", class: "gauge", "aria-label": label });
+    svg.appendChild(el("title", {}, label));
+    const cx = 100, cy = 100, r = 80;
+    const end = (t) => [cx + r * Math.cos(Math.PI * (1 - t)), cy - r * Math.sin(Math.PI * (1 - t))];
+    const [ex, ey] = end(1);
+    svg.appendChild(el("path", { d: `M20 100A80 80 0 0 1 ${ex.toFixed(2)} ${ey.toFixed(2)}`, class: "track" }));
+    if (f > 0) {
+      const [fx, fy] = end(f);
+      svg.appendChild(el("path", { d: `M20 100A80 80 0 0 1 ${fx.toFixed(2)} ${fy.toFixed(2)}`, class: f >= 1 ? "fill full" : "fill" }));
+    }
+    svg.appendChild(el("text", { x: cx, y: cy - 12, "text-anchor": "middle", class: "pct" }, `${(100 * f).toFixed(f > 0 && f < 0.001 ? 2 : 1)}%`));
+    svg.appendChild(el("text", { x: cx, y: cy + 12, "text-anchor": "middle", class: "sub" }, "of epsilon budget"));
+    return svg;
+  }
+
+  window.Charts = { lineChart, barChart, gauge, fmt, html };
+})();

@@ -1,0 +1,124 @@
+"""The dashboard's read models: series, curves, a dataset's rejections, and the page itself."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from app.accounting.mechanisms import mechanism_from_dict
+from app.accounting.orders import ORDERS
+from app.services.dashboard import sample_seqs
+from tests.conftest import new_dataset
+
+MECHS = [
+    {"mechanism": "gaussian", "sigma": 30.0},
+    {"mechanism": "laplace", "epsilon": 0.01},
+    {"mechanism": "randomized_response", "epsilon": 0.02, "k": 3},
+    {"mechanism": "subsampled_gaussian", "sigma": 1.2, "sample_rate": 0.01, "steps": 20},
+]
+
+
+def _fill(
+    client: TestClient, ds_id: str, n: int, mechs: list[dict[str, object]] = MECHS
+) -> list[dict[str, object]]:
+    used = []
+    for i in range(n):
+        m = mechs[i % len(mechs)]
+        r = client.post(f"/v1/datasets/{ds_id}/charges", json={"mechanism": m})
+        assert r.status_code == 201, r.text
+        used.append(m)
+    return used
+
+
+def test_sample_seqs_spreads_evenly_with_both_ends() -> None:
+    assert sample_seqs(0, 10) == []
+    assert sample_seqs(5, 10) == [1, 2, 3, 4, 5]
+    s = sample_seqs(100_000, 400)
+    assert s[0] == 1 and s[-1] == 100_000 and len(s) == 400
+    gaps = np.diff(s)
+    assert gaps.min() >= 250 and gaps.max() <= 252
+
+
+def test_series_is_the_recorded_spend_at_evenly_spaced_entries(client: TestClient) -> None:
+    ds = new_dataset(client, budget={"epsilon": 10.0, "delta": 1e-6}, accounting="rdp")
+    _fill(client, ds["id"], 23)
+    empty = new_dataset(client, name="empty")
+    assert client.get(f"/v1/datasets/{empty['id']}/series").json()["points"] == []
+
+    full = client.get(f"/v1/datasets/{ds['id']}/series").json()
+    assert full["entries"] == 23 and not full["downsampled"]
+    ledger = client.get(f"/v1/datasets/{ds['id']}/ledger?limit=100").json()["entries"]
+    by_seq = {e["seq"]: e["spent_epsilon"] for e in ledger}
+    assert [p["seq"] for p in full["points"]] == list(range(1, 24))
+    assert all(p["epsilon"] == by_seq[p["seq"]] for p in full["points"])
+    eps = [p["epsilon"] for p in full["points"]]
+    assert eps == sorted(eps)  # composition only adds
+    budget = client.get(f"/v1/datasets/{ds['id']}/budget").json()
+    assert eps[-1] == budget["spent"]["epsilon"]
+
+    few = client.get(f"/v1/datasets/{ds['id']}/series?points=5").json()
+    assert few["downsampled"] and [p["seq"] for p in few["points"]] == sample_seqs(23, 5)
+    assert few["points"][-1]["epsilon"] == eps[-1]
+    for bad in (1, 5001, "x"):
+        r = client.get(f"/v1/datasets/{ds['id']}/series?points={bad}")
+        assert r.status_code == 422 and "points" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("accounting", ["rdp", "zcdp"])
+def test_curves_match_the_core_and_the_spend_endpoint(client: TestClient, accounting: str) -> None:
+    ds = new_dataset(client, budget={"epsilon": 8.0, "delta": 1e-6}, accounting=accounting)
+    # zCDP does not amplify by subsampling: DP-SGD entries would not fit a zCDP budget here
+    used = _fill(client, ds["id"], 9, MECHS if accounting == "rdp" else MECHS[:3])
+    c = client.get(f"/v1/datasets/{ds['id']}/curves").json()
+    assert c["orders"] == [float(a) for a in ORDERS]
+    composed = sum((mechanism_from_dict(m).curve().rdp for m in used), start=np.zeros_like(ORDERS))
+    np.testing.assert_allclose(c["rdp"], composed, rtol=1e-12)
+    budget = client.get(f"/v1/datasets/{ds['id']}/budget").json()
+    assert c["spent"]["epsilon"] == budget["spent"]["epsilon"]
+    deltas = [t["delta"] for t in c["tradeoff"]]
+    assert deltas == sorted(deltas) and 1e-6 in deltas
+    assert deltas[0] == pytest.approx(1e-15) and deltas[-1] == pytest.approx(0.1)
+    eps = [t["epsilon"] for t in c["tradeoff"]]
+    assert all(a >= b for a, b in zip(eps, eps[1:], strict=False))  # epsilon falls as delta grows
+    for t in c["tradeoff"][::7]:
+        s = client.get(f"/v1/datasets/{ds['id']}/spend", params={"delta": t["delta"]}).json()
+        assert s["epsilon"] == t["epsilon"]
+    # the budget curve: positive where some ledger can fit, rising with the order
+    b = [x for x in c["budget_rdp"] if x is not None]
+    assert b and all(x > 0 for x in b)
+    if accounting == "zcdp":
+        rho_b = c["budget_rdp"][0] / ORDERS[0]
+        np.testing.assert_allclose(c["budget_rdp"], rho_b * ORDERS, rtol=1e-12)
+        assert math.isfinite(rho_b) and rho_b > 0
+
+
+def test_dataset_rejections_are_visible_to_viewers(client: TestClient) -> None:
+    ds = new_dataset(client)
+    other = new_dataset(client, name="other")
+    big = {"mechanism": "laplace", "epsilon": 5.0}
+    assert (
+        client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": big}).status_code == 409
+    )
+    viewer = client.post("/v1/keys", json={"role": "viewer", "datasets": [ds["id"]]}).json()["key"]
+    h = {"Authorization": f"Bearer {viewer}"}
+    got = client.get(f"/v1/datasets/{ds['id']}/rejections", headers=h).json()["rejections"]
+    assert len(got) == 1 and got[0]["mechanism"]["epsilon"] == 5.0 and "refused" in got[0]["reason"]
+    assert client.get(f"/v1/datasets/{other['id']}/rejections", headers=h).status_code == 404
+
+
+def test_dashboard_page_and_static_files(client: TestClient) -> None:
+    r = client.get("/", headers={"Authorization": ""})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert "script-src 'self'" in r.headers["content-security-policy"]
+    assert '<script src="/static/app.js"' in r.text and "http" not in r.text.split("<body>")[1]
+    for name, kind in (("app.js", "javascript"), ("charts.js", "javascript"), ("style.css", "css")):
+        s = client.get(f"/static/{name}")
+        assert s.status_code == 200 and kind in s.headers["content-type"]
+        # no network at run time: nothing is loaded from another origin
+        text = s.text.replace('"http://www.w3.org/2000/svg"', "")  # a namespace, not a URL
+        assert "https://" not in text and "http://" not in text
+    assert client.get("/static/../main.py").status_code == 404
+    assert client.get("/static/nope.js").status_code == 404
