@@ -18,11 +18,14 @@ RUN pip install . \
 
 USER ledger
 ENV PRIVACY_LEDGER_DATABASE_URL=sqlite:////srv/privacy-ledger/data/privacy_ledger.db \
-    WEB_CONCURRENCY=4
+    WEB_CONCURRENCY=4 \
+    PROMETHEUS_MULTIPROC_DIR=/tmp/privacy-ledger-metrics
 
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2).status == 200 else 1)"]
 
-# migrate, then serve with uvicorn[standard] (uvloop + httptools) and several workers
-CMD ["sh", "-c", "python -m app.cli migrate && exec uvicorn app.main:app --host 0.0.0.0 --port 8000 --workers ${WEB_CONCURRENCY} --loop uvloop --http httptools"]
+# fresh multiprocess metrics dir (every worker's counters are summed at /metrics), migrate,
+# then serve with uvicorn[standard] (uvloop + httptools) and several workers; the app writes
+# its own JSON access lines, so uvicorn's are off
+CMD ["sh", "-c", "rm -rf \"$PROMETHEUS_MULTIPROC_DIR\" && mkdir -p \"$PROMETHEUS_MULTIPROC_DIR\" && python -m app.cli migrate && exec uvicorn app.main:app --host 0.0.0.0 --port 8000 --workers ${WEB_CONCURRENCY} --loop uvloop --http httptools --no-access-log"]

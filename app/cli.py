@@ -60,6 +60,11 @@ def serve(
         typer.echo(
             "note: SQLite writes are serialised in one process; extra workers do not help", err=True
         )
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # prometheus-client's multiprocess mode: /metrics sums every worker's counters
+        import tempfile
+
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="privacy-ledger-metrics-")
     typer.echo(
         f"privacy-ledger on http://{host}:{port} (database: {_redact(settings.database_url)})"
     )

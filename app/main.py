@@ -14,12 +14,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import __version__, observability
 from app.api import problems
 from app.api.routes import accounting, admin, dashboard, datasets, health, reservations, web
+from app.asgi import send_problem
 from app.config import Settings, get_settings
 from app.db import migrate
 from app.db.engine import Database
 from app.services import keys
 from app.services import reservations as reservation_service
-from app.services.errors import PROBLEM_BASE
 
 log = logging.getLogger("privacy_ledger")
 
@@ -63,27 +63,13 @@ class BodySizeLimit:
             await self._reject(send)
 
     async def _reject(self, send: Send) -> None:
-        import json
-
-        body = json.dumps(
-            {
-                "type": PROBLEM_BASE + "payload-too-large",
-                "title": "Request body too large",
-                "status": 413,
-                "detail": f"request bodies are limited to {self.max_bytes} bytes",
-            }
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/problem+json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
+        await send_problem(
+            send,
+            413,
+            "payload-too-large",
+            "Request body too large",
+            f"request bodies are limited to {self.max_bytes} bytes",
         )
-        await send({"type": "http.response.body", "body": body})
 
 
 class _TooLarge(Exception):

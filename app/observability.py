@@ -38,7 +38,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.services.errors import PROBLEM_BASE
+from app.asgi import send_problem
 
 CHARGES = Counter(
     "privacy_ledger_charges",
@@ -182,7 +182,10 @@ def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
     setattr(handler, _HANDLER_FLAG, True)
     for name in ("privacy_ledger", "uvicorn", "uvicorn.error"):
         logger = logging.getLogger(name)
-        for old in [h for h in logger.handlers if getattr(h, _HANDLER_FLAG, False)]:
+        # uvicorn's own text handlers go (one format per process); others' handlers on our
+        # logger (a test's capture, say) stay
+        mine = name == "privacy_ledger"
+        for old in [h for h in logger.handlers if not mine or getattr(h, _HANDLER_FLAG, False)]:
             logger.removeHandler(old)
         logger.addHandler(handler)
         logger.setLevel(level.upper())
@@ -192,14 +195,6 @@ def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
 
 
 access_log = logging.getLogger("privacy_ledger.access")
-_INTERNAL_ERROR = json.dumps(
-    {
-        "type": PROBLEM_BASE + "internal",
-        "title": "Internal error",
-        "status": 500,
-        "detail": "an unexpected error occurred; it has been logged with this request's id",
-    }
-).encode()
 
 
 class RequestContext:
@@ -246,17 +241,13 @@ class RequestContext:
             if started_response:
                 raise
             status = 500
-            await send_with_id(
-                {
-                    "type": "http.response.start",
-                    "status": 500,
-                    "headers": [
-                        (b"content-type", b"application/problem+json"),
-                        (b"content-length", str(len(_INTERNAL_ERROR)).encode()),
-                    ],
-                }
+            await send_problem(
+                send_with_id,
+                500,
+                "internal",
+                "Internal error",
+                "an unexpected error occurred; it has been logged with this request's id",
             )
-            await send_with_id({"type": "http.response.body", "body": _INTERNAL_ERROR})
         finally:
             elapsed = time.perf_counter() - started
             route = scope.get("route")

@@ -1,4 +1,4 @@
-"""Service benchmark: charge throughput vs a trivial-insert baseline, and budget-read latency.
+"""Service benchmark: charge throughput vs a trivial-insert baseline, and read latency.
 
 Run from the repository root: ``.venv/bin/python bench/service.py`` (prints JSON).
 
@@ -7,9 +7,10 @@ Run from the repository root: ``.venv/bin/python bench/service.py`` (prints JSON
   baseline is a trivial FastAPI app defined here, served the same way, whose endpoint does
   one single-row insert transaction per request on the same kind of database. The ratio
   ours / baseline is the figure to quote (both measured in this run, on this machine).
-* Budget reads: GET /v1/datasets/{id}/budget latency with 10 and with 100,000 ledger entries
-  (the 100k ledger is bulk-inserted with SQL, then totals are rebuilt from it with
-  ``privacy-ledger verify --rebuild``); the ratio should be about 1 (O(1) reads).
+* Reads: GET /v1/datasets/{id}/budget, and the dashboard's /series?points=400 and /curves,
+  latency with 10 and with 100,000 ledger entries (the 100k ledger is bulk-inserted with SQL,
+  then totals are rebuilt from it with ``privacy-ledger verify --rebuild``); the ratios should
+  be about 1 (O(1) in the ledger length; the series costs O(points)).
 
 The load generator is a small asyncio HTTP/1.1 client in a separate process; client and server
 share the machine's cores, which the JSON records.
@@ -36,6 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 ADMIN_KEY = "bench-admin-key-0123456789"
 CONNECTIONS = 16
+# like the baseline (uvicorn --no-access-log), no access line per request: the comparison is
+# of the request path itself
+OUR_ENV = {"PRIVACY_LEDGER_ADMIN_KEY": ADMIN_KEY, "PRIVACY_LEDGER_LOG_LEVEL": "WARNING"}
 DURATION = 8.0
 PG_ADMIN_URL = os.environ.get(
     "PRIVACY_LEDGER_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -101,7 +105,8 @@ class Server:
             cwd=cwd,
             env={**os.environ, **env},
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            # a file, not a pipe: an unread pipe fills up and blocks the server's logging
+            stderr=tempfile.TemporaryFile(),  # noqa: SIM115 - lives as long as the process
             start_new_session=True,
         )
 
@@ -210,14 +215,14 @@ def throughput(kind: str, tmp: Path) -> dict[str, Any]:
     )
     ours = Server(
         "app.main:app",
-        {"PRIVACY_LEDGER_DATABASE_URL": url, "PRIVACY_LEDGER_ADMIN_KEY": ADMIN_KEY},
+        {**OUR_ENV, "PRIVACY_LEDGER_DATABASE_URL": url},
         workers,
     )
     try:
         ours.wait("/readyz")
         with httpx.Client(base_url=ours.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as c:
             ds = c.post(
-                "/v1/datasets", json={"name": "bench", "budget": {"epsilon": 1e9, "delta": 1e-6}}
+                "/v1/datasets", json={"name": "bench", "budget": {"epsilon": 1e6, "delta": 1e-6}}
             ).json()
         req = _request(
             "POST",
@@ -301,11 +306,19 @@ def _bulk_fill(url: str, dataset_id: str, n: int) -> None:
     )
 
 
+READ_ENDPOINTS = {
+    "budget": "/v1/datasets/{id}/budget",
+    "dashboard_series": "/v1/datasets/{id}/series?points=400",
+    "dashboard_curves": "/v1/datasets/{id}/curves",
+}
+READ_ROUNDS = 300
+
+
 def budget_latency(kind: str, tmp: Path) -> dict[str, Any]:
     url = f"sqlite:///{tmp / 'reads.db'}" if kind == "sqlite" else _pg_database("pl_bench_reads")
     server = Server(
         "app.main:app",
-        {"PRIVACY_LEDGER_DATABASE_URL": url, "PRIVACY_LEDGER_ADMIN_KEY": ADMIN_KEY},
+        {**OUR_ENV, "PRIVACY_LEDGER_DATABASE_URL": url},
         1,
     )
     try:
@@ -314,10 +327,10 @@ def budget_latency(kind: str, tmp: Path) -> dict[str, Any]:
             base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
         ) as c:
             small = c.post(
-                "/v1/datasets", json={"name": "small", "budget": {"epsilon": 1e9, "delta": 1e-6}}
+                "/v1/datasets", json={"name": "small", "budget": {"epsilon": 1e6, "delta": 1e-6}}
             ).json()
             large = c.post(
-                "/v1/datasets", json={"name": "large", "budget": {"epsilon": 1e9, "delta": 1e-6}}
+                "/v1/datasets", json={"name": "large", "budget": {"epsilon": 1e6, "delta": 1e-6}}
             ).json()
             for _ in range(10):
                 c.post(
@@ -329,7 +342,7 @@ def budget_latency(kind: str, tmp: Path) -> dict[str, Any]:
     _bulk_fill(url, large["id"], 100_000)
     server = Server(
         "app.main:app",
-        {"PRIVACY_LEDGER_DATABASE_URL": url, "PRIVACY_LEDGER_ADMIN_KEY": ADMIN_KEY},
+        {**OUR_ENV, "PRIVACY_LEDGER_DATABASE_URL": url},
         1,
     )
     try:
@@ -340,23 +353,28 @@ def budget_latency(kind: str, tmp: Path) -> dict[str, Any]:
         ) as c:
             for ds in (small, large):
                 assert c.get(f"/v1/datasets/{ds['id']}/budget").json()["entries"] in (10, 100_000)
-            # interleave the two to share any drift in machine load
-            lat: dict[str, list[float]] = {"10_entries": [], "100000_entries": []}
-            for _ in range(400):
-                for name, ds in (("10_entries", small), ("100000_entries", large)):
-                    t0 = time.perf_counter()
-                    r = c.get(f"/v1/datasets/{ds['id']}/budget")
-                    lat[name].append(time.perf_counter() - t0)
-                    assert r.status_code == 200
-        for name, xs in lat.items():
-            xs.sort()
-            out[name] = {
-                "p50_ms": 1000 * statistics.median(xs),
-                "p99_ms": 1000 * xs[int(len(xs) * 0.99)],
+            # interleave sizes and endpoints to share any drift in machine load
+            lat: dict[str, dict[str, list[float]]] = {
+                ep: {"10_entries": [], "100000_entries": []} for ep in READ_ENDPOINTS
             }
-        out["ratio_p50_100000_over_10"] = (
-            out["100000_entries"]["p50_ms"] / out["10_entries"]["p50_ms"]
-        )
+            for _ in range(READ_ROUNDS):
+                for ep, path in READ_ENDPOINTS.items():
+                    for name, ds in (("10_entries", small), ("100000_entries", large)):
+                        t0 = time.perf_counter()
+                        r = c.get(path.format(id=ds["id"]))
+                        lat[ep][name].append(time.perf_counter() - t0)
+                        assert r.status_code == 200, r.text
+        for ep, sizes in lat.items():
+            out[ep] = {}
+            for name, xs in sizes.items():
+                xs.sort()
+                out[ep][name] = {
+                    "p50_ms": 1000 * statistics.median(xs),
+                    "p99_ms": 1000 * xs[int(len(xs) * 0.99)],
+                }
+            out[ep]["ratio_p50_100000_over_10"] = (
+                out[ep]["100000_entries"]["p50_ms"] / out[ep]["10_entries"]["p50_ms"]
+            )
         return out
     finally:
         server.stop()
@@ -374,9 +392,7 @@ def main() -> None:
             "connections": CONNECTIONS,
             "duration_seconds": DURATION,
             "throughput": {kind: throughput(kind, tmp) for kind in ("sqlite", "postgresql")},
-            "budget_read_latency": {
-                kind: budget_latency(kind, tmp) for kind in ("sqlite", "postgresql")
-            },
+            "read_latency": {kind: budget_latency(kind, tmp) for kind in ("sqlite", "postgresql")},
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -27,8 +27,14 @@ class Server:
     """A uvicorn process group serving app.main:app."""
 
     def __init__(
-        self, database_url: str, admin_key: str, workers: int = 1, port: int | None = None
+        self,
+        database_url: str,
+        admin_key: str,
+        workers: int = 1,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
+        self.extra_env = env or {}
         self.database_url = database_url
         self.admin_key = admin_key
         self.workers = workers
@@ -42,6 +48,7 @@ class Server:
             **os.environ,
             "PRIVACY_LEDGER_DATABASE_URL": self.database_url,
             "PRIVACY_LEDGER_ADMIN_KEY": self.admin_key,
+            **self.extra_env,
         }
         cmd = [
             sys.executable,
@@ -99,8 +106,10 @@ class Server:
 
 
 @contextmanager
-def running(database_url: str, admin_key: str, workers: int = 1) -> Iterator[Server]:
-    server = Server(database_url, admin_key, workers)
+def running(
+    database_url: str, admin_key: str, workers: int = 1, env: dict[str, str] | None = None
+) -> Iterator[Server]:
+    server = Server(database_url, admin_key, workers, env=env)
     server.start()
     try:
         yield server
