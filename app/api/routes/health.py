@@ -31,7 +31,17 @@ def readyz(db: DbDep) -> JSONResponse:
     return JSONResponse({"status": "ready", "database": "sqlite" if db.is_sqlite else "postgresql"})
 
 
-@router.get("/metrics", summary="Prometheus metrics (text exposition format)")
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics (text exposition format)",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "Prometheus text exposition format 0.0.4",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        }
+    },
+)
 def metrics() -> Response:
     body, content_type = observability.metrics_payload()
     return Response(body, media_type=content_type)
