@@ -91,7 +91,8 @@ def _allowed_methods(request: Request) -> list[str]:
 
 
 def install(app: FastAPI) -> None:
-    """Register the handlers."""
+    """Register the handlers. Unexpected exceptions are answered (500) and logged by
+    ``observability.RequestContext``, which knows the request id."""
 
     @app.exception_handler(ProblemError)
     async def _problem(_request: Request, exc: ProblemError) -> JSONResponse:
@@ -150,17 +151,6 @@ def install(app: FastAPI) -> None:
             ),
         }
         return problem_response(body, {"Retry-After": "1"})
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        body = {
-            "type": PROBLEM_BASE + "internal",
-            "title": "Internal error",
-            "status": 500,
-            "detail": "an unexpected error occurred; it has been logged",
-        }
-        return problem_response(body)
 
 
 __all__ = ["PROBLEM_JSON", "PROBLEM_RESPONSES", "Problem", "install", "problem_response"]

@@ -195,6 +195,32 @@ def record_rejection(
     )
 
 
+def refuse(
+    session: Session,
+    st: DatasetState,
+    decision: Decision,
+    *,
+    operation: str,
+    mechanism_json: dict[str, Any],
+    label: str | None,
+    metadata: dict[str, Any] | None,
+    key_id: str | None,
+) -> BudgetExceeded:
+    """The 409 problem for a refused charge or reservation, its rejection recorded."""
+    problem = refusal(st, decision, mechanism_json, dry_run=False)
+    record_rejection(
+        session,
+        st,
+        problem,
+        operation=operation,
+        mechanism_json=mechanism_json,
+        label=label,
+        metadata=metadata,
+        key_id=key_id,
+    )
+    return problem
+
+
 def append_entry(
     session: Session,
     st: DatasetState,
@@ -295,11 +321,10 @@ def charge(
                 "requested": requested_json(st, mechanism_json, curve),
             }
         if not d.admitted:
-            problem = refusal(st, d, mechanism_json, dry_run=False)
-            record_rejection(
+            problem = refuse(
                 s,
                 st,
-                problem,
+                d,
                 operation="charge",
                 mechanism_json=mechanism_json,
                 label=label,
@@ -381,5 +406,6 @@ __all__ = [
     "entry_json",
     "record_rejection",
     "refusal",
+    "refuse",
     "requested_json",
 ]

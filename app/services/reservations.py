@@ -140,8 +140,7 @@ def reserve(
         current_spent,
         curve_for,
         decide,
-        record_rejection,
-        refusal,
+        refuse,
         requested_json,
     )
 
@@ -155,11 +154,10 @@ def reserve(
         now = utcnow()
         d = decide(s, st, curve, now)
         if not d.admitted:
-            problem = refusal(st, d, mechanism_json, dry_run=False)
-            record_rejection(
+            problem = refuse(
                 s,
                 st,
-                problem,
+                d,
                 operation="reservation",
                 mechanism_json=mechanism_json,
                 label=label,
