@@ -6,14 +6,12 @@ import json
 
 from starlette.types import Send
 
-from app.services.errors import PROBLEM_BASE
+from app.errors import problem_body
 
 
 async def send_problem(send: Send, status: int, slug: str, title: str, detail: str) -> None:
     """Send a complete ``application/problem+json`` response (RFC 9457)."""
-    body = json.dumps(
-        {"type": PROBLEM_BASE + slug, "title": title, "status": status, "detail": detail}
-    ).encode()
+    body = json.dumps(problem_body(status, detail, slug=slug, title=title)).encode()
     await send(
         {
             "type": "http.response.start",

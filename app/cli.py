@@ -16,7 +16,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from app import client as http_client
 from app.config import get_settings
+from app.db import migrate as m
+from app.db.engine import Database
+from app.errors import ProblemError
+from app.principal import SYSTEM, Role
+from app.services import keys as key_service
+from app.services.ledger import verify as run_verify
 
 cli = typer.Typer(
     name="privacy-ledger",
@@ -33,8 +40,6 @@ def migrate(
     ] = None,
 ) -> None:
     """Bring the database schema to the latest Alembic revision."""
-    from app.db import migrate as m
-
     url = database_url or get_settings().database_url
     m.upgrade(url)
     typer.echo(f"schema at head: {_redact(url)}")
@@ -89,12 +94,9 @@ def verify(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Recompute every dataset's totals from its ledger and report any drift (exit 1 on drift)."""
-    from app.db.engine import Database
-    from app.services.ledger import verify as run_verify
-
     db = Database(get_settings().database_url)
     try:
-        report = run_verify(db, rebuild=rebuild)
+        report = run_verify(db, SYSTEM, rebuild=rebuild).model_dump(mode="json")
     finally:
         db.dispose()
     if as_json:
@@ -123,21 +125,17 @@ console = Console()
 
 
 def _client(url: str | None, api_key: str | None) -> Any:
-    from app.client import LedgerClient
-
-    return LedgerClient(url=url, api_key=api_key, retries=2)
+    return http_client.LedgerClient(url=url, api_key=api_key, retries=2)
 
 
 def _run(fn: Any) -> Any:
     """Call the server; print a clean error (not a traceback) and exit 1 on failure, 2 when
     refused for budget."""
-    from app.client import BudgetExceeded, LedgerError
-
     try:
         return fn()
-    except LedgerError as exc:
+    except http_client.LedgerError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(code=2 if isinstance(exc, BudgetExceeded) else 1) from None
+        raise typer.Exit(code=2 if isinstance(exc, http_client.BudgetExceeded) else 1) from None
 
 
 def _fmt(x: float | None, digits: int = 4) -> str:
@@ -365,13 +363,10 @@ def keys_create(
 ) -> None:
     """Create a key; it is printed once and stored only as a salted hash."""
     if local:
-        from app.db.engine import Database
-        from app.services import keys as key_service
-        from app.services.errors import ProblemError
-
         db = Database(get_settings().database_url)
         try:
-            created = key_service.create_key(db, key_service.SYSTEM, role, dataset or None, label)
+            answer = key_service.create_key(db, SYSTEM, Role(role), dataset or None, label)
+            created = answer.model_dump(mode="json")
         except ProblemError as exc:
             typer.echo(f"error: {exc.detail}", err=True)
             raise typer.Exit(code=1) from None

@@ -113,6 +113,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.auto_migrate:
             await run_in_threadpool(migrate.upgrade, settings.database_url)
         db = Database(settings.database_url)
+        observability.watch(db.write_engine, db.read_engine)
         app.state.db = db
         await run_in_threadpool(_bootstrap_keys, db, settings)
         task = asyncio.create_task(_sweeper(db))

@@ -2,8 +2,9 @@
 
 Metrics live in prometheus-client's default registry, created once per process. Counters
 that describe a transaction's outcome (charges, reservations) are *deferred*: a service
-records them on its session with :func:`count` and :meth:`app.db.engine.Database.write`
-applies them only after the commit, so a rolled-back transaction never moves a counter.
+records them on its session with :func:`count`, and the session's ``after_commit`` event
+applies them (``after_rollback`` drops them), so a rolled-back transaction never moves a
+counter. Database errors are counted by the engines' ``handle_error`` event (:func:`watch`).
 With several worker processes set ``PROMETHEUS_MULTIPROC_DIR`` to an empty directory
 (prometheus-client's multiprocess mode); ``/metrics`` then aggregates every worker.
 
@@ -35,6 +36,8 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.multiprocess import MultiProcessCollector
+from sqlalchemy import Engine, event
+from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -59,7 +62,7 @@ REQUEST_SECONDS = Histogram(
 )
 DB_ERRORS = Counter(
     "privacy_ledger_db_errors",
-    "Database errors by transaction kind (read or write) and exception class.",
+    "Database errors by statement kind (select, insert, update, ...) and exception class.",
     ["operation", "error"],
 )
 
@@ -71,18 +74,29 @@ def count(session: Session, counter: Counter, **labels: str) -> None:
     session.info.setdefault(_PENDING, []).append((counter, labels))
 
 
-def apply_pending(session: Session) -> None:
-    """Apply the increments recorded on ``session`` (called after a successful commit)."""
+@event.listens_for(Session, "after_commit")
+def _apply_pending(session: Session) -> None:
+    """Apply the increments recorded on ``session``: its transaction committed."""
     for counter, labels in session.info.pop(_PENDING, ()):
         counter.labels(**labels).inc()
 
 
-def discard_pending(session: Session) -> None:
+@event.listens_for(Session, "after_rollback")
+def _discard_pending(session: Session) -> None:
     session.info.pop(_PENDING, None)
 
 
-def record_db_error(operation: str, exc: BaseException) -> None:
-    DB_ERRORS.labels(operation=operation, error=type(exc).__name__).inc()
+def _count_db_error(context: ExceptionContext) -> None:
+    statement = (context.statement or "").split(None, 1)
+    operation = statement[0].lower() if statement else "connect"
+    DB_ERRORS.labels(operation=operation, error=type(context.original_exception).__name__).inc()
+
+
+def watch(*engines: Engine) -> None:
+    """Count the database errors of ``engines`` (idempotent)."""
+    for engine in engines:
+        if not event.contains(engine, "handle_error", _count_db_error):
+            event.listen(engine, "handle_error", _count_db_error)
 
 
 def metrics_payload() -> tuple[bytes, str]:
@@ -277,12 +291,10 @@ __all__ = [
     "REQUEST_SECONDS",
     "JsonFormatter",
     "RequestContext",
-    "apply_pending",
     "configure_logging",
     "count",
-    "discard_pending",
     "metrics_payload",
-    "record_db_error",
     "request_id_var",
     "scrub",
+    "watch",
 ]

@@ -263,8 +263,8 @@ def _bulk_fill(url: str, dataset_id: str, n: int) -> None:
 
     from app.accounting.mechanisms import Gaussian
     from app.accounting.orders import ORDERS_VERSION
+    from app.db.codec import rdp_to_bytes
     from app.db.models import LedgerEntry, utcnow
-    from app.services.curves import rdp_to_bytes
 
     m = Gaussian(sigma=1000.0)
     c = m.curve()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,24 @@ def sqlite_client(sqlite_url: str) -> Iterator[TestClient]:
     with TestClient(app) as c:
         c.headers.update(ADMIN)
         yield c
+
+
+def expire_active_holds(db_url: str) -> None:
+    """Back-date every active reservation (and each dataset's earliest expiry beside its held
+    sum) so that the holds are due, as if their time-to-live had passed."""
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text("UPDATE reservation SET expires_at = :t WHERE status = 'active'"), {"t": past}
+            )
+            conn.execute(
+                text("UPDATE dataset_total SET held_next_expiry = :t WHERE held_count > 0"),
+                {"t": past},
+            )
+    finally:
+        engine.dispose()
 
 
 def new_dataset(client: TestClient, name: str = "census", **fields: Any) -> dict[str, Any]:

@@ -275,3 +275,81 @@ __all__ = [
     "spend_delta",
     "union_bound_epsilon",
 ]
+
+
+# --- interim Filter value object (the core branch replaces this with its table-driven one) ---
+
+
+@dataclass(frozen=True)
+class Remaining:
+    """What is left under a filter (epsilon is indicative; rho exact for rho filters)."""
+
+    epsilon: float
+    delta: float
+    rho: float | None
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """Admission decided on committed + held + new; ``after`` = committed + new."""
+
+    admitted: bool
+    after: PrivacyCurve
+    spend_after: Spend
+
+
+@dataclass(frozen=True)
+class Filter:
+    """A dataset's admission rule: kind, budget and (rho filters) the precomputed bound."""
+
+    kind: FilterKind
+    budget: Budget
+    bound: float | None = None
+
+    @classmethod
+    def create(cls, kind: FilterKind, budget: Budget) -> Filter:
+        return cls(kind, budget, filter_bound(kind, budget))
+
+    def admits(self, total: PrivacyCurve) -> bool:
+        return admits(self.kind, self.budget, total, self.bound)
+
+    def spend(self, total: PrivacyCurve) -> Spend:
+        return filter_spend(self.kind, total, self.budget, self.bound)
+
+    def spend_at(self, total: PrivacyCurve, delta: float) -> Spend:
+        return spend(self.kind, total, delta)
+
+    def spend_delta(self, total: PrivacyCurve, epsilon: float) -> Spend:
+        return spend_delta(self.kind, total, epsilon)
+
+    def remaining(self, total: PrivacyCurve) -> Remaining:
+        rho = None
+        if self.kind in RHO_FILTERS and self.bound is not None:
+            rho = max(0.0, self.bound - total.rho)
+        eps = max(0.0, self.budget.epsilon - self.spend(total).epsilon)
+        return Remaining(epsilon=eps, delta=self.budget.delta, rho=rho)
+
+    def exhausted(self, total: PrivacyCurve) -> bool:
+        if self.kind in RHO_FILTERS and self.bound is not None and total.rho >= self.bound:
+            return True
+        return self.spend(total).epsilon >= self.budget.epsilon
+
+    def budget_curve(self) -> np.ndarray:
+        return budget_rdp_curve(self.kind, self.budget, self.bound)
+
+    def dry_run(
+        self, committed: PrivacyCurve, held: PrivacyCurve | None, new: PrivacyCurve
+    ) -> DryRun:
+        after = committed + new
+        sp = self.spend(after)
+        if held is None:
+            if self.kind in RHO_FILTERS:
+                assert self.bound is not None
+                ok = after.rho <= self.bound and (
+                    self.kind is not FilterKind.GDP or after.gaussian_only
+                )
+            else:
+                ok = sp.epsilon <= self.budget.epsilon
+        else:
+            ok = self.admits(after + held)
+        return DryRun(admitted=ok, after=after, spend_after=sp)

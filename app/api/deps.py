@@ -1,7 +1,13 @@
-"""Dependencies as ``Annotated`` aliases: the database, the caller, and role checks."""
+"""Dependencies as ``Annotated`` aliases: the database, settings, and the caller's credentials.
+
+The role aliases (``Viewer``, ``Pipeline``, ``Admin``) only read the ``Authorization`` header
+(401 when it is missing); the key itself is checked by the service inside its own transaction,
+in the same worker thread as the work (one thread hop per request).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -9,7 +15,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.config import Settings
 from app.db.engine import Database
-from app.services.keys import Principal, authenticate, require_role
+from app.errors import Unauthorized
+from app.principal import Credentials, Role
 
 bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`")
 
@@ -26,44 +33,30 @@ async def get_settings_dep(request: Request) -> Settings:
 
 DbDep = Annotated[Database, Depends(get_db)]
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
-def get_principal(
-    request: Request,
-    db: DbDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> Principal:
-    principal = authenticate(db, credentials.credentials if credentials else None)
-    request.state.key_id = principal.key_id
-    return principal
+def _needs(role: Role) -> Callable[[BearerDep], Awaitable[Credentials]]:
+    async def credentials(presented: BearerDep) -> Credentials:
+        if presented is None or not presented.credentials:
+            raise Unauthorized("an API key is required: send 'Authorization: Bearer <key>'")
+        return Credentials(token=presented.credentials, role=role)
+
+    return credentials
 
 
-async def _viewer(p: Annotated[Principal, Depends(get_principal)]) -> Principal:
-    require_role(p, "viewer")
-    return p
-
-
-async def _pipeline(p: Annotated[Principal, Depends(get_principal)]) -> Principal:
-    require_role(p, "pipeline")
-    return p
-
-
-async def _admin(p: Annotated[Principal, Depends(get_principal)]) -> Principal:
-    require_role(p, "admin")
-    return p
-
-
-Viewer = Annotated[Principal, Depends(_viewer)]
-Pipeline = Annotated[Principal, Depends(_pipeline)]
-Admin = Annotated[Principal, Depends(_admin)]
+Viewer = Annotated[Credentials, Depends(_needs(Role.VIEWER))]
+Pipeline = Annotated[Credentials, Depends(_needs(Role.PIPELINE))]
+Admin = Annotated[Credentials, Depends(_needs(Role.ADMIN))]
 
 __all__ = [
     "Admin",
+    "BearerDep",
     "DbDep",
     "Pipeline",
     "SettingsDep",
     "Viewer",
     "bearer",
     "get_db",
-    "get_principal",
+    "get_settings_dep",
 ]

@@ -1,4 +1,5 @@
-"""One place that renders every error as RFC 9457 ``application/problem+json``."""
+"""One place that renders every error as RFC 9457 ``application/problem+json``, and the
+per-route declaration of the problems a route can answer with (``responses(...)``)."""
 
 from __future__ import annotations
 
@@ -11,26 +12,14 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
-from app.services.errors import PROBLEM_BASE, ProblemError
+from app import errors
+from app.errors import ProblemError, problem_body
 
 log = logging.getLogger("privacy_ledger.errors")
 
 PROBLEM_JSON = "application/problem+json"
-
-_TITLES = {
-    400: "Bad request",
-    401: "Missing or invalid API key",
-    403: "Not allowed for this key",
-    404: "Not found",
-    405: "Method not allowed",
-    409: "Conflict",
-    413: "Request body too large",
-    415: "Unsupported media type",
-    422: "Invalid request",
-    503: "Database unavailable",
-    500: "Internal error",
-}
 
 
 class Problem(BaseModel):
@@ -44,24 +33,46 @@ class Problem(BaseModel):
     detail: str
 
 
-def _problem(description: str) -> dict[str, Any]:
-    return {
-        "description": description,
-        "content": {PROBLEM_JSON: {"schema": Problem.model_json_schema()}},
-    }
+class BudgetProblem(Problem):
+    """409 over budget: the spend now, the budget, what was asked and what it would spend."""
+
+    dataset_id: str
+    spent: dict[str, Any]
+    budget: dict[str, Any]
+    requested: dict[str, Any] | None = None
+    would_spend: dict[str, Any] | None = None
+    dry_run: bool = False
 
 
-PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
-    400: _problem("malformed request (e.g. body is not JSON)"),
-    401: _problem("missing, unknown or revoked API key"),
-    403: _problem("the key's role does not allow this"),
-    404: _problem("no such resource (or not visible to a scoped key)"),
-    409: _problem("conflict: over budget (with spent, budget, requested) or a state conflict"),
-    413: _problem("request body too large"),
-    422: _problem("invalid request: the detail names the bad value"),
-    503: _problem("the database is unavailable; retry (with the same Idempotency-Key)"),
+_BY_STATUS: dict[int, type[ProblemError]] = {
+    cls.status: cls
+    for cls in (
+        errors.BadRequest,
+        errors.Unauthorized,
+        errors.Forbidden,
+        errors.NotFound,
+        errors.Conflict,
+        errors.PayloadTooLarge,
+        errors.Unprocessable,
+        errors.DatabaseUnavailable,
+    )
 }
-"""Error responses declared on every router (problem+json)."""
+_ALWAYS = (400, 401, 403, 413, 422, 503)
+
+
+def responses(*statuses: int, budget: bool = False) -> dict[int | str, dict[str, Any]]:
+    """The ``responses=`` of a route: the problems it can answer with (plus those every
+    authenticated route can: 400, 401, 403, 413, 422, 503). ``budget``: its 409 is BudgetExceeded."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for status in sorted({*statuses, *_ALWAYS}):
+        cls = _BY_STATUS[status]
+        schema = BudgetProblem if (status == 409 and budget) else Problem
+        description = errors.BudgetExceeded.description if schema is BudgetProblem else None
+        out[status] = {
+            "description": description or cls.description,
+            "content": {PROBLEM_JSON: {"schema": schema.model_json_schema()}},
+        }
+    return out
 
 
 def problem_response(body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
@@ -70,9 +81,9 @@ def problem_response(body: dict[str, Any], headers: dict[str, str] | None = None
     )
 
 
-def _clean_errors(errors: Any) -> list[dict[str, Any]]:
+def _clean_errors(errs: Any) -> list[dict[str, Any]]:
     out = []
-    for e in errors:
+    for e in errs:
         loc = [str(p) for p in e.get("loc", ()) if p not in ("body",)]
         out.append({"loc": loc, "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))})
     return out
@@ -80,8 +91,6 @@ def _clean_errors(errors: Any) -> list[dict[str, Any]]:
 
 def _allowed_methods(request: Request) -> list[str]:
     """Every method of every route matching the path (Starlette lists only the first route's)."""
-    from starlette.routing import Match
-
     methods: set[str] = set()
     for route in request.app.routes:
         match, _ = route.matches({**request.scope, "method": "GET"})
@@ -97,40 +106,29 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(ProblemError)
     async def _problem(_request: Request, exc: ProblemError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        if exc.status == 503:
+            headers = {"Retry-After": "1"}
         return problem_response(exc.to_problem(), headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = _clean_errors(exc.errors())
+        errs = _clean_errors(exc.errors())
         detail = (
-            "; ".join(f"{'.'.join(e['loc']) or 'body'}: {e['msg']}" for e in errors[:5])
+            "; ".join(f"{'.'.join(e['loc']) or 'body'}: {e['msg']}" for e in errs[:5])
             or "invalid request"
         )
-        body = {
-            "type": PROBLEM_BASE + "validation-error",
-            "title": "Invalid request",
-            "status": 422,
-            "detail": detail,
-            "errors": errors,
-        }
-        return problem_response(body)
+        return problem_response(problem_body(422, detail, slug="validation-error", errors=errs))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         status = exc.status_code
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         if status == 400 and "parsing the body" in detail:
             detail = "the request body is not valid JSON (or nests too deeply)"
-        body = {
-            "type": PROBLEM_BASE + _TITLES.get(status, "error").lower().replace(" ", "-"),
-            "title": _TITLES.get(status, "Error"),
-            "status": status,
-            "detail": detail,
-        }
         headers = dict(exc.headers) if exc.headers else {}
         if status == 405:
-            headers["Allow"] = ", ".join(_allowed_methods(_request))
-        return problem_response(body, headers or None)
+            headers["Allow"] = ", ".join(_allowed_methods(request))
+        return problem_response(problem_body(status, detail), headers or None)
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(InterfaceError)
@@ -141,16 +139,11 @@ def install(app: FastAPI) -> None:
             request.url.path,
             getattr(exc, "orig", None) or type(exc).__name__,
         )
-        body = {
-            "type": PROBLEM_BASE + "database-unavailable",
-            "title": "Database unavailable",
-            "status": 503,
-            "detail": (
-                "the database did not answer; retry later (charges: with the same "
-                "Idempotency-Key, so a charge that did commit is not recorded twice)"
-            ),
-        }
-        return problem_response(body, {"Retry-After": "1"})
+        problem = errors.DatabaseUnavailable(
+            "the database did not answer; retry later (charges: with the same "
+            "Idempotency-Key, so a charge that did commit is not recorded twice)"
+        )
+        return problem_response(problem.to_problem(), {"Retry-After": "1"})
 
 
-__all__ = ["PROBLEM_JSON", "PROBLEM_RESPONSES", "Problem", "install", "problem_response"]
+__all__ = ["PROBLEM_JSON", "BudgetProblem", "Problem", "install", "problem_response", "responses"]

@@ -18,10 +18,7 @@ from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
-
-from app import observability
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -73,32 +70,18 @@ class Database:
         """A write transaction: committed when the block exits normally, rolled back otherwise.
 
         On SQLite it holds the in-process writer lock and the database write lock throughout.
-        Metric increments the services deferred on the session are applied after the commit.
         """
         lock = self._write_lock if self._write_lock is not None else nullcontext()
-        try:
-            with lock, Session(self.write_engine, expire_on_commit=False) as session:
-                try:
-                    with session.begin():
-                        yield session
-                except BaseException:
-                    observability.discard_pending(session)
-                    raise
-                observability.apply_pending(session)
-        except SQLAlchemyError as exc:
-            observability.record_db_error("write", exc)
-            raise
+        with lock, Session(self.write_engine, expire_on_commit=False) as session:
+            with session.begin():
+                yield session
 
     @contextmanager
     def read(self) -> Iterator[Session]:
         """A read transaction (nothing is written; objects stay readable after the block)."""
-        try:
-            with Session(self.read_engine, expire_on_commit=False) as session:
-                with session.begin():
-                    yield session
-        except SQLAlchemyError as exc:
-            observability.record_db_error("read", exc)
-            raise
+        with Session(self.read_engine, expire_on_commit=False) as session:
+            with session.begin():
+                yield session
 
     def dispose(self) -> None:
         """Close every pooled connection."""

@@ -9,6 +9,7 @@ order grid whose version is recorded beside them.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
@@ -16,6 +17,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Enum,
     Float,
     ForeignKey,
     Index,
@@ -28,6 +30,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from app.principal import Role
+
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -38,6 +42,34 @@ NAMING_CONVENTION = {
 
 # BIGINT autoincrement on PostgreSQL, INTEGER PRIMARY KEY (rowid) on SQLite
 BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class ReservationStatus(StrEnum):
+    """A reservation's life: active, then exactly one of committed, released or expired."""
+
+    ACTIVE = "active"
+    COMMITTED = "committed"
+    RELEASED = "released"
+    EXPIRED = "expired"
+
+
+class EntrySource(StrEnum):
+    """How a ledger entry came to be."""
+
+    CHARGE = "charge"
+    RESERVATION = "reservation"  # a reservation committed
+    RESERVATION_EXPIRED = "reservation_expired"  # an expired hold, charged (fail closed)
+
+
+def _stored(enum: type[StrEnum], length: int) -> Enum:
+    """A StrEnum stored as its value in a VARCHAR (no native enum type, no CHECK)."""
+    return Enum(
+        enum,
+        native_enum=False,
+        create_constraint=False,
+        length=length,
+        values_callable=lambda e: [m.value for m in e],
+    )
 
 
 def utcnow() -> datetime:
@@ -60,7 +92,7 @@ class ApiKey(Base):
     salt: Mapped[str] = mapped_column(String(64))
     key_hash: Mapped[str] = mapped_column(String(128))
     prefix: Mapped[str] = mapped_column(String(32))
-    role: Mapped[str] = mapped_column(String(16))
+    role: Mapped[Role] = mapped_column(_stored(Role, 16))
     dataset_ids: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     label: Mapped[str | None] = mapped_column(String(200), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -107,6 +139,14 @@ class DatasetTotal(Base):
     spent_method: Mapped[str] = mapped_column(String(32))
     last_entry_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # active reservations: their number, their curves' RunningSum (codec.held_to_bytes; None
+    # when there are none) and the earliest expiry among them, so that admission reads no
+    # reservation row unless one is due
+    held_count: Mapped[int] = mapped_column(BigInteger, default=0)
+    held: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    held_next_expiry: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
 
 
 class LedgerEntry(Base):
@@ -132,7 +172,9 @@ class LedgerEntry(Base):
     label: Mapped[str | None] = mapped_column(String(200), nullable=True)
     metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON, nullable=True)
     key_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    source: Mapped[str] = mapped_column(String(32), default="charge")
+    source: Mapped[EntrySource] = mapped_column(
+        _stored(EntrySource, 32), default=EntrySource.CHARGE
+    )
     reservation_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     spent_epsilon: Mapped[float] = mapped_column(Float)
 
@@ -183,13 +225,17 @@ class Reservation(Base):
     """Budget held for a planned invocation: active -> committed | released | expired."""
 
     __tablename__ = "reservation"
-    __table_args__ = (Index("ix_reservation_dataset_status", "dataset_id", "status"),)
+    __table_args__ = (
+        # a dataset's due holds (admission), and every due hold (the sweeper)
+        Index("ix_reservation_dataset_status_expires", "dataset_id", "status", "expires_at"),
+        Index("ix_reservation_status_expires", "status", "expires_at"),
+    )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     dataset_id: Mapped[str] = mapped_column(
         String(32), ForeignKey("dataset.id", ondelete="CASCADE")
     )
-    status: Mapped[str] = mapped_column(String(16))
+    status: Mapped[ReservationStatus] = mapped_column(_stored(ReservationStatus, 16))
     kind: Mapped[str] = mapped_column(String(32))
     mechanism: Mapped[dict[str, Any]] = mapped_column(JSON)
     count: Mapped[int] = mapped_column(BigInteger)
@@ -240,9 +286,11 @@ __all__ = [
     "Base",
     "Dataset",
     "DatasetTotal",
+    "EntrySource",
     "IdempotencyRecord",
     "LedgerEntry",
     "Rejection",
     "Reservation",
+    "ReservationStatus",
     "utcnow",
 ]

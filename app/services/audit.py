@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app import responses as r
 from app.db.engine import Database
 from app.db.models import AuditEvent, utcnow
-from app.services.curves import iso
-
-if TYPE_CHECKING:
-    from app.services.keys import Principal
+from app.principal import Caller, Principal
+from app.services.auth import authenticate
 
 
 def record(
@@ -38,20 +37,21 @@ def record(
     )
 
 
-def event_json(e: AuditEvent) -> dict[str, Any]:
-    return {
-        "id": e.id,
-        "created_at": iso(e.created_at),
-        "key_id": e.key_id,
-        "action": e.action,
-        "dataset_id": e.dataset_id,
-        "target_id": e.target_id,
-        "details": e.details,
-    }
+def event_answer(e: AuditEvent) -> r.AuditEvent:
+    return r.AuditEvent(
+        id=e.id,
+        created_at=e.created_at,
+        key_id=e.key_id,
+        action=e.action,
+        dataset_id=e.dataset_id,
+        target_id=e.target_id,
+        details=e.details,
+    )
 
 
 def list_events(
     db: Database,
+    caller: Caller,
     *,
     dataset_id: str | None = None,
     action: str | None = None,
@@ -59,7 +59,7 @@ def list_events(
     until: datetime | None = None,
     limit: int = 100,
     before_id: int | None = None,
-) -> list[dict[str, Any]]:
+) -> r.AuditPage:
     """Audit events, newest first."""
     q = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit)
     if dataset_id is not None:
@@ -73,7 +73,8 @@ def list_events(
     if before_id is not None:
         q = q.where(AuditEvent.id < before_id)
     with db.read() as s:
-        return [event_json(e) for e in s.scalars(q)]
+        authenticate(s, caller)
+        return r.AuditPage(events=[event_answer(e) for e in s.scalars(q)])
 
 
-__all__ = ["event_json", "list_events", "record"]
+__all__ = ["event_answer", "list_events", "record"]

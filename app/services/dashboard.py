@@ -8,18 +8,17 @@ running totals.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from sqlalchemy import select
 
-from app.accounting.filters import Budget, FilterKind, budget_rdp_curve, spend
+from app import responses as r
 from app.accounting.orders import ORDERS
 from app.db.engine import Database
 from app.db.models import LedgerEntry
-from app.services.curves import budget_json, finite_or_none, iso, spend_of, spent_json
-from app.services.datasets import find_dataset
-from app.services.keys import Principal
+from app.principal import Caller
+from app.services import answers, state
+from app.services.answers import finite_or_none
+from app.services.auth import authenticate
 
 MAX_SERIES_POINTS = 5000
 TRADEOFF_DELTAS = tuple(float(10.0**-k) for k in np.arange(15.0, 0.75, -0.5))
@@ -35,11 +34,11 @@ def sample_seqs(n: int, points: int) -> list[int]:
     return sorted({int(round(x)) for x in np.linspace(1, n, points)})
 
 
-def series(db: Database, principal: Principal, ref: str, points: int) -> dict[str, Any]:
+def series(db: Database, caller: Caller, ref: str, points: int) -> r.Series:
     """Spend after each ledger entry (downsampled to ``points``), with the budget."""
     with db.read() as s:
-        st = find_dataset(s, ref, principal)
-        n = st.totals.entry_count
+        st = state.load(s, ref, authenticate(s, caller))
+        n = st.entry_count
         seqs = sample_seqs(n, points)
         rows = (
             s.execute(
@@ -49,54 +48,51 @@ def series(db: Database, principal: Principal, ref: str, points: int) -> dict[st
                     LedgerEntry.kind,
                     LedgerEntry.spent_epsilon,
                 )
-                .where(LedgerEntry.dataset_id == st.dataset.id, LedgerEntry.seq.in_(seqs))
+                .where(LedgerEntry.dataset_id == st.id, LedgerEntry.seq.in_(seqs))
                 .order_by(LedgerEntry.seq)
             ).all()
             if seqs
             else []
         )
-        return {
-            "dataset_id": st.dataset.id,
-            "entries": n,
-            "downsampled": n > len(seqs),
-            "budget": budget_json(st.dataset),
-            "points": [
-                {
-                    "seq": r.seq,
-                    "created_at": iso(r.created_at),
-                    "kind": r.kind,
-                    "epsilon": r.spent_epsilon,
-                }
-                for r in rows
+        return r.Series(
+            dataset_id=st.id,
+            entries=n,
+            downsampled=n > len(seqs),
+            budget=answers.budget(st),
+            points=[
+                r.SeriesPoint(
+                    seq=row.seq, created_at=row.created_at, kind=row.kind, epsilon=row.spent_epsilon
+                )
+                for row in rows
             ],
-        }
+        )
 
 
-def curves(db: Database, principal: Principal, ref: str) -> dict[str, Any]:
+def curves(db: Database, caller: Caller, ref: str) -> r.Curves:
     """The composed RDP curve against the budget's, and the (epsilon, delta) trade-off."""
     with db.read() as s:
-        st = find_dataset(s, ref, principal)
-    ds, curve = st.dataset, st.curve
-    kind = FilterKind(ds.filter)
-    budget = Budget(ds.budget_epsilon, ds.budget_delta)
-    at_budget = spend_of(ds, curve)
-    limit = budget_rdp_curve(kind, budget, ds.filter_bound)
+        st = state.load(s, ref, authenticate(s, caller))
+    f, curve = st.filter, st.committed
+    at_budget = f.spend(curve)
+    limit = f.budget_curve()
     tradeoff = []
-    for delta in sorted({*TRADEOFF_DELTAS, ds.budget_delta}):
-        sp = at_budget if delta == ds.budget_delta else spend(kind, curve, delta)
+    for delta in sorted({*TRADEOFF_DELTAS, st.budget.delta}):
+        sp = at_budget if delta == st.budget.delta else f.spend_at(curve, delta)
         tradeoff.append(
-            {"delta": delta, "epsilon": finite_or_none(sp.epsilon), "method": sp.method}
+            r.TradeoffPoint(delta=delta, epsilon=finite_or_none(sp.epsilon), method=sp.method)
         )
-    return {
-        "dataset_id": ds.id,
-        "filter": ds.filter,
-        "budget": budget_json(ds),
-        "spent": {**spent_json(ds, curve, at_budget), "order": at_budget.order},
-        "orders": [float(a) for a in ORDERS],
-        "rdp": [finite_or_none(float(x)) for x in curve.rdp],
-        "budget_rdp": [float(x) if np.isfinite(x) and x > 0 else None for x in limit],
-        "tradeoff": tradeoff,
-    }
+    return r.Curves(
+        dataset_id=st.id,
+        filter=f.kind.value,
+        budget=answers.budget(st),
+        spent=r.SpentAtOrder(
+            **answers.spent(st, curve, at_budget).model_dump(), order=at_budget.order
+        ),
+        orders=[float(a) for a in ORDERS],
+        rdp=[finite_or_none(float(x)) for x in curve.rdp],
+        budget_rdp=[float(x) if np.isfinite(x) and x > 0 else None for x in limit],
+        tradeoff=tradeoff,
+    )
 
 
 __all__ = ["MAX_SERIES_POINTS", "TRADEOFF_DELTAS", "curves", "sample_seqs", "series"]

@@ -9,88 +9,57 @@ whatever the operator chose), so lookup does not depend on the key's format.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app import responses as r
 from app.db.engine import Database
-from app.db.models import ApiKey, AppSetting, utcnow
+from app.db.models import ApiKey, AppSetting, Dataset, utcnow
+from app.errors import Forbidden, NotFound, Unprocessable
+from app.principal import SYSTEM, Caller, Role
 from app.services import audit
-from app.services.curves import iso
-from app.services.errors import Forbidden, NotFound, Unauthorized, Unprocessable
+from app.services.auth import authenticate, key_digest, lookup_digest
 
-ROLES = ("viewer", "pipeline", "admin")
-_RANK = {r: i for i, r in enumerate(ROLES)}
+_K = ApiKey.__table__.c
 
 
-@dataclass(frozen=True)
-class Principal:
-    """Who is calling: key id, role and the datasets the key is scoped to (None = all)."""
-
-    key_id: str | None
-    role: str
-    dataset_ids: tuple[str, ...] | None = None
-
-    def has_role(self, role: str) -> bool:
-        return _RANK[self.role] >= _RANK[role]
-
-    def can_see(self, dataset_id: str) -> bool:
-        return self.dataset_ids is None or dataset_id in self.dataset_ids
+def _new_key(role: Role) -> str:
+    return f"pl_{role.value[0]}_{secrets.token_urlsafe(32)}"
 
 
-SYSTEM = Principal(key_id=None, role="admin")
-"""The service itself (CLI commands run on the server, start-up tasks)."""
-
-
-def _lookup(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def _hash(salt: str, key: str) -> str:
-    return hashlib.sha256((salt + key).encode()).hexdigest()
-
-
-def _new_key(role: str) -> str:
-    return f"pl_{role[0]}_{secrets.token_urlsafe(32)}"
-
-
-def key_json(k: ApiKey) -> dict[str, Any]:
+def key_answer(k: ApiKey) -> r.Key:
     """A key as listed (never the secret)."""
-    return {
-        "id": k.id,
-        "prefix": k.prefix,
-        "role": k.role,
-        "datasets": k.dataset_ids,
-        "label": k.label,
-        "created_at": iso(k.created_at),
-        "created_by": k.created_by,
-        "revoked_at": iso(k.revoked_at),
-        "revoked": k.revoked_at is not None,
-    }
+    return r.Key(
+        id=k.id,
+        prefix=k.prefix,
+        role=k.role.value,
+        datasets=k.dataset_ids,
+        label=k.label,
+        created_at=k.created_at,
+        created_by=k.created_by,
+        revoked_at=k.revoked_at,
+        revoked=k.revoked_at is not None,
+    )
 
 
 def _insert_key(
     session: Session,
     key: str,
-    role: str,
+    role: Role,
     dataset_ids: list[str] | None,
     label: str | None,
     created_by: str | None,
 ) -> ApiKey:
-    if role not in ROLES:
-        raise Unprocessable(f"role must be one of {', '.join(ROLES)}, got {role!r}")
     salt = secrets.token_hex(16)
     row = ApiKey(
         id="key_" + secrets.token_hex(8),
-        lookup=_lookup(key),
+        lookup=lookup_digest(key),
         salt=salt,
-        key_hash=_hash(salt, key),
+        key_hash=key_digest(salt, key),
         prefix=key[:8],
         role=role,
         dataset_ids=dataset_ids,
@@ -105,16 +74,15 @@ def _insert_key(
 
 def create_key(
     db: Database,
-    actor: Principal,
-    role: str,
+    caller: Caller,
+    role: Role,
     dataset_ids: list[str] | None = None,
     label: str | None = None,
-) -> dict[str, Any]:
+) -> r.KeyCreated:
     """Create a key; the answer is the only time the secret is shown."""
-    from app.db.models import Dataset
-
     key = _new_key(role)
     with db.write() as s:
+        actor = authenticate(s, caller)
         if dataset_ids is not None:
             dataset_ids = list(dict.fromkeys(dataset_ids))
             found = set(s.scalars(select(Dataset.id).where(Dataset.id.in_(dataset_ids))))
@@ -127,62 +95,53 @@ def create_key(
             actor,
             "key.created",
             target_id=row.id,
-            details={"role": role, "datasets": dataset_ids, "label": label},
+            details={"role": role.value, "datasets": dataset_ids, "label": label},
         )
-        return {**key_json(row), "key": key}
+        return r.KeyCreated(**key_answer(row).model_dump(), key=key)
 
 
-def list_keys(db: Database) -> list[dict[str, Any]]:
+def list_keys(db: Database, caller: Caller) -> r.KeyList:
     """Every key, newest first, without secrets."""
     with db.read() as s:
-        return [key_json(k) for k in s.scalars(select(ApiKey).order_by(ApiKey.created_at.desc()))]
+        authenticate(s, caller)
+        rows = s.scalars(select(ApiKey).order_by(ApiKey.created_at.desc()))
+        return r.KeyList(keys=[key_answer(k) for k in rows])
 
 
-def revoke_key(db: Database, actor: Principal, key_id: str) -> dict[str, Any]:
-    """Revoke a key (idempotent). A key cannot revoke itself if it is the last admin key."""
+def revoke_key(db: Database, caller: Caller, key_id: str) -> r.Key:
+    """Revoke a key (idempotent). The last active admin key cannot be revoked."""
     with db.write() as s:
+        actor = authenticate(s, caller)
         row = s.get(ApiKey, key_id)
         if row is None:
             raise NotFound(f"no key {key_id!r}")
         if row.revoked_at is None:
-            if row.role == "admin":
+            if row.role is Role.ADMIN:
                 others = s.scalars(
                     select(ApiKey.id).where(
-                        ApiKey.role == "admin", ApiKey.revoked_at.is_(None), ApiKey.id != row.id
+                        _K.role == Role.ADMIN, _K.revoked_at.is_(None), _K.id != row.id
                     )
                 ).first()
                 if others is None:
                     raise Forbidden("refusing to revoke the last active admin key")
             row.revoked_at = utcnow()
-            audit.record(s, actor, "key.revoked", target_id=row.id, details={"role": row.role})
-        return key_json(row)
-
-
-def authenticate(db: Database, key: str | None) -> Principal:
-    """The principal for a presented key, or ``Unauthorized``."""
-    if not key:
-        raise Unauthorized("an API key is required: send 'Authorization: Bearer <key>'")
-    with db.read() as s:
-        row = s.scalars(select(ApiKey).where(ApiKey.lookup == _lookup(key))).first()
-        if row is None or not hmac.compare_digest(row.key_hash, _hash(row.salt, key)):
-            raise Unauthorized("unknown API key")
-        if row.revoked_at is not None:
-            raise Unauthorized("this API key has been revoked")
-        ids = tuple(row.dataset_ids) if row.dataset_ids is not None else None
-        return Principal(key_id=row.id, role=row.role, dataset_ids=ids)
+            audit.record(
+                s, actor, "key.revoked", target_id=row.id, details={"role": row.role.value}
+            )
+        return key_answer(row)
 
 
 def ensure_admin_key(db: Database, key: str) -> str:
     """Make sure an active admin key with exactly this value exists (for automation)."""
     with db.write() as s:
-        row = s.scalars(select(ApiKey).where(ApiKey.lookup == _lookup(key))).first()
-        if row is not None and hmac.compare_digest(row.key_hash, _hash(row.salt, key)):
-            if row.revoked_at is None and row.role == "admin":
+        row = s.scalars(select(ApiKey).where(_K.lookup == lookup_digest(key))).first()
+        if row is not None and hmac.compare_digest(row.key_hash, key_digest(row.salt, key)):
+            if row.revoked_at is None and row.role is Role.ADMIN:
                 return row.id
             raise Forbidden(
                 "PRIVACY_LEDGER_ADMIN_KEY matches a revoked or non-admin key; choose another value"
             )
-        row = _insert_key(s, key, "admin", None, "bootstrap (PRIVACY_LEDGER_ADMIN_KEY)", None)
+        row = _insert_key(s, key, Role.ADMIN, None, "bootstrap (PRIVACY_LEDGER_ADMIN_KEY)", None)
         audit.record(
             s,
             SYSTEM,
@@ -195,7 +154,7 @@ def ensure_admin_key(db: Database, key: str) -> str:
 
 def bootstrap_first_key(db: Database) -> str | None:
     """On an installation without any key, create one admin key and return it (once, ever)."""
-    key = _new_key("admin")
+    key = _new_key(Role.ADMIN)
     try:
         with db.write() as s:
             if s.get(AppSetting, "bootstrap_admin") is not None:
@@ -204,7 +163,7 @@ def bootstrap_first_key(db: Database) -> str | None:
                 return None
             s.add(AppSetting(key="bootstrap_admin", value=utcnow().isoformat()))
             s.flush()
-            row = _insert_key(s, key, "admin", None, "bootstrap (first start)", None)
+            row = _insert_key(s, key, Role.ADMIN, None, "bootstrap (first start)", None)
             audit.record(
                 s,
                 SYSTEM,
@@ -217,22 +176,11 @@ def bootstrap_first_key(db: Database) -> str | None:
     return key
 
 
-def require_role(principal: Principal, role: str) -> None:
-    """``Forbidden`` unless the principal's role is at least ``role``."""
-    if not principal.has_role(role):
-        raise Forbidden(f"this endpoint needs the {role!r} role; the key has {principal.role!r}")
-
-
 __all__ = [
-    "ROLES",
-    "SYSTEM",
-    "Principal",
-    "authenticate",
     "bootstrap_first_key",
     "create_key",
     "ensure_admin_key",
-    "key_json",
+    "key_answer",
     "list_keys",
-    "require_role",
     "revoke_key",
 ]

@@ -1,9 +1,11 @@
 """Reading the ledger (cursor pagination), rejections, and verifying / rebuilding totals.
 
-The ledger is the source of truth. ``verify`` recomputes every dataset's totals from its
-entries (summing the stored entry curves in ledger order with the same round-up additions
-the charge path used, so a consistent database matches bit for bit) and re-derives each
-entry's curve from its stored mechanism to catch drift in the formulas or the order grid.
+The ledger is the source of truth. ``verify`` recomputes a dataset's totals from its entries
+(summing the stored entry curves in ledger order with the same round-up additions the charge
+path used, so a consistent database matches bit for bit), re-derives each entry's curve from its
+stored mechanism to catch drift in the formulas or the order grid, and checks the held sum
+against the active reservations. It reads and rewrites each dataset under that dataset's lock,
+so charges racing a rebuild are neither lost nor double counted.
 """
 
 from __future__ import annotations
@@ -17,16 +19,38 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
+from app import responses as r
 from app.accounting.curve import PrivacyCurve
 from app.accounting.mechanisms import mechanism_from_dict
+from app.accounting.running import RunningSum
+from app.db.codec import curve_of
 from app.db.engine import Database
-from app.db.models import Dataset, DatasetTotal, LedgerEntry, Rejection, utcnow
-from app.services import audit
-from app.services.charges import entry_json
-from app.services.curves import curve_of, iso, rdp_to_bytes, spend_of
-from app.services.datasets import find_dataset
-from app.services.errors import Unprocessable
-from app.services.keys import SYSTEM, Principal
+from app.db.models import Dataset, LedgerEntry, Rejection, Reservation, ReservationStatus
+from app.errors import Unprocessable
+from app.principal import SYSTEM, Caller
+from app.services import admission, answers, audit, state
+from app.services.auth import authenticate
+from app.services.state import DatasetState
+
+_L = LedgerEntry.__table__.c
+_ENTRY_COLUMNS = (
+    _L.id,
+    _L.dataset_id,
+    _L.seq,
+    _L.created_at,
+    _L.mechanism,
+    _L.kind,
+    _L.count,
+    _L.label,
+    _L.metadata,
+    _L.rho,
+    _L.pure_eps,
+    _L.spent_epsilon,
+    _L.source,
+    _L.key_id,
+    _L.reservation_id,
+)
+_R = Reservation.__table__.c
 
 
 def encode_cursor(last_id: int) -> str:
@@ -45,60 +69,60 @@ def decode_cursor(cursor: str) -> int:
 
 
 def list_entries(
-    db: Database, principal: Principal, ref: str, *, limit: int, cursor: str | None = None
-) -> dict[str, Any]:
+    db: Database, caller: Caller, ref: str, *, limit: int, cursor: str | None = None
+) -> r.LedgerPage:
     """Entries newest first; ``next_cursor`` continues after the last one returned."""
     before = decode_cursor(cursor) if cursor else None
     with db.read() as s:
-        st = find_dataset(s, ref, principal)
-        q = select(LedgerEntry).where(LedgerEntry.dataset_id == st.dataset.id)
+        st = state.load(s, ref, authenticate(s, caller))
+        q = select(*_ENTRY_COLUMNS).where(_L.dataset_id == st.id)
         if before is not None:
-            q = q.where(LedgerEntry.id < before)
-        rows = s.scalars(q.order_by(LedgerEntry.id.desc()).limit(limit + 1)).all()
+            q = q.where(_L.id < before)
+        rows = s.execute(q.order_by(_L.id.desc()).limit(limit + 1)).all()
         more = len(rows) > limit
         rows = rows[:limit]
-        return {
-            "dataset_id": st.dataset.id,
-            "entries": [entry_json(e) for e in rows],
-            "next_cursor": encode_cursor(rows[-1].id) if more and rows else None,
-            "total": st.totals.entry_count,
-        }
+        return r.LedgerPage(
+            dataset_id=st.id,
+            entries=[answers.entry(row._mapping) for row in rows],
+            next_cursor=encode_cursor(rows[-1].id) if more and rows else None,
+            total=st.entry_count,
+        )
 
 
-def rejection_json(r: Rejection) -> dict[str, Any]:
-    return {
-        "id": r.id,
-        "dataset_id": r.dataset_id,
-        "created_at": iso(r.created_at),
-        "operation": r.operation,
-        "mechanism": r.mechanism,
-        "label": r.label,
-        "metadata": r.metadata_,
-        "key_id": r.key_id,
-        "reason": r.reason,
-        "spent": r.spent,
-        "requested": r.requested,
-        "budget": r.budget,
-    }
+def rejection_answer(row: Rejection) -> r.Rejection:
+    return r.Rejection(
+        id=row.id,
+        dataset_id=row.dataset_id,
+        created_at=row.created_at,
+        operation=row.operation,
+        mechanism=row.mechanism,
+        label=row.label,
+        metadata=row.metadata_,
+        key_id=row.key_id,
+        reason=row.reason,
+        spent=row.spent,
+        requested=row.requested,
+        budget=row.budget,
+    )
 
 
 def list_rejections(
     db: Database,
-    principal: Principal,
+    caller: Caller,
     *,
     dataset: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
     limit: int = 100,
     cursor: str | None = None,
-) -> dict[str, Any]:
+) -> r.RejectionPage:
     """Refused charges and reservations, newest first."""
     before = decode_cursor(cursor) if cursor else None
     with db.read() as s:
+        principal = authenticate(s, caller)
         q = select(Rejection)
         if dataset is not None:
-            st = find_dataset(s, dataset, principal)
-            q = q.where(Rejection.dataset_id == st.dataset.id)
+            q = q.where(Rejection.dataset_id == state.load(s, dataset, principal).id)
         elif principal.dataset_ids is not None:
             q = q.where(Rejection.dataset_id.in_(principal.dataset_ids))
         if since is not None:
@@ -110,84 +134,104 @@ def list_rejections(
         rows = s.scalars(q.order_by(Rejection.id.desc()).limit(limit + 1)).all()
         more = len(rows) > limit
         rows = rows[:limit]
-        return {
-            "rejections": [rejection_json(r) for r in rows],
-            "next_cursor": encode_cursor(rows[-1].id) if more and rows else None,
-        }
+        return r.RejectionPage(
+            rejections=[rejection_answer(x) for x in rows],
+            next_cursor=encode_cursor(rows[-1].id) if more and rows else None,
+        )
 
 
-def _recompute(
-    db: Database, dataset_id: str
-) -> tuple[PrivacyCurve, int, list[int], dict[str, Any]]:
-    """Sum of stored entry curves in ledger order, count, ids whose curve no longer matches
-    their mechanism, and per-kind counts."""
+def _recomputed(
+    s: Any, st: DatasetState
+) -> tuple[PrivacyCurve, int, list[int], dict[str, Any], RunningSum]:
+    """From the ledger: the sum of stored entry curves in ledger order, the entry count, the
+    ids whose curve no longer matches their mechanism, per-kind counts; and the held sum of
+    the active reservations."""
     total = PrivacyCurve.zero()
     n = 0
     mismatched: list[int] = []
     counts: dict[str, Any] = {}
-    with db.read() as s:
-        rows = s.execute(
-            select(LedgerEntry)
-            .where(LedgerEntry.dataset_id == dataset_id)
-            .order_by(LedgerEntry.seq)
-        ).scalars()
-        for e in rows:
-            stored = curve_of(e)
-            fresh = mechanism_from_dict(e.mechanism).curve()
-            if not (
-                math.isclose(fresh.rho, stored.rho, rel_tol=1e-12)
-                and np.allclose(fresh.rdp, stored.rdp, rtol=1e-12, atol=0)
-            ):
-                mismatched.append(e.id)
-            total = total + stored
-            n += 1
-            c = counts.setdefault(e.kind, {"entries": 0, "count": 0, "rho": 0.0})
-            c["entries"] += 1
-            c["count"] += e.count
-            c["rho"] = c["rho"] + e.rho if c["rho"] is not None and math.isfinite(e.rho) else None
-    return total, n, mismatched, counts
+    rows = s.execute(select(LedgerEntry).where(_L.dataset_id == st.id).order_by(_L.seq)).scalars()
+    for e in rows:
+        stored = curve_of(e)
+        fresh = mechanism_from_dict(e.mechanism).curve()
+        if not (
+            math.isclose(fresh.rho, stored.rho, rel_tol=1e-12)
+            and np.allclose(fresh.rdp, stored.rdp, rtol=1e-12, atol=0)
+        ):
+            mismatched.append(e.id)
+        total = total + stored
+        n += 1
+        c = counts.setdefault(e.kind, {"entries": 0, "count": 0, "rho": 0.0})
+        c["entries"] += 1
+        c["count"] += e.count
+        c["rho"] = c["rho"] + e.rho if c["rho"] is not None and math.isfinite(e.rho) else None
+    held = RunningSum()
+    for h in s.scalars(
+        select(Reservation)
+        .where(_R.dataset_id == st.id, _R.status == ReservationStatus.ACTIVE)
+        .order_by(_R.created_at, _R.id)
+    ):
+        held = held.add(curve_of(h))
+    return total, n, mismatched, counts, held
 
 
-def verify(db: Database, rebuild: bool = False) -> dict[str, Any]:
+def _held_drift(stored: RunningSum, fresh: RunningSum) -> bool:
+    """Stored held sums are rounded up along their own add/remove history, so they match the
+    fresh sum only to within rounding; they must never be below it."""
+    a, b = stored.total(), fresh.total()
+    if a is None or b is None:
+        return (a is None) != (b is None)
+    return bool(
+        stored.count != fresh.count
+        or a.rho < b.rho
+        or (a.rdp < b.rdp).any()
+        or not np.allclose(a.rdp, b.rdp, rtol=1e-9, atol=1e-300)
+    )
+
+
+def verify(db: Database, caller: Caller = SYSTEM, rebuild: bool = False) -> r.VerifyReport:
     """Recompute totals from the ledger for every dataset; report drift; optionally rebuild."""
     with db.read() as s:
-        ids = list(s.scalars(select(Dataset.id).order_by(Dataset.name)))
+        principal = authenticate(s, caller)
+        q = select(Dataset.id).order_by(Dataset.name)
+        if principal.dataset_ids is not None:
+            q = q.where(Dataset.id.in_(principal.dataset_ids))
+        ids = list(s.scalars(q))
     report = []
     for dataset_id in ids:
-        total, n, mismatched, counts = _recompute(db, dataset_id)
-        with db.write() as s:
-            st = find_dataset(s, dataset_id, SYSTEM, lock=True)
-            stored = st.curve
+        with db.write() as s, admission.locked(s, dataset_id, principal) as st:
+            total, n, mismatched, counts, held = _recomputed(s, st)
+            stored = st.committed
             drift = {
                 "rho": stored.rho != total.rho,
                 "rdp": not np.array_equal(stored.rdp, total.rdp),
                 "pure_eps": stored.pure_eps != total.pure_eps,
                 "gaussian_only": stored.gaussian_only != total.gaussian_only,
-                "entry_count": st.totals.entry_count != n,
+                "entry_count": st.entry_count != n,
+                "held": _held_drift(st.held, held),
             }
             drifted = [k for k, v in drift.items() if v]
             item: dict[str, Any] = {
-                "dataset_id": dataset_id,
-                "name": st.dataset.name,
+                "dataset_id": st.id,
+                "name": st.name,
                 "entries": n,
                 "ok": not drifted and not mismatched,
                 "drift": drifted,
                 "entries_with_curve_mismatch": mismatched,
             }
             if drifted:
-                item["stored"] = {"rho": stored.rho, "entries": st.totals.entry_count}
+                item["stored"] = {"rho": stored.rho, "entries": st.entry_count}
                 item["recomputed"] = {"rho": total.rho, "entries": n}
             if rebuild and drifted:
-                t: DatasetTotal = st.totals
-                sp = spend_of(st.dataset, total)
-                t.rho, t.rdp, t.pure_eps = total.rho, rdp_to_bytes(total.rdp), total.pure_eps
-                t.gaussian_only, t.entry_count, t.mechanism_counts = total.gaussian_only, n, counts
-                t.spent_epsilon, t.spent_method, t.updated_at = sp.epsilon, sp.method, utcnow()
+                st.committed, st.entry_count, st.mechanism_counts = total, n, counts
+                st.spent = st.filter.spend(total)
+                st.held = held
+                st.dirty = True
                 audit.record(
                     s,
-                    SYSTEM,
+                    principal,
                     "totals.rebuilt",
-                    dataset_id=dataset_id,
+                    dataset_id=st.id,
                     details={
                         "drift": drifted,
                         "recomputed": item["recomputed"],
@@ -195,8 +239,8 @@ def verify(db: Database, rebuild: bool = False) -> dict[str, Any]:
                     },
                 )
                 item["rebuilt"] = True
-            report.append(item)
-    return {"ok": all(r["ok"] for r in report), "datasets": report}
+            report.append(r.VerifiedDataset(**item))
+    return r.VerifyReport(ok=all(x.ok for x in report), datasets=report)
 
 
 __all__ = [
@@ -204,6 +248,6 @@ __all__ = [
     "encode_cursor",
     "list_entries",
     "list_rejections",
-    "rejection_json",
+    "rejection_answer",
     "verify",
 ]

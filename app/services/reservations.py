@@ -6,82 +6,59 @@
 * ``release``: frees the hold; the pipeline asserts that no output was released. Idempotent.
 * Expiry fails closed: a hold past its ``expires_at`` is charged into the ledger (source
   ``reservation_expired``) and audited, never silently freed. Expiry happens inside every
-  write transaction on the dataset and in the periodic sweeper.
+  write transaction on the dataset (``admission.settle``) and in the periodic sweeper.
 
-Every transition happens under the dataset's totals lock, so racing commit / release / expiry
-resolve to exactly one outcome.
+Every transition happens under the dataset's lock (``admission.locked``), so racing commit,
+release and expiry resolve to exactly one outcome.
 """
 
 from __future__ import annotations
 
-import secrets
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app import observability
-from app.accounting.curve import PrivacyCurve
+from app import responses as r
 from app.accounting.mechanisms import Mechanism
-from app.accounting.orders import ORDERS_VERSION
 from app.db.engine import Database
-from app.db.models import Reservation, utcnow
-from app.services import audit
-from app.services.curves import curve_of, finite_or_none, iso, rdp_to_bytes, spend_of
-from app.services.datasets import DatasetState, find_dataset
-from app.services.errors import BudgetExceeded, Conflict, NotFound, Unprocessable
-from app.services.keys import SYSTEM, Principal
+from app.db.models import EntrySource, Reservation, ReservationStatus, utcnow
+from app.errors import BudgetExceeded, Conflict, NotFound, Unprocessable
+from app.principal import SYSTEM, Caller, Principal
+from app.services import admission, answers
+from app.services.auth import authenticate
+from app.services.state import DatasetState
+
+_R = Reservation.__table__.c
 
 
-def _aware(ts: datetime) -> datetime:
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+def reservation_answer(row: Reservation) -> r.Reservation:
+    return r.Reservation(**_fields(row))
 
 
-def reservation_json(r: Reservation) -> dict[str, Any]:
+def _fields(row: Reservation) -> dict[str, Any]:
     return {
-        "id": r.id,
-        "dataset_id": r.dataset_id,
-        "status": r.status,
-        "mechanism": r.mechanism,
-        "label": r.label,
-        "metadata": r.metadata_,
-        "rho": finite_or_none(r.rho),
-        "pure_epsilon": finite_or_none(r.pure_eps),
-        "created_at": iso(r.created_at),
-        "expires_at": iso(r.expires_at),
-        "resolved_at": iso(r.resolved_at),
-        "ledger_entry_id": r.ledger_entry_id,
-        "key_id": r.key_id,
+        "id": row.id,
+        "dataset_id": row.dataset_id,
+        "status": row.status.value,
+        "mechanism": row.mechanism,
+        "label": row.label,
+        "metadata": row.metadata_,
+        "rho": answers.finite_or_none(row.rho),
+        "pure_epsilon": answers.finite_or_none(row.pure_eps),
+        "created_at": row.created_at,
+        "expires_at": row.expires_at,
+        "resolved_at": row.resolved_at,
+        "ledger_entry_id": row.ledger_entry_id,
+        "key_id": row.key_id,
     }
 
 
-def _charge_hold(
-    session: Session, st: DatasetState, r: Reservation, source: str, now: datetime
-) -> int:
-    """Append the reservation's curve to the ledger (the caller holds the lock)."""
-    from app.services.charges import append_entry
-
-    curve = curve_of(r)
-    after = st.curve + curve
-    sp = spend_of(st.dataset, after)
-    entry = append_entry(
-        session,
-        st,
-        kind=r.kind,
-        count=r.count,
-        mechanism_json={k: v for k, v in r.mechanism.items() if k != "v"},
-        curve=curve,
-        after=after,
-        spend_after=sp,
-        label=r.label,
-        metadata=r.metadata_,
-        key_id=r.key_id,
-        source=source,
-        reservation_id=r.id,
-        now=now,
-    )
-    return int(entry["id"])
+def _answer(
+    row: Reservation, st: DatasetState, requested: r.Requested | None = None
+) -> r.ReservationAnswer:
+    return r.ReservationAnswer(**_fields(row), spent=answers.spent(st), requested=requested)
 
 
 def _count(session: Session, dataset_id: str, kind: str, outcome: str) -> None:
@@ -90,189 +67,122 @@ def _count(session: Session, dataset_id: str, kind: str, outcome: str) -> None:
     )
 
 
-def _expire(session: Session, st: DatasetState, r: Reservation, now: datetime) -> None:
-    r.status = "expired"
-    _count(session, st.dataset.id, r.kind, "expired")
-    r.resolved_at = now
-    r.ledger_entry_id = _charge_hold(session, st, r, "reservation_expired", now)
-    audit.record(
-        session,
-        SYSTEM,
-        "reservation.expired",
-        dataset_id=st.dataset.id,
-        target_id=r.id,
-        details={"ledger_entry_id": r.ledger_entry_id, "mechanism": r.mechanism},
-    )
-
-
-def settle_holds(session: Session, st: DatasetState, now: datetime) -> PrivacyCurve | None:
-    """Charge the locked dataset's expired reservations; return the sum of the curves of the
-    ones still active (None when there are none)."""
-    rows = session.scalars(
-        select(Reservation)
-        .where(Reservation.dataset_id == st.dataset.id, Reservation.status == "active")
-        .order_by(Reservation.created_at, Reservation.id)
-    ).all()
-    held: PrivacyCurve | None = None
-    for r in rows:
-        if _aware(r.expires_at) <= now:
-            _expire(session, st, r, now)
-        else:
-            held = curve_of(r) if held is None else held + curve_of(r)
-    return held
-
-
 def reserve(
     db: Database,
-    principal: Principal,
+    caller: Caller,
     ref: str,
     *,
     mechanism: Mechanism,
-    mechanism_json: dict[str, Any],
+    wire: dict[str, Any],
     ttl_seconds: int,
     label: str | None,
     metadata: dict[str, Any] | None,
     max_ttl_seconds: int,
-) -> dict[str, Any]:
+) -> r.ReservationAnswer:
     """Hold budget for a planned invocation: the reservation, or BudgetExceeded (recorded)."""
-    from app.services.charges import (
-        check_allowed,
-        current_spent,
-        curve_for,
-        decide,
-        refuse,
-        requested_json,
-    )
-
     if not 1 <= ttl_seconds <= max_ttl_seconds:
         raise Unprocessable(f"ttl_seconds must be in [1, {max_ttl_seconds}], got {ttl_seconds}")
-    curve = curve_for(mechanism)
     problem: BudgetExceeded | None = None
+    now = utcnow()
     with db.write() as s:
-        st = find_dataset(s, ref, principal, lock=True)
-        check_allowed(st, mechanism.kind)
-        now = utcnow()
-        d = decide(s, st, curve, now)
-        if not d.admitted:
-            problem = refuse(
-                s,
-                st,
-                d,
-                operation="reservation",
-                mechanism_json=mechanism_json,
-                label=label,
-                metadata=metadata,
-                key_id=principal.key_id,
-            )
-            _count(s, st.dataset.id, mechanism.kind, "refused")
-        else:
-            r = Reservation(
-                id="rsv_" + secrets.token_hex(8),
-                dataset_id=st.dataset.id,
-                status="active",
-                kind=mechanism.kind,
-                mechanism={**mechanism_json, "v": 1},
-                count=mechanism.count,
-                rho=curve.rho,
-                rdp=rdp_to_bytes(curve.rdp),
-                pure_eps=curve.pure_eps,
-                gaussian_only=curve.gaussian_only,
-                orders_version=ORDERS_VERSION,
-                label=label,
-                metadata_=metadata,
-                key_id=principal.key_id,
-                created_at=now,
-                expires_at=now + timedelta(seconds=ttl_seconds),
-            )
-            s.add(r)
-            s.flush()
-            _count(s, st.dataset.id, mechanism.kind, "reserved")
-            body = {
-                **reservation_json(r),
-                "spent": current_spent(st),
-                "requested": requested_json(st, mechanism_json, curve),
-            }
+        principal = authenticate(s, caller)
+        ask = admission.Ask.of(mechanism, wire, label, metadata, principal.key_id)
+        with admission.locked(s, ref, principal, now) as st:
+            admission.check_allowed(st, ask.kind)
+            dry = admission.decide(st, ask.curve)
+            if dry.admitted:
+                row = admission.hold(s, st, ask, ttl_seconds, now)
+                s.flush()
+                _count(s, st.id, ask.kind, "reserved")
+                answer = _answer(row, st, answers.requested(st, wire, ask.curve))
+            else:
+                problem = admission.refuse(s, st, ask, dry, "reservation")
+                _count(s, st.id, ask.kind, "refused")
     if problem is not None:
         raise problem
-    return body
+    return answer
 
 
-def _locked(
-    s: Session, principal: Principal, reservation_id: str
-) -> tuple[Reservation, DatasetState]:
-    """The reservation and its dataset, under the dataset's lock, expired holds settled."""
-    r = s.get(Reservation, reservation_id)
-    if r is None or not principal.can_see(r.dataset_id):
-        raise NotFound(f"no reservation {reservation_id!r}")
-    st = find_dataset(s, r.dataset_id, principal, lock=True)
-    s.refresh(r)
-    settle_holds(s, st, utcnow())
-    return r, st
+def _resolve(
+    db: Database, caller: Caller, reservation_id: str, to: ReservationStatus
+) -> r.ReservationAnswer:
+    """Commit or release an active reservation under its dataset's lock."""
+    with db.write() as s:
+        principal = authenticate(s, caller)
+        dataset_id = _visible_dataset(s, principal, reservation_id)
+        now = utcnow()
+        with admission.locked(s, dataset_id, principal, now) as st:
+            row = s.get(Reservation, reservation_id)
+            assert row is not None
+            if row.status is ReservationStatus.ACTIVE:
+                row.status = to
+                row.resolved_by = principal.key_id
+                if to is ReservationStatus.COMMITTED:
+                    admission.append_held(s, st, row, EntrySource.RESERVATION, now)
+                else:
+                    admission.release_hold(s, st, row)
+                    row.resolved_at = now
+                _count(s, st.id, row.kind, to.value)
+            elif to is ReservationStatus.COMMITTED and row.status is ReservationStatus.RELEASED:
+                raise Conflict(
+                    f"reservation {reservation_id!r} was released; it cannot be committed"
+                )
+            elif to is ReservationStatus.RELEASED and row.status in (
+                ReservationStatus.COMMITTED,
+                ReservationStatus.EXPIRED,
+            ):
+                raise Conflict(
+                    f"reservation {reservation_id!r} is {row.status.value}: its budget is "
+                    "already charged",
+                    reservation=reservation_answer(row).model_dump(mode="json"),
+                )
+            return _answer(row, st)
 
 
-def commit(db: Database, principal: Principal, reservation_id: str) -> dict[str, Any]:
+def commit(db: Database, caller: Caller, reservation_id: str) -> r.ReservationAnswer:
     """Commit a reservation into the ledger (idempotent: a committed one answers the same).
 
     An expired reservation has already been charged: the answer says so (status ``expired``)
     with its ledger entry. A released one cannot be committed (409).
     """
-    from app.services.charges import current_spent
-
-    with db.write() as s:
-        r, st = _locked(s, principal, reservation_id)
-        if r.status == "active":
-            now = utcnow()
-            r.status = "committed"
-            r.resolved_at = now
-            r.resolved_by = principal.key_id
-            r.ledger_entry_id = _charge_hold(s, st, r, "reservation", now)
-            _count(s, st.dataset.id, r.kind, "committed")
-        elif r.status == "released":
-            raise Conflict(f"reservation {reservation_id!r} was released; it cannot be committed")
-        return {**reservation_json(r), "spent": current_spent(st)}
+    return _resolve(db, caller, reservation_id, ReservationStatus.COMMITTED)
 
 
-def release(db: Database, principal: Principal, reservation_id: str) -> dict[str, Any]:
+def release(db: Database, caller: Caller, reservation_id: str) -> r.ReservationAnswer:
     """Release a reservation (idempotent). Expired or committed ones are already charged: 409."""
-    from app.services.charges import current_spent
-
-    with db.write() as s:
-        r, st = _locked(s, principal, reservation_id)
-        if r.status == "active":
-            r.status = "released"
-            r.resolved_at = utcnow()
-            r.resolved_by = principal.key_id
-            _count(s, st.dataset.id, r.kind, "released")
-        elif r.status in ("committed", "expired"):
-            raise Conflict(
-                f"reservation {reservation_id!r} is {r.status}: its budget is already charged",
-                reservation=reservation_json(r),
-            )
-        return {**reservation_json(r), "spent": current_spent(st)}
+    return _resolve(db, caller, reservation_id, ReservationStatus.RELEASED)
 
 
-def get_reservation(db: Database, principal: Principal, reservation_id: str) -> dict[str, Any]:
+def _visible_dataset(s: Session, principal: Principal, reservation_id: str) -> str:
+    dataset_id: str | None = s.scalar(select(_R.dataset_id).where(_R.id == reservation_id))
+    if dataset_id is None or not principal.can_see(dataset_id):
+        raise NotFound(f"no reservation {reservation_id!r}")
+    return dataset_id
+
+
+def get_reservation(db: Database, caller: Caller, reservation_id: str) -> r.Reservation:
     with db.read() as s:
-        r = s.get(Reservation, reservation_id)
-        if r is None or not principal.can_see(r.dataset_id):
-            raise NotFound(f"no reservation {reservation_id!r}")
-        return reservation_json(r)
+        principal = authenticate(s, caller)
+        _visible_dataset(s, principal, reservation_id)
+        row = s.get(Reservation, reservation_id)
+        assert row is not None
+        return reservation_answer(row)
 
 
 def sweep_expired(db: Database) -> int:
-    """Charge every expired reservation in the database (the periodic sweeper)."""
+    """Charge every due hold in the database (the periodic sweeper); how many datasets."""
     now = utcnow()
     with db.read() as s:
-        due = sorted(
-            {
-                r.dataset_id
-                for r in s.scalars(select(Reservation).where(Reservation.status == "active"))
-                if _aware(r.expires_at) <= now
-            }
+        due = list(
+            s.scalars(
+                select(_R.dataset_id)
+                .where(_R.status == ReservationStatus.ACTIVE, _R.expires_at <= now)
+                .distinct()
+            )
         )
-    for dataset_id in due:
-        with db.write() as s:
-            settle_holds(s, find_dataset(s, dataset_id, SYSTEM, lock=True), now)
+    for dataset_id in sorted(due):
+        with db.write() as s, admission.locked(s, dataset_id, SYSTEM, now):
+            pass  # locking settles the due holds
     return len(due)
 
 
@@ -280,8 +190,7 @@ __all__ = [
     "commit",
     "get_reservation",
     "release",
-    "reservation_json",
+    "reservation_answer",
     "reserve",
-    "settle_holds",
     "sweep_expired",
 ]

@@ -4,30 +4,16 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, text
 
 from app.db.engine import Database
+from app.principal import SYSTEM
 from app.services import reservations
-from app.services.keys import SYSTEM
-from tests.conftest import new_dataset
+from tests.conftest import expire_active_holds, new_dataset
 
 LAP = {"mechanism": {"mechanism": "laplace", "epsilon": 0.3}}
-
-
-def _expire_all(db_url: str) -> None:
-    engine = create_engine(db_url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(
-                text("UPDATE reservation SET expires_at = :t WHERE status = 'active'"),
-                {"t": datetime.now(UTC) - timedelta(seconds=1)},
-            )
-    finally:
-        engine.dispose()
 
 
 @pytest.fixture
@@ -91,7 +77,7 @@ def test_expired_reservation_is_charged_not_freed(
     hold = client.post(
         f"/v1/datasets/{ds['id']}/reservations", json={**LAP, "ttl_seconds": 60}
     ).json()
-    _expire_all(db_url)
+    expire_active_holds(db_url)
     # any write on the dataset settles it; commit then answers "expired" with the entry
     answer = client.post(f"/v1/reservations/{hold['id']}/commit").json()
     assert answer["status"] == "expired" and answer["ledger_entry_id"] is not None
@@ -104,7 +90,7 @@ def test_expired_reservation_is_charged_not_freed(
 
 def test_sweeper_charges_expired_holds(client: TestClient, ds: dict, db_url: str) -> None:
     hold = client.post(f"/v1/datasets/{ds['id']}/reservations", json=LAP).json()
-    _expire_all(db_url)
+    expire_active_holds(db_url)
     db = Database(db_url)
     try:
         assert reservations.sweep_expired(db) == 1
@@ -127,7 +113,7 @@ def test_racing_commit_release_expiry_resolve_once(
         for _ in range(6)
     ]
     if expire:
-        _expire_all(db_url)
+        expire_active_holds(db_url)
     db = Database(db_url)
     barrier = threading.Barrier(12)
     results: dict[str, list[str]] = {h["id"]: [] for h in holds}
@@ -140,7 +126,7 @@ def test_racing_commit_release_expiry_resolve_once(
                 out = reservations.commit(db, SYSTEM, h["id"])
             else:
                 out = reservations.release(db, SYSTEM, h["id"])
-            results[h["id"]].append(out["status"])
+            results[h["id"]].append(out.status)
         except Exception as exc:  # a 409 for the loser
             results[h["id"]].append(type(exc).__name__)
 

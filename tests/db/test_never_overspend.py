@@ -15,9 +15,9 @@ from app.accounting.filters import FilterKind, spend
 from app.accounting.mechanisms import Laplace, mechanism_from_dict
 from app.db.engine import Database
 from app.db.models import LedgerEntry
+from app.errors import BudgetExceeded
+from app.principal import SYSTEM
 from app.services import charges, datasets
-from app.services.errors import BudgetExceeded
-from app.services.keys import SYSTEM
 from app.services.ledger import verify
 from tests.conftest import ADMIN, ADMIN_KEY, PG_URL
 from tests.live import running
@@ -58,10 +58,8 @@ def test_threads_race_through_the_service(db_url: str, accounting: str, adaptive
         def one(_: int) -> int:
             barrier.wait()
             try:
-                status, _body = charges.charge(
-                    db, SYSTEM, ds["id"], mechanism=mech, mechanism_json=mech.to_dict()
-                )
-                return status
+                charges.charge(db, SYSTEM, ds.id, mechanism=mech, wire=mech.to_dict())
+                return 201
             except BudgetExceeded:
                 return 409
 
@@ -70,11 +68,11 @@ def test_threads_race_through_the_service(db_url: str, accounting: str, adaptive
         admitted = answers.count(201)
         assert admitted + answers.count(409) == THREADS
         assert 0 < admitted < THREADS  # the race straddles the budget
-        n_rows, eps = _ledger_spend(db_url, ds["id"], FilterKind(ds["filter"]), 1e-6)
+        n_rows, eps = _ledger_spend(db_url, ds.id, FilterKind(ds.filter), 1e-6)
         assert n_rows == admitted
         assert eps <= 1.0
-        assert datasets.get_dataset(db, SYSTEM, ds["id"])["spent"]["epsilon"] <= 1.0
-        assert verify(db)["ok"]
+        assert datasets.get_dataset(db, SYSTEM, ds.id).spent.epsilon <= 1.0
+        assert verify(db).ok
     finally:
         db.dispose()
 
@@ -114,7 +112,7 @@ def _check_http_race(url: str, servers_urls: list[str]) -> None:
     assert eps <= 3.0
     db = Database(url)
     try:
-        assert verify(db)["ok"]
+        assert verify(db).ok
     finally:
         db.dispose()
 

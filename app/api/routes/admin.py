@@ -3,62 +3,100 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Query, Response, status
 
+from app import responses as r
+from app.api.answer import send
 from app.api.deps import Admin, DbDep
-from app.api.problems import PROBLEM_RESPONSES
+from app.api.problems import responses
 from app.api.schemas import KeyIn
+from app.principal import Role
 from app.services import audit, keys, ledger
 
-router = APIRouter(tags=["admin"], responses=PROBLEM_RESPONSES)
+router = APIRouter(tags=["admin"])
 
 
-@router.post("/v1/keys", status_code=status.HTTP_201_CREATED, summary="Create a key (shown once)")
-def create_key(body: KeyIn, db: DbDep, p: Admin) -> dict[str, Any]:
-    return keys.create_key(db, p, body.role, body.datasets, body.label)
+@router.post(
+    "/v1/keys",
+    status_code=status.HTTP_201_CREATED,
+    response_model=r.KeyCreated,
+    responses=responses(),
+    summary="Create a key (shown once)",
+)
+def create_key(body: KeyIn, db: DbDep, caller: Admin) -> Response:
+    created = keys.create_key(db, caller, Role(body.role), body.datasets, body.label)
+    return send(created, status.HTTP_201_CREATED)
 
 
-@router.get("/v1/keys", summary="List keys (never the secrets)")
-def list_keys(db: DbDep, _p: Admin) -> dict[str, Any]:
-    return {"keys": keys.list_keys(db)}
+@router.get(
+    "/v1/keys",
+    response_model=r.KeyList,
+    responses=responses(),
+    summary="List keys (never the secrets)",
+)
+def list_keys(db: DbDep, caller: Admin) -> Response:
+    return send(keys.list_keys(db, caller))
 
 
-@router.delete("/v1/keys/{key_id}", summary="Revoke a key")
-def revoke_key(key_id: str, db: DbDep, p: Admin) -> dict[str, Any]:
-    return keys.revoke_key(db, p, key_id)
+@router.delete(
+    "/v1/keys/{key_id}",
+    response_model=r.Key,
+    responses=responses(404),
+    summary="Revoke a key",
+)
+def revoke_key(key_id: str, db: DbDep, caller: Admin) -> Response:
+    return send(keys.revoke_key(db, caller, key_id))
 
 
-@router.get("/v1/rejections", summary="Refused charges and reservations, newest first")
+@router.get(
+    "/v1/rejections",
+    response_model=r.RejectionPage,
+    responses=responses(404),
+    summary="Refused charges and reservations, newest first",
+)
 def rejections(
     db: DbDep,
-    p: Admin,
+    caller: Admin,
     dataset: Annotated[str | None, Query(max_length=200)] = None,
     dataset_id: Annotated[str | None, Query(max_length=200)] = None,
     since: datetime | None = None,
     until: datetime | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
-) -> dict[str, Any]:
-    return ledger.list_rejections(
-        db, p, dataset=dataset or dataset_id, since=since, until=until, limit=limit, cursor=cursor
+) -> Response:
+    page = ledger.list_rejections(
+        db,
+        caller,
+        dataset=dataset or dataset_id,
+        since=since,
+        until=until,
+        limit=limit,
+        cursor=cursor,
     )
+    return send(page)
 
 
-@router.get("/v1/audit", summary="Audit trail, newest first")
+@router.get(
+    "/v1/audit",
+    response_model=r.AuditPage,
+    responses=responses(),
+    summary="Audit trail, newest first",
+)
 def audit_trail(
     db: DbDep,
-    _p: Admin,
+    caller: Admin,
     dataset: Annotated[str | None, Query(max_length=200)] = None,
     action: Annotated[str | None, Query(max_length=64)] = None,
     since: datetime | None = None,
     until: datetime | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before_id: Annotated[int | None, Query(ge=1)] = None,
-) -> dict[str, Any]:
-    events = audit.list_events(
+) -> Response:
+    page = audit.list_events(
         db,
+        caller,
         dataset_id=dataset,
         action=action,
         since=since,
@@ -66,9 +104,14 @@ def audit_trail(
         limit=limit,
         before_id=before_id,
     )
-    return {"events": events}
+    return send(page)
 
 
-@router.post("/v1/admin/verify", summary="Recompute totals from the ledger; rebuild on request")
-def verify(db: DbDep, _p: Admin, rebuild: bool = False) -> dict[str, Any]:
-    return ledger.verify(db, rebuild=rebuild)
+@router.post(
+    "/v1/admin/verify",
+    response_model=r.VerifyReport,
+    responses=responses(),
+    summary="Recompute totals from the ledger; rebuild on request",
+)
+def verify(db: DbDep, caller: Admin, rebuild: bool = False) -> Response:
+    return send(ledger.verify(db, caller, rebuild=rebuild))

@@ -2,44 +2,56 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
+from app import responses as r
+from app.api.answer import send
 from app.api.deps import DbDep, Viewer
-from app.api.problems import PROBLEM_RESPONSES
+from app.api.problems import responses
 from app.services import dashboard, ledger
 
-router = APIRouter(prefix="/v1/datasets", tags=["dashboard"], responses=PROBLEM_RESPONSES)
+router = APIRouter(prefix="/v1/datasets", tags=["dashboard"])
 
 
 @router.get(
     "/{dataset_id}/series",
+    response_model=r.Series,
+    responses=responses(404),
     summary="Spend (epsilon at the budget delta) after each ledger entry, downsampled",
 )
 def series(
     dataset_id: str,
     db: DbDep,
-    p: Viewer,
+    caller: Viewer,
     points: Annotated[int, Query(ge=2, le=dashboard.MAX_SERIES_POINTS)] = 500,
-) -> dict[str, Any]:
-    return dashboard.series(db, p, dataset_id, points)
+) -> Response:
+    return send(dashboard.series(db, caller, dataset_id, points))
 
 
 @router.get(
     "/{dataset_id}/curves",
+    response_model=r.Curves,
+    responses=responses(404),
     summary="Composed RDP curve against the budget's curve, and the (epsilon, delta) trade-off",
 )
-def curves(dataset_id: str, db: DbDep, p: Viewer) -> dict[str, Any]:
-    return dashboard.curves(db, p, dataset_id)
+def curves(dataset_id: str, db: DbDep, caller: Viewer) -> Response:
+    return send(dashboard.curves(db, caller, dataset_id))
 
 
-@router.get("/{dataset_id}/rejections", summary="This dataset's refused requests, newest first")
+@router.get(
+    "/{dataset_id}/rejections",
+    response_model=r.RejectionPage,
+    responses=responses(404),
+    summary="This dataset's refused requests, newest first",
+)
 def rejections(
     dataset_id: str,
     db: DbDep,
-    p: Viewer,
+    caller: Viewer,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
-) -> dict[str, Any]:
-    return ledger.list_rejections(db, p, dataset=dataset_id, limit=limit, cursor=cursor)
+) -> Response:
+    page = ledger.list_rejections(db, caller, dataset=dataset_id, limit=limit, cursor=cursor)
+    return send(page)

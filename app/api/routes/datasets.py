@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Response, status
 
+from app import responses as r
+from app.api.answer import send
 from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer
-from app.api.problems import PROBLEM_RESPONSES
+from app.api.problems import responses
 from app.api.schemas import ChargeIn, DatasetIn, DatasetPatch
 from app.services import calibrate as calibrate_service
 from app.services import charges, datasets, ledger
 
-router = APIRouter(prefix="/v1/datasets", tags=["datasets"], responses=PROBLEM_RESPONSES)
+router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 
 KindQuery = Annotated[
     Literal[
@@ -28,11 +30,17 @@ KindQuery = Annotated[
 IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, summary="Create a dataset (admin)")
-def create(body: DatasetIn, db: DbDep, p: Admin) -> dict[str, Any]:
-    return datasets.create_dataset(
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=r.Dataset,
+    responses=responses(409),
+    summary="Create a dataset (admin)",
+)
+def create(body: DatasetIn, db: DbDep, caller: Admin) -> Response:
+    answer = datasets.create_dataset(
         db,
-        p,
+        caller,
         name=body.name,
         budget_epsilon=body.budget.epsilon,
         budget_delta=body.budget.delta,
@@ -41,25 +49,41 @@ def create(body: DatasetIn, db: DbDep, p: Admin) -> dict[str, Any]:
         allowed_mechanisms=list(body.allowed_mechanisms) if body.allowed_mechanisms else None,
         description=body.description,
     )
+    return send(answer, status.HTTP_201_CREATED)
 
 
-@router.get("", summary="List datasets with their current spend")
+@router.get(
+    "",
+    response_model=r.DatasetList,
+    responses=responses(),
+    summary="List datasets with their current spend",
+)
 def list_(
     db: DbDep,
-    p: Viewer,
+    caller: Viewer,
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
     offset: Annotated[int, Query(ge=0)] = 0,
-) -> dict[str, Any]:
-    return datasets.list_datasets(db, p, limit=limit, offset=offset)
+) -> Response:
+    return send(datasets.list_datasets(db, caller, limit=limit, offset=offset))
 
 
-@router.get("/{dataset_id}", summary="One dataset with its current spend")
-def get(dataset_id: str, db: DbDep, p: Viewer) -> dict[str, Any]:
-    return datasets.get_dataset(db, p, dataset_id)
+@router.get(
+    "/{dataset_id}",
+    response_model=r.Dataset,
+    responses=responses(404),
+    summary="One dataset with its current spend",
+)
+def get(dataset_id: str, db: DbDep, caller: Viewer) -> Response:
+    return send(datasets.get_dataset(db, caller, dataset_id))
 
 
-@router.patch("/{dataset_id}", summary="Change budget or description (admin, audited)")
-def patch(dataset_id: str, body: DatasetPatch, db: DbDep, p: Admin) -> dict[str, Any]:
+@router.patch(
+    "/{dataset_id}",
+    response_model=r.Dataset,
+    responses=responses(404, 409),
+    summary="Change budget or description (admin, audited)",
+)
+def patch(dataset_id: str, body: DatasetPatch, db: DbDep, caller: Admin) -> Response:
     changes = body.model_dump(exclude_unset=True)
     # null means "no change" for fields that cannot be null; description and
     # allowed_mechanisms (null = every kind) can be set to null
@@ -70,77 +94,97 @@ def patch(dataset_id: str, body: DatasetPatch, db: DbDep, p: Admin) -> dict[str,
     }
     if "budget" in changes:
         changes["budget"] = {k: v for k, v in changes["budget"].items() if v is not None}
-    return datasets.update_dataset(db, p, dataset_id, changes)
+    return send(datasets.update_dataset(db, caller, dataset_id, changes))
 
 
 @router.post(
     "/{dataset_id}/charges",
     status_code=status.HTTP_201_CREATED,
+    response_model=r.Charge,
     summary="Charge a mechanism invocation (409 when over budget; ?dry_run=true records nothing)",
-    responses={200: {"description": "dry run: the charge would be admitted (nothing recorded)"}},
+    responses={
+        200: {"model": r.DryRun, "description": "dry run: it would be admitted (nothing recorded)"},
+        **responses(404, 409, budget=True),
+    },
 )
 def charge(
     dataset_id: str,
     body: ChargeIn,
     db: DbDep,
-    p: Pipeline,
-    response: Response,
+    caller: Pipeline,
     idempotency_key: IdemKey = None,
     dry_run: bool = False,
-) -> dict[str, Any]:
-    code, answer = charges.charge(
+) -> Response:
+    answer = charges.charge(
         db,
-        p,
+        caller,
         dataset_id,
         mechanism=body.mechanism.core,
-        mechanism_json=body.mechanism.wire(),
+        wire=body.mechanism.wire(),
         label=body.label,
         metadata=body.metadata,
         idempotency_key=idempotency_key,
         dry_run=dry_run,
     )
-    response.status_code = code
-    return answer
+    return send(answer, status.HTTP_200_OK if dry_run else status.HTTP_201_CREATED)
 
 
-@router.get("/{dataset_id}/ledger", summary="Ledger entries, newest first (cursor-paginated)")
+@router.get(
+    "/{dataset_id}/ledger",
+    response_model=r.LedgerPage,
+    responses=responses(404),
+    summary="Ledger entries, newest first (cursor-paginated)",
+)
 def ledger_(
     dataset_id: str,
     db: DbDep,
-    p: Viewer,
+    caller: Viewer,
     settings: SettingsDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
-) -> dict[str, Any]:
-    return ledger.list_entries(
-        db, p, dataset_id, limit=min(limit, settings.max_page_size), cursor=cursor
+) -> Response:
+    page = ledger.list_entries(
+        db, caller, dataset_id, limit=min(limit, settings.max_page_size), cursor=cursor
     )
+    return send(page)
 
 
-@router.get("/{dataset_id}/budget", summary="Budget, spent, remaining (O(1) in ledger length)")
-def budget(dataset_id: str, db: DbDep, p: Viewer) -> dict[str, Any]:
-    return datasets.budget_view(db, p, dataset_id)
+@router.get(
+    "/{dataset_id}/budget",
+    response_model=r.BudgetView,
+    responses=responses(404),
+    summary="Budget, spent, remaining (O(1) in ledger length)",
+)
+def budget(dataset_id: str, db: DbDep, caller: Viewer) -> Response:
+    return send(datasets.budget_view(db, caller, dataset_id))
 
 
-@router.get("/{dataset_id}/spend", summary="Epsilon at another delta, or delta at an epsilon")
+@router.get(
+    "/{dataset_id}/spend",
+    response_model=r.SpendQuery,
+    responses=responses(404),
+    summary="Epsilon at another delta, or delta at an epsilon",
+)
 def spend(
     dataset_id: str,
     db: DbDep,
-    p: Viewer,
+    caller: Viewer,
     delta: Annotated[float | None, Query(gt=0, lt=1, allow_inf_nan=False)] = None,
     epsilon: Annotated[float | None, Query(ge=0, allow_inf_nan=False)] = None,
-) -> dict[str, Any]:
-    return datasets.spend_query(db, p, dataset_id, delta, epsilon)
+) -> Response:
+    return send(datasets.spend_query(db, caller, dataset_id, delta, epsilon))
 
 
 @router.get(
     "/{dataset_id}/calibrate",
+    response_model=r.Calibration,
+    responses=responses(404, 409),
     summary="Least noise (or largest epsilon / most steps) a next invocation may use and fit",
 )
 def calibrate(
     dataset_id: str,
     db: DbDep,
-    p: Viewer,
+    caller: Viewer,
     mechanism: KindQuery,
     parameter: Annotated[str | None, Query(max_length=32)] = None,
     sensitivity: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
@@ -149,7 +193,7 @@ def calibrate(
     sigma: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
     k: Annotated[int | None, Query(ge=2)] = None,
     count: Annotated[int | None, Query(ge=1)] = None,
-) -> dict[str, Any]:
+) -> Response:
     fixed = {
         "sensitivity": sensitivity,
         "sample_rate": sample_rate,
@@ -158,6 +202,12 @@ def calibrate(
         "k": k,
         "count": count,
     }
-    return calibrate_service.calibrate_next(
-        db, p, dataset_id, mechanism, parameter, {k_: v for k_, v in fixed.items() if v is not None}
+    answer = calibrate_service.calibrate_next(
+        db,
+        caller,
+        dataset_id,
+        mechanism,
+        parameter,
+        {n: v for n, v in fixed.items() if v is not None},
     )
+    return send(answer)

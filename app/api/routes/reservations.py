@@ -2,49 +2,67 @@
 
 from __future__ import annotations
 
-from typing import Any
+from fastapi import APIRouter, Response, status
 
-from fastapi import APIRouter, status
-
+from app import responses as r
+from app.api.answer import send
 from app.api.deps import DbDep, Pipeline, SettingsDep, Viewer
-from app.api.problems import PROBLEM_RESPONSES
+from app.api.problems import responses
 from app.api.schemas import ReservationIn
 from app.services import reservations
 
-router = APIRouter(tags=["reservations"], responses=PROBLEM_RESPONSES)
+router = APIRouter(tags=["reservations"])
 
 
 @router.post(
     "/v1/datasets/{dataset_id}/reservations",
     status_code=status.HTTP_201_CREATED,
+    response_model=r.ReservationAnswer,
+    responses=responses(404, 409, budget=True),
     summary="Hold budget for a planned invocation (409 when it does not fit)",
 )
 def reserve(
-    dataset_id: str, body: ReservationIn, db: DbDep, p: Pipeline, settings: SettingsDep
-) -> dict[str, Any]:
-    return reservations.reserve(
+    dataset_id: str, body: ReservationIn, db: DbDep, caller: Pipeline, settings: SettingsDep
+) -> Response:
+    answer = reservations.reserve(
         db,
-        p,
+        caller,
         dataset_id,
         mechanism=body.mechanism.core,
-        mechanism_json=body.mechanism.wire(),
+        wire=body.mechanism.wire(),
         ttl_seconds=body.ttl_seconds,
         label=body.label,
         metadata=body.metadata,
         max_ttl_seconds=settings.reservation_max_ttl_seconds,
     )
+    return send(answer, status.HTTP_201_CREATED)
 
 
-@router.get("/v1/reservations/{reservation_id}", summary="A reservation and its status")
-def get(reservation_id: str, db: DbDep, p: Viewer) -> dict[str, Any]:
-    return reservations.get_reservation(db, p, reservation_id)
+@router.get(
+    "/v1/reservations/{reservation_id}",
+    response_model=r.Reservation,
+    responses=responses(404),
+    summary="A reservation and its status",
+)
+def get(reservation_id: str, db: DbDep, caller: Viewer) -> Response:
+    return send(reservations.get_reservation(db, caller, reservation_id))
 
 
-@router.post("/v1/reservations/{reservation_id}/commit", summary="Commit into the ledger")
-def commit(reservation_id: str, db: DbDep, p: Pipeline) -> dict[str, Any]:
-    return reservations.commit(db, p, reservation_id)
+@router.post(
+    "/v1/reservations/{reservation_id}/commit",
+    response_model=r.ReservationAnswer,
+    responses=responses(404, 409),
+    summary="Commit into the ledger",
+)
+def commit(reservation_id: str, db: DbDep, caller: Pipeline) -> Response:
+    return send(reservations.commit(db, caller, reservation_id))
 
 
-@router.delete("/v1/reservations/{reservation_id}", summary="Release (no output was released)")
-def release(reservation_id: str, db: DbDep, p: Pipeline) -> dict[str, Any]:
-    return reservations.release(db, p, reservation_id)
+@router.delete(
+    "/v1/reservations/{reservation_id}",
+    response_model=r.ReservationAnswer,
+    responses=responses(404, 409),
+    summary="Release (no output was released)",
+)
+def release(reservation_id: str, db: DbDep, caller: Pipeline) -> Response:
+    return send(reservations.release(db, caller, reservation_id))

@@ -1,0 +1,58 @@
+"""Who is calling: a role, the key's id and its scope; and the credentials a request presents.
+
+``Credentials`` (a presented key and the least role the route needs) are checked inside the
+service's own transaction, in the same worker thread as the work itself (one thread hop per
+request); ``Principal`` is what authentication yields. ``SYSTEM`` is the service acting on its
+own behalf (CLI commands on the server, the reservation sweeper, start-up tasks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Role(StrEnum):
+    """Roles in increasing power: each includes the ones before it."""
+
+    VIEWER = "viewer"
+    PIPELINE = "pipeline"
+    ADMIN = "admin"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self]
+
+
+_RANK = {Role.VIEWER: 0, Role.PIPELINE: 1, Role.ADMIN: 2}
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller: key id, role and the datasets it is scoped to (None = all)."""
+
+    key_id: str | None
+    role: Role
+    dataset_ids: tuple[str, ...] | None = None
+
+    def has_role(self, role: Role) -> bool:
+        return self.role.rank >= role.rank
+
+    def can_see(self, dataset_id: str) -> bool:
+        return self.dataset_ids is None or dataset_id in self.dataset_ids
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """The key a request presented (None when absent) and the least role its route needs."""
+
+    token: str | None
+    role: Role
+
+
+Caller = Credentials | Principal
+"""What a service is given: credentials to check, or an already trusted principal."""
+
+SYSTEM = Principal(key_id=None, role=Role.ADMIN)
+
+__all__ = ["SYSTEM", "Caller", "Credentials", "Principal", "Role"]

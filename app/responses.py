@@ -1,0 +1,375 @@
+"""The answers of the HTTP contract as Pydantic models (DESIGN.md, "HTTP contract").
+
+Services build these values and return them; routes declare them as ``response_model`` so the
+OpenAPI document shows real shapes; the client mirrors them. Infinite quantities (the pure-DP
+epsilon of a Gaussian, the rho of a mechanism with no finite zCDP bound) are ``null``: JSON has
+no infinity. Times are UTC, ISO 8601 with a ``Z``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+
+def _utc(ts: datetime) -> datetime:
+    """SQLite returns naive datetimes, which are UTC by construction."""
+    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
+
+
+Timestamp = Annotated[datetime, AfterValidator(_utc)]
+Mechanism = dict[str, Any]
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Budget(_Answer):
+    epsilon: float
+    delta: float
+
+
+class Spent(_Answer):
+    """Spend at the budget delta under the dataset's filter, and the composed totals."""
+
+    epsilon: float = Field(description="epsilon at `delta` that the dataset's filter guarantees")
+    delta: float
+    rho: float | None = Field(description="composed zCDP rho (null if not finite)")
+    pure_epsilon: float | None = Field(description="sum of pure-DP epsilons (null if infinite)")
+    method: str = Field(description="the conversion that gave `epsilon`")
+    filter: str = Field(description="the dataset's admission filter")
+
+
+class Remaining(_Answer):
+    """What is left: epsilon is an indication (composition is not additive: the filter
+    decides); rho is exact for the rho filters."""
+
+    epsilon: float
+    delta: float
+    rho: float | None
+
+
+class Reserved(_Answer):
+    """Budget held by active reservations."""
+
+    rho: float | None
+    count: int
+
+
+class Dataset(_Answer):
+    id: str
+    name: str
+    description: str | None
+    budget: Budget
+    accounting: str
+    adaptive: bool
+    allowed_mechanisms: list[str] | None
+    filter: str
+    filter_bound: dict[str, float] | None = Field(
+        description="the rho filters' bound on the composed rho"
+    )
+    spent: Spent
+    remaining: Remaining
+    exhausted: bool
+    entries: int
+    mechanism_counts: dict[str, Any]
+    created_at: Timestamp
+    updated_at: Timestamp
+    last_entry_at: Timestamp | None
+
+
+class DatasetList(_Answer):
+    datasets: list[Dataset]
+    total: int
+
+
+class BudgetView(_Answer):
+    """``GET /budget``: O(1) in the ledger length."""
+
+    dataset_id: str
+    name: str
+    budget: Budget
+    spent: Spent
+    remaining: Remaining
+    exhausted: bool
+    entries: int
+    filter: str
+    accounting: str
+    adaptive: bool
+    reserved: Reserved | None
+
+
+class Entry(_Answer):
+    """A ledger entry (append-only)."""
+
+    id: int
+    dataset_id: str
+    seq: int
+    created_at: Timestamp
+    mechanism: Mechanism
+    kind: str
+    count: int
+    label: str | None
+    metadata: dict[str, Any] | None
+    rho: float | None
+    pure_epsilon: float | None
+    spent_epsilon: float = Field(description="the dataset's spend right after this entry")
+    source: str = Field(description="charge, reservation or reservation_expired")
+    key_id: str | None
+    reservation_id: str | None
+
+
+class Requested(_Answer):
+    """What a charge asks for: the mechanism and its cost alone at the budget delta."""
+
+    mechanism: Mechanism
+    rho: float | None
+    pure_epsilon: float | None
+    epsilon: float
+
+
+class Charge(_Answer):
+    """``POST /charges`` (201): the new entry and the dataset's spend after it."""
+
+    entry: Entry
+    spent: Spent
+
+
+class DryRun(_Answer):
+    """``POST /charges?dry_run=true`` (200): it would be admitted; nothing was recorded."""
+
+    admitted: bool
+    dry_run: bool
+    spent: Spent
+    would_spend: Spent
+    requested: Requested
+
+
+class LedgerPage(_Answer):
+    dataset_id: str
+    entries: list[Entry]
+    next_cursor: str | None
+    total: int
+
+
+class Reservation(_Answer):
+    id: str
+    dataset_id: str
+    status: str = Field(description="active, committed, released or expired")
+    mechanism: Mechanism
+    label: str | None
+    metadata: dict[str, Any] | None
+    rho: float | None
+    pure_epsilon: float | None
+    created_at: Timestamp
+    expires_at: Timestamp
+    resolved_at: Timestamp | None
+    ledger_entry_id: int | None
+    key_id: str | None
+
+
+class ReservationAnswer(Reservation):
+    """A reservation with the dataset's spend (and, when just made, what it holds)."""
+
+    spent: Spent
+    requested: Requested | None = None
+
+
+class Key(_Answer):
+    """An API key as listed: never the secret."""
+
+    id: str
+    prefix: str
+    role: str
+    datasets: list[str] | None
+    label: str | None
+    created_at: Timestamp
+    created_by: str | None
+    revoked_at: Timestamp | None
+    revoked: bool
+
+
+class KeyCreated(Key):
+    """A new key: the only answer that shows the secret."""
+
+    key: str
+
+
+class KeyList(_Answer):
+    keys: list[Key]
+
+
+class Rejection(_Answer):
+    """A refused charge or reservation, with the spend at that moment and the reason."""
+
+    id: int
+    dataset_id: str
+    created_at: Timestamp
+    operation: str
+    mechanism: Mechanism
+    label: str | None
+    metadata: dict[str, Any] | None
+    key_id: str | None
+    reason: str
+    spent: dict[str, Any]
+    requested: dict[str, Any]
+    budget: dict[str, Any]
+
+
+class RejectionPage(_Answer):
+    rejections: list[Rejection]
+    next_cursor: str | None
+
+
+class AuditEvent(_Answer):
+    id: int
+    created_at: Timestamp
+    key_id: str | None
+    action: str
+    dataset_id: str | None
+    target_id: str | None
+    details: dict[str, Any]
+
+
+class AuditPage(_Answer):
+    events: list[AuditEvent]
+
+
+class SpendQuery(_Answer):
+    """epsilon at another delta, or delta at an epsilon, under the dataset's filter."""
+
+    dataset_id: str
+    epsilon: float
+    delta: float
+    method: str
+    order: float | None
+    filter: str
+    rho: float | None
+    conversions: dict[str, float]
+    entries: int
+
+
+class Adds(_Answer):
+    rho: float | None
+    pure_epsilon: float | None
+
+
+class Calibration(_Answer):
+    """The least noise (or largest epsilon / most steps) a next invocation may use and fit."""
+
+    dataset_id: str
+    mechanism: Mechanism
+    parameter: str
+    value: int | float = Field(description="an integer for steps")
+    direction: str = Field(description="min: least value that fits; max: largest")
+    adds: Adds
+    spent_after: Spent
+    filter: str
+
+
+class Composition(_Answer):
+    """``POST /v1/accounting/compose``: the tightest non-adaptive conversion."""
+
+    accounting: str
+    delta: float
+    epsilon: float
+    method: str
+    order: float | None
+    rho: float | None
+    pure_epsilon: float | None
+    gaussian_only: bool
+    orders: list[float]
+    rdp: list[float | None]
+    conversions: dict[str, float]
+
+
+class SeriesPoint(_Answer):
+    seq: int
+    created_at: Timestamp
+    kind: str
+    epsilon: float
+
+
+class Series(_Answer):
+    dataset_id: str
+    entries: int
+    downsampled: bool
+    budget: Budget
+    points: list[SeriesPoint]
+
+
+class TradeoffPoint(_Answer):
+    delta: float
+    epsilon: float | None
+    method: str
+
+
+class SpentAtOrder(Spent):
+    order: float | None
+
+
+class Curves(_Answer):
+    dataset_id: str
+    filter: str
+    budget: Budget
+    spent: SpentAtOrder
+    orders: list[float]
+    rdp: list[float | None]
+    budget_rdp: list[float | None]
+    tradeoff: list[TradeoffPoint]
+
+
+class VerifiedDataset(_Answer):
+    model_config = ConfigDict(extra="allow")
+
+    dataset_id: str
+    name: str
+    entries: int
+    ok: bool
+    drift: list[str]
+    entries_with_curve_mismatch: list[int]
+
+
+class VerifyReport(_Answer):
+    ok: bool
+    datasets: list[VerifiedDataset]
+
+
+__all__ = [
+    "Adds",
+    "AuditEvent",
+    "AuditPage",
+    "Budget",
+    "BudgetView",
+    "Calibration",
+    "Charge",
+    "Composition",
+    "Curves",
+    "Dataset",
+    "DatasetList",
+    "DryRun",
+    "Entry",
+    "Key",
+    "KeyCreated",
+    "KeyList",
+    "LedgerPage",
+    "Rejection",
+    "RejectionPage",
+    "Remaining",
+    "Requested",
+    "Reservation",
+    "ReservationAnswer",
+    "Reserved",
+    "Series",
+    "SeriesPoint",
+    "Spent",
+    "SpentAtOrder",
+    "SpendQuery",
+    "TradeoffPoint",
+    "Timestamp",
+    "VerifiedDataset",
+    "VerifyReport",
+]

@@ -1,0 +1,338 @@
+"""Admission: everything that happens to a dataset's budget under its lock.
+
+Every write on a budget (charge, reservation, commit, release, expiry) runs inside
+``locked(session, ref, principal)``, which
+
+1. locks the dataset and its totals row (``state.load(lock=True)``),
+2. charges the holds that are due, fail closed (``settle``): an expired reservation is charged
+   into the ledger, never silently freed,
+3. lets the caller ``decide`` (one dry run of the new curve through the dataset's ``Filter``:
+   the ledger, the active holds and the new curve together must stay within budget), then
+   ``refuse`` (recording the rejection), ``append`` a ledger entry, or ``hold`` budget for a
+   reservation,
+4. writes the totals row back once (``state.save``).
+
+Nothing here reads more than the totals row unless a hold is due: the held sum lives in the
+totals row (``RunningSum``) and the earliest expiry beside it.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import Table, func, insert, select
+from sqlalchemy.orm import Session
+
+from app import observability
+from app import responses as r
+from app.accounting.curve import PrivacyCurve
+from app.accounting.filters import RHO_FILTERS, DryRun, Spend
+from app.accounting.mechanisms import Mechanism
+from app.db.codec import curve_columns, curve_of
+from app.db.models import (
+    EntrySource,
+    LedgerEntry,
+    Rejection,
+    Reservation,
+    ReservationStatus,
+    utcnow,
+)
+from app.errors import BudgetExceeded, Unprocessable
+from app.principal import SYSTEM, Principal
+from app.services import answers, audit, state
+from app.services.state import DatasetState
+
+_LEDGER = cast(Table, LedgerEntry.__table__)
+_INSERT_ENTRY = insert(_LEDGER).returning(_LEDGER.c.id)
+_R = Reservation.__table__.c
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a charge or reservation asks for: a mechanism invocation and its curve."""
+
+    kind: str
+    count: int
+    wire: dict[str, Any]  # the mechanism as given, defaults filled in
+    curve: PrivacyCurve
+    label: str | None = None
+    metadata: dict[str, Any] | None = None
+    key_id: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        mechanism: Mechanism,
+        wire: dict[str, Any],
+        label: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        key_id: str | None = None,
+    ) -> Ask:
+        """The ask for ``mechanism`` (422 when its privacy loss overflows)."""
+        try:
+            curve = mechanism.curve()
+        except ValueError as exc:
+            raise Unprocessable(str(exc)) from None
+        return cls(mechanism.kind, mechanism.count, wire, curve, label, metadata, key_id)
+
+    @classmethod
+    def of_hold(cls, hold: Reservation) -> Ask:
+        """The ask a reservation made (its stored curve: never recomputed)."""
+        wire = {k: v for k, v in hold.mechanism.items() if k != "v"}
+        return cls(
+            hold.kind, hold.count, wire, curve_of(hold), hold.label, hold.metadata_, hold.key_id
+        )
+
+
+def aware(ts: datetime) -> datetime:
+    """SQLite returns naive datetimes, which are UTC by construction."""
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+@contextmanager
+def locked(
+    session: Session, ref: str, principal: Principal, now: datetime | None = None
+) -> Iterator[DatasetState]:
+    """The dataset under its lock with due holds settled; its totals are saved on exit."""
+    now = now or utcnow()
+    st = state.load(session, ref, principal, lock=True)
+    settle(session, st, now)
+    yield st
+    state.save(session, st, now)
+
+
+def check_allowed(st: DatasetState, kind: str) -> None:
+    """422 unless the dataset allows mechanisms of ``kind``."""
+    allowed = st.allowed_mechanisms
+    if allowed is not None and kind not in allowed:
+        raise Unprocessable(
+            f"mechanism {kind!r} is not allowed on dataset {st.name!r} "
+            f"(allowed: {', '.join(allowed)})",
+            allowed_mechanisms=allowed,
+        )
+
+
+def decide(st: DatasetState, curve: PrivacyCurve) -> DryRun:
+    """Would ``curve`` fit? The ledger plus the active holds plus it, under the filter."""
+    return st.filter.dry_run(st.committed, st.held_curve, curve)
+
+
+# --- refusing ---------------------------------------------------------------------------------
+
+
+def refusal(st: DatasetState, ask: Ask, dry: DryRun, *, dry_run: bool = False) -> BudgetExceeded:
+    """The 409 problem for an ask that does not fit."""
+    f, b = st.filter, st.budget
+    if f.kind in RHO_FILTERS:
+        detail = (
+            f"refused: rho would reach {dry.after.rho:.6g} (with active reservations "
+            f"counted), above the {f.kind.value} filter's bound {f.bound:.6g} for budget "
+            f"(epsilon={b.epsilon:g}, delta={b.delta:g})"
+        )
+    else:
+        detail = (
+            f"refused: epsilon at delta={b.delta:g} would reach {dry.spend_after.epsilon:.6g} "
+            f"(with active reservations counted), above the budget {b.epsilon:g} "
+            f"({f.kind.value} filter)"
+        )
+    return BudgetExceeded(
+        detail,
+        dataset_id=st.id,
+        spent=answers.spent(st).model_dump(),
+        budget=answers.budget(st).model_dump(),
+        requested=answers.requested(st, ask.wire, ask.curve).model_dump(),
+        would_spend=answers.spent(st, dry.after, dry.spend_after).model_dump(),
+        dry_run=dry_run,
+    )
+
+
+def refuse(
+    session: Session, st: DatasetState, ask: Ask, dry: DryRun, operation: str
+) -> BudgetExceeded:
+    """The 409 problem for a refused ask, its rejection recorded in this transaction."""
+    problem = refusal(st, ask, dry)
+    session.add(
+        Rejection(
+            dataset_id=st.id,
+            created_at=utcnow(),
+            operation=operation,
+            mechanism=ask.wire,
+            label=ask.label,
+            metadata_=ask.metadata,
+            key_id=ask.key_id,
+            reason=problem.detail,
+            spent=problem.extra["spent"],
+            requested=problem.extra["requested"],
+            budget=problem.extra["budget"],
+        )
+    )
+    return problem
+
+
+# --- the ledger -------------------------------------------------------------------------------
+
+
+def append(
+    session: Session,
+    st: DatasetState,
+    ask: Ask,
+    after: PrivacyCurve,
+    spend_after: Spend,
+    *,
+    source: EntrySource = EntrySource.CHARGE,
+    reservation_id: str | None = None,
+    now: datetime | None = None,
+) -> r.Entry:
+    """Insert a ledger entry for ``ask`` (the ledger becomes ``after``, spending
+    ``spend_after``) and update the totals in memory."""
+    now = now or utcnow()
+    values: dict[str, Any] = {
+        "dataset_id": st.id,
+        "seq": st.entry_count + 1,
+        "created_at": now,
+        "kind": ask.kind,
+        "mechanism": {**ask.wire, "v": 1},
+        "count": ask.count,
+        **curve_columns(ask.curve),
+        "label": ask.label,
+        "metadata": ask.metadata,
+        "key_id": ask.key_id,
+        "source": source,
+        "reservation_id": reservation_id,
+        "spent_epsilon": spend_after.epsilon,
+    }
+    entry_id = session.connection().execute(_INSERT_ENTRY, values).scalar_one()
+    c = st.mechanism_counts.get(ask.kind) or {"entries": 0, "count": 0, "rho": 0.0}
+    rho_sum = c["rho"] + ask.curve.rho if c["rho"] is not None else None
+    st.mechanism_counts = {
+        **st.mechanism_counts,
+        ask.kind: {
+            "entries": c["entries"] + 1,
+            "count": c["count"] + ask.count,
+            "rho": rho_sum if rho_sum is not None and math.isfinite(rho_sum) else None,
+        },
+    }
+    st.committed, st.spent = after, spend_after
+    st.entry_count += 1
+    st.last_entry_at = now
+    st.dirty = True
+    return answers.entry({**values, "id": entry_id})
+
+
+def append_held(
+    session: Session, st: DatasetState, hold: Reservation, source: EntrySource, now: datetime
+) -> r.Entry:
+    """Charge a reservation's hold into the ledger and take it out of the held sum."""
+    ask = Ask.of_hold(hold)
+    after = st.committed + ask.curve
+    entry = append(
+        session,
+        st,
+        ask,
+        after,
+        st.filter.spend(after),
+        source=source,
+        reservation_id=hold.id,
+        now=now,
+    )
+    _unhold(session, st, hold, ask.curve)
+    hold.resolved_at = now
+    hold.ledger_entry_id = entry.id
+    return entry
+
+
+# --- holds ------------------------------------------------------------------------------------
+
+
+def hold(
+    session: Session, st: DatasetState, ask: Ask, ttl_seconds: int, now: datetime
+) -> Reservation:
+    """Hold budget for ``ask`` (already admitted by ``decide``) until it is committed,
+    released or expires."""
+    row = Reservation(
+        id="rsv_" + secrets.token_hex(8),
+        dataset_id=st.id,
+        status=ReservationStatus.ACTIVE,
+        kind=ask.kind,
+        mechanism={**ask.wire, "v": 1},
+        count=ask.count,
+        **curve_columns(ask.curve),
+        label=ask.label,
+        metadata_=ask.metadata,
+        key_id=ask.key_id,
+        created_at=now,
+        expires_at=now + timedelta(seconds=ttl_seconds),
+    )
+    session.add(row)
+    st.held = st.held.add(ask.curve)
+    if st.held_next_expiry is None or row.expires_at < aware(st.held_next_expiry):
+        st.held_next_expiry = row.expires_at
+    st.dirty = True
+    return row
+
+
+def release_hold(session: Session, st: DatasetState, hold: Reservation) -> None:
+    """Free a hold: its budget leaves the held sum (nothing enters the ledger)."""
+    _unhold(session, st, hold, curve_of(hold))
+
+
+def _unhold(session: Session, st: DatasetState, hold: Reservation, curve: PrivacyCurve) -> None:
+    st.held = st.held.remove(curve)
+    st.held_next_expiry = session.scalar(
+        select(func.min(_R.expires_at)).where(
+            _R.dataset_id == st.id, _R.status == ReservationStatus.ACTIVE, _R.id != hold.id
+        )
+    )
+    st.dirty = True
+
+
+def settle(session: Session, st: DatasetState, now: datetime) -> int:
+    """Charge the locked dataset's due holds into the ledger (fail closed); how many."""
+    if st.held_next_expiry is None or aware(st.held_next_expiry) > now:
+        return 0
+    due = session.scalars(
+        select(Reservation)
+        .where(_R.dataset_id == st.id, _R.status == ReservationStatus.ACTIVE, _R.expires_at <= now)
+        .order_by(_R.expires_at, _R.id)
+    ).all()
+    for hold in due:
+        hold.status = ReservationStatus.EXPIRED
+        entry = append_held(session, st, hold, EntrySource.RESERVATION_EXPIRED, now)
+        observability.count(
+            session,
+            observability.RESERVATIONS,
+            dataset=st.id,
+            mechanism=hold.kind,
+            outcome="expired",
+        )
+        audit.record(
+            session,
+            SYSTEM,
+            "reservation.expired",
+            dataset_id=st.id,
+            target_id=hold.id,
+            details={"ledger_entry_id": entry.id, "mechanism": hold.mechanism},
+        )
+    return len(due)
+
+
+__all__ = [
+    "Ask",
+    "append",
+    "append_held",
+    "aware",
+    "check_allowed",
+    "decide",
+    "hold",
+    "locked",
+    "refusal",
+    "refuse",
+    "release_hold",
+    "settle",
+]

@@ -1,0 +1,91 @@
+"""held sums in the totals row; reservation expiry indexes
+
+Active reservations are summed into ``dataset_total`` (``held_count``, ``held``,
+``held_next_expiry``) so that admission reads no reservation row unless one is due; due
+holds are found through indexes on ``expires_at``. Existing active reservations are summed
+here from their stored curves.
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-11-23
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+from app.accounting.running import RunningSum
+from app.db.codec import curve_of, held_to_bytes
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("dataset_total", schema=None) as batch_op:
+        batch_op.add_column(
+            sa.Column("held_count", sa.BigInteger(), nullable=False, server_default="0")
+        )
+        batch_op.add_column(sa.Column("held", sa.LargeBinary(), nullable=True))
+        batch_op.add_column(
+            sa.Column("held_next_expiry", sa.DateTime(timezone=True), nullable=True)
+        )
+    with op.batch_alter_table("reservation", schema=None) as batch_op:
+        batch_op.drop_index("ix_reservation_dataset_status")
+        batch_op.create_index(
+            "ix_reservation_dataset_status_expires", ["dataset_id", "status", "expires_at"]
+        )
+        batch_op.create_index("ix_reservation_status_expires", ["status", "expires_at"])
+    _sum_active_holds()
+
+
+def _sum_active_holds() -> None:
+    conn = op.get_bind()
+    reservation = sa.table(
+        "reservation",
+        sa.column("dataset_id", sa.String),
+        sa.column("status", sa.String),
+        sa.column("rho", sa.Float),
+        sa.column("rdp", sa.LargeBinary),
+        sa.column("pure_eps", sa.Float),
+        sa.column("gaussian_only", sa.Boolean),
+        sa.column("orders_version", sa.Integer),
+        sa.column("expires_at", sa.DateTime(timezone=True)),
+    )
+    totals = sa.table(
+        "dataset_total",
+        sa.column("dataset_id", sa.String),
+        sa.column("held_count", sa.BigInteger),
+        sa.column("held", sa.LargeBinary),
+        sa.column("held_next_expiry", sa.DateTime(timezone=True)),
+    )
+    rows = conn.execute(
+        sa.select(reservation)
+        .where(reservation.c.status == "active")
+        .order_by(reservation.c.dataset_id)
+    ).all()
+    sums: dict[str, tuple[RunningSum, object]] = {}
+    for r in rows:
+        held, first = sums.get(r.dataset_id, (RunningSum(), None))
+        expiry = r.expires_at if first is None or r.expires_at < first else first
+        sums[r.dataset_id] = (held.add(curve_of(r)), expiry)
+    for dataset_id, (held, expiry) in sums.items():
+        conn.execute(
+            sa.update(totals)
+            .where(totals.c.dataset_id == dataset_id)
+            .values(held_count=held.count, held=held_to_bytes(held), held_next_expiry=expiry)
+        )
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("reservation", schema=None) as batch_op:
+        batch_op.drop_index("ix_reservation_status_expires")
+        batch_op.drop_index("ix_reservation_dataset_status_expires")
+        batch_op.create_index("ix_reservation_dataset_status", ["dataset_id", "status"])
+    with op.batch_alter_table("dataset_total", schema=None) as batch_op:
+        batch_op.drop_column("held_next_expiry")
+        batch_op.drop_column("held")
+        batch_op.drop_column("held_count")
