@@ -23,6 +23,7 @@ lint: install
 	$(BIN)/ruff check app tests bench examples migrations
 	$(BIN)/ruff format --check app tests bench examples migrations
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

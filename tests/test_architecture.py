@@ -1,0 +1,46 @@
+"""The structure the layers rely on (the layer contracts themselves run in `make lint`)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+APP = Path(__file__).resolve().parent.parent / "app"
+
+
+def _function_level_app_imports(path: Path, root: Path = APP.parent) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.ImportFrom) and (
+                node.level > 0 or (node.module or "").startswith("app")
+            ):
+                found.append(f"{path.relative_to(root)}:{node.lineno} from {node.module}")
+            elif isinstance(node, ast.Import):
+                found += [
+                    f"{path.relative_to(root)}:{node.lineno} import {a.name}"
+                    for a in node.names
+                    if a.name == "app" or a.name.startswith("app.")
+                ]
+    return found
+
+
+def test_no_function_level_imports_of_app_modules() -> None:
+    """An import of an app module inside a function is how an import circle hides from the
+    module graph; every app import is at module level, where `lint-imports` sees it."""
+    offenders = [
+        hit for path in sorted(APP.rglob("*.py")) for hit in _function_level_app_imports(path)
+    ]
+    assert offenders == []
+
+
+def test_the_scan_finds_a_function_level_import(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from app.services import charges\n    import app.db\n")
+    assert _function_level_app_imports(probe, tmp_path) == [
+        "probe.py:2 from app.services",
+        "probe.py:3 import app.db",
+    ]
