@@ -62,7 +62,7 @@ _ALWAYS = (400, 401, 403, 413, 422, 503)
 
 def responses(*statuses: int, budget: bool = False) -> dict[int | str, dict[str, Any]]:
     """The ``responses=`` of a route: the problems it can answer with (plus those every
-    authenticated route can: 400, 401, 403, 413, 422, 503). ``budget``: its 409 is BudgetExceeded."""
+    authenticated route can: 400, 401, 403, 413, 422, 503). ``budget``: 409 is BudgetExceeded."""
     out: dict[int | str, dict[str, Any]] = {}
     for status in sorted({*statuses, *_ALWAYS}):
         cls = _BY_STATUS[status]

@@ -20,6 +20,8 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session
 
+from app.db.group_commit import GroupCommit
+
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
@@ -59,11 +61,15 @@ class Database:
             self.write_engine = _sqlite_engine(url, immediate=True)
             self.read_engine = _sqlite_engine(url, immediate=False)
         else:
-            self.write_engine = create_engine(
-                url, pool_size=20, max_overflow=20, pool_pre_ping=True
-            )
-            self.read_engine = self.write_engine
+            # no pre-ping: it costs a round trip per checkout. A connection killed under us
+            # fails its request once (503 with Retry-After); SQLAlchemy then invalidates the
+            # pool and the next requests reconnect.
+            self.write_engine = create_engine(url, pool_size=20, max_overflow=20)
+            # reads run in autocommit: one round trip per SELECT, no BEGIN / COMMIT
+            self.read_engine = self.write_engine.execution_options(isolation_level="AUTOCOMMIT")
         self._write_lock: threading.Lock | None = threading.Lock() if self.is_sqlite else None
+        self.groups = GroupCommit()
+        """Group commit of concurrent writes on the same dataset (``admission.run_locked``)."""
 
     @contextmanager
     def write(self) -> Iterator[Session]:
@@ -78,7 +84,9 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[Session]:
-        """A read transaction (nothing is written; objects stay readable after the block)."""
+        """A read-only session (objects stay readable after the block): a read transaction on
+        SQLite, autocommit statements on PostgreSQL (each SELECT sees what is committed when it
+        runs)."""
         with Session(self.read_engine, expire_on_commit=False) as session:
             with session.begin():
                 yield session
@@ -86,7 +94,7 @@ class Database:
     def dispose(self) -> None:
         """Close every pooled connection."""
         self.write_engine.dispose()
-        if self.read_engine is not self.write_engine:
+        if self.read_engine.pool is not self.write_engine.pool:
             self.read_engine.dispose()
 
 

@@ -153,11 +153,12 @@ class LedgerEntry(Base):
     """One recorded mechanism invocation, with the curve it added (append-only)."""
 
     __tablename__ = "ledger_entry"
+    # (dataset_id, seq) also serves every lookup by dataset: no separate dataset_id index
     __table_args__ = (UniqueConstraint("dataset_id", "seq", name="uq_ledger_entry_dataset_seq"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     dataset_id: Mapped[str] = mapped_column(
-        String(32), ForeignKey("dataset.id", ondelete="CASCADE"), index=True
+        String(32), ForeignKey("dataset.id", ondelete="CASCADE")
     )
     seq: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

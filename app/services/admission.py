@@ -1,7 +1,8 @@
 """Admission: everything that happens to a dataset's budget under its lock.
 
 Every write on a budget (charge, reservation, commit, release, expiry) runs inside
-``locked(session, ref, principal)``, which
+``locked(session, ref, principal)`` (usually through ``run_locked``, which groups the concurrent
+writes on one dataset into one transaction), which
 
 1. locks the dataset and its totals row (``state.load(lock=True)``),
 2. charges the holds that are due, fail closed (``settle``): an expired reservation is charged
@@ -20,11 +21,11 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import Table, func, insert, select
 from sqlalchemy.orm import Session
@@ -35,6 +36,7 @@ from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import RHO_FILTERS, DryRun, Spend
 from app.accounting.mechanisms import Mechanism
 from app.db.codec import curve_columns, curve_of
+from app.db.engine import Database
 from app.db.models import (
     EntrySource,
     LedgerEntry,
@@ -43,7 +45,7 @@ from app.db.models import (
     ReservationStatus,
     utcnow,
 )
-from app.errors import BudgetExceeded, Unprocessable
+from app.errors import BudgetExceeded, NotFound, ProblemError, Unprocessable
 from app.principal import SYSTEM, Principal
 from app.services import answers, audit, state
 from app.services.state import DatasetState
@@ -51,6 +53,7 @@ from app.services.state import DatasetState
 _LEDGER = cast(Table, LedgerEntry.__table__)
 _INSERT_ENTRY = insert(_LEDGER).returning(_LEDGER.c.id)
 _R = Reservation.__table__.c
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,34 @@ class Ask:
 def aware(ts: datetime) -> datetime:
     """SQLite returns naive datetimes, which are UTC by construction."""
     return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+def run_locked(
+    db: Database,
+    ref: str,
+    principal: Principal,
+    work: Callable[[Session, DatasetState], T],
+) -> T:
+    """``work(session, state)`` on dataset ``ref`` under its lock, grouped with the concurrent
+    work on the same dataset into one transaction (``app.db.group_commit``): one lock and one
+    durable commit for the group, each unit seeing the state the previous ones left.
+
+    ``work`` may raise a ``ProblemError`` only before it writes anything; a refusal it records
+    is returned, not raised (the caller raises it once the rejection is committed).
+    """
+
+    @contextmanager
+    def open_group() -> Iterator[tuple[Session, DatasetState]]:
+        with db.write() as s, locked(s, ref, SYSTEM) as st:
+            yield s, st
+
+    def unit(context: tuple[Session, DatasetState]) -> T:
+        s, st = context
+        if not principal.can_see(st.id):
+            raise NotFound(f"no dataset {ref!r}")
+        return work(s, st)
+
+    return db.groups.submit(("dataset", ref), open_group, unit, own_errors=(ProblemError,))
 
 
 @contextmanager
@@ -334,5 +365,6 @@ __all__ = [
     "refusal",
     "refuse",
     "release_hold",
+    "run_locked",
     "settle",
 ]

@@ -13,6 +13,7 @@ import hmac
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
+from app.db.engine import Database
 from app.db.models import ApiKey
 from app.errors import Forbidden, Unauthorized
 from app.principal import Caller, Principal, Role
@@ -39,6 +40,15 @@ def require_role(principal: Principal, role: Role) -> None:
         )
 
 
+def authenticated(db: Database, caller: Caller) -> Principal:
+    """``authenticate`` in a read transaction of its own (for work that runs in a group
+    transaction, where another thread holds the lock)."""
+    if isinstance(caller, Principal):
+        return caller
+    with db.read() as s:
+        return authenticate(s, caller)
+
+
 def authenticate(session: Session, caller: Caller) -> Principal:
     """The principal for the caller's key (401 unknown or revoked, 403 role too low).
 
@@ -48,7 +58,7 @@ def authenticate(session: Session, caller: Caller) -> Principal:
         return caller
     if not caller.token:
         raise Unauthorized("an API key is required: send 'Authorization: Bearer <key>'")
-    row = session.execute(_BY_LOOKUP, {"lookup": lookup_digest(caller.token)}).first()
+    row = session.connection().execute(_BY_LOOKUP, {"lookup": lookup_digest(caller.token)}).first()
     if row is None or not hmac.compare_digest(row.key_hash, key_digest(row.salt, caller.token)):
         raise Unauthorized("unknown API key")
     if row.revoked_at is not None:
@@ -59,4 +69,4 @@ def authenticate(session: Session, caller: Caller) -> Principal:
     return principal
 
 
-__all__ = ["authenticate", "key_digest", "lookup_digest", "require_role"]
+__all__ = ["authenticate", "authenticated", "key_digest", "lookup_digest", "require_role"]

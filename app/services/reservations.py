@@ -27,7 +27,7 @@ from app.db.models import EntrySource, Reservation, ReservationStatus, utcnow
 from app.errors import BudgetExceeded, Conflict, NotFound, Unprocessable
 from app.principal import SYSTEM, Caller, Principal
 from app.services import admission, answers
-from app.services.auth import authenticate
+from app.services.auth import authenticate, authenticated
 from app.services.state import DatasetState
 
 _R = Reservation.__table__.c
@@ -82,61 +82,61 @@ def reserve(
     """Hold budget for a planned invocation: the reservation, or BudgetExceeded (recorded)."""
     if not 1 <= ttl_seconds <= max_ttl_seconds:
         raise Unprocessable(f"ttl_seconds must be in [1, {max_ttl_seconds}], got {ttl_seconds}")
-    problem: BudgetExceeded | None = None
-    now = utcnow()
-    with db.write() as s:
-        principal = authenticate(s, caller)
-        ask = admission.Ask.of(mechanism, wire, label, metadata, principal.key_id)
-        with admission.locked(s, ref, principal, now) as st:
-            admission.check_allowed(st, ask.kind)
-            dry = admission.decide(st, ask.curve)
-            if dry.admitted:
-                row = admission.hold(s, st, ask, ttl_seconds, now)
-                s.flush()
-                _count(s, st.id, ask.kind, "reserved")
-                answer = _answer(row, st, answers.requested(st, wire, ask.curve))
-            else:
-                problem = admission.refuse(s, st, ask, dry, "reservation")
-                _count(s, st.id, ask.kind, "refused")
-    if problem is not None:
-        raise problem
-    return answer
+    principal = authenticated(db, caller)
+    ask = admission.Ask.of(mechanism, wire, label, metadata, principal.key_id)
+
+    def work(s: Session, st: DatasetState) -> r.ReservationAnswer | BudgetExceeded:
+        admission.check_allowed(st, ask.kind)
+        dry = admission.decide(st, ask.curve)
+        if not dry.admitted:
+            _count(s, st.id, ask.kind, "refused")
+            return admission.refuse(s, st, ask, dry, "reservation")
+        row = admission.hold(s, st, ask, ttl_seconds, utcnow())
+        s.flush()
+        _count(s, st.id, ask.kind, "reserved")
+        return _answer(row, st, answers.requested(st, wire, ask.curve))
+
+    outcome = admission.run_locked(db, ref, principal, work)
+    if isinstance(outcome, BudgetExceeded):
+        raise outcome  # the rejection is committed
+    return outcome
 
 
 def _resolve(
     db: Database, caller: Caller, reservation_id: str, to: ReservationStatus
 ) -> r.ReservationAnswer:
     """Commit or release an active reservation under its dataset's lock."""
-    with db.write() as s:
+    with db.read() as s:
         principal = authenticate(s, caller)
         dataset_id = _visible_dataset(s, principal, reservation_id)
+
+    def work(s: Session, st: DatasetState) -> r.ReservationAnswer:
         now = utcnow()
-        with admission.locked(s, dataset_id, principal, now) as st:
-            row = s.get(Reservation, reservation_id)
-            assert row is not None
-            if row.status is ReservationStatus.ACTIVE:
-                row.status = to
-                row.resolved_by = principal.key_id
-                if to is ReservationStatus.COMMITTED:
-                    admission.append_held(s, st, row, EntrySource.RESERVATION, now)
-                else:
-                    admission.release_hold(s, st, row)
-                    row.resolved_at = now
-                _count(s, st.id, row.kind, to.value)
-            elif to is ReservationStatus.COMMITTED and row.status is ReservationStatus.RELEASED:
-                raise Conflict(
-                    f"reservation {reservation_id!r} was released; it cannot be committed"
-                )
-            elif to is ReservationStatus.RELEASED and row.status in (
-                ReservationStatus.COMMITTED,
-                ReservationStatus.EXPIRED,
-            ):
-                raise Conflict(
-                    f"reservation {reservation_id!r} is {row.status.value}: its budget is "
-                    "already charged",
-                    reservation=reservation_answer(row).model_dump(mode="json"),
-                )
-            return _answer(row, st)
+        row = s.get(Reservation, reservation_id)
+        assert row is not None
+        if row.status is ReservationStatus.ACTIVE:
+            row.status = to
+            row.resolved_by = principal.key_id
+            if to is ReservationStatus.COMMITTED:
+                admission.append_held(s, st, row, EntrySource.RESERVATION, now)
+            else:
+                admission.release_hold(s, st, row)
+                row.resolved_at = now
+            _count(s, st.id, row.kind, to.value)
+        elif to is ReservationStatus.COMMITTED and row.status is ReservationStatus.RELEASED:
+            raise Conflict(f"reservation {reservation_id!r} was released; it cannot be committed")
+        elif to is ReservationStatus.RELEASED and row.status in (
+            ReservationStatus.COMMITTED,
+            ReservationStatus.EXPIRED,
+        ):
+            raise Conflict(
+                f"reservation {reservation_id!r} is {row.status.value}: its budget is "
+                "already charged",
+                reservation=reservation_answer(row).model_dump(mode="json"),
+            )
+        return _answer(row, st)
+
+    return admission.run_locked(db, dataset_id, principal, work)
 
 
 def commit(db: Database, caller: Caller, reservation_id: str) -> r.ReservationAnswer:

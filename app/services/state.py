@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Row, Select, bindparam, select, update
+from sqlalchemy import Row, Select, Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from app.accounting.curve import PrivacyCurve
@@ -28,8 +28,9 @@ from app.db.models import Dataset, DatasetTotal, utcnow
 from app.errors import NotFound
 from app.principal import Principal
 
+_TOTALS = cast(Table, DatasetTotal.__table__)
 _D = Dataset.__table__.c
-_T = DatasetTotal.__table__.c
+_T = _TOTALS.c
 _COLUMNS = (
     _D.id,
     _D.name,
@@ -138,9 +139,10 @@ def load(session: Session, ref: str, principal: Principal, *, lock: bool = False
     A dataset outside a scoped key's datasets is answered like a missing one (404).
     """
     by_id, by_name = (_LOCK_BY_ID, _LOCK_BY_NAME) if lock else (_SELECT_BY_ID, _SELECT_BY_NAME)
-    row = session.execute(by_id, {"ref": ref}).first()
+    conn = session.connection()  # Core: no ORM bookkeeping for a plain row
+    row = conn.execute(by_id, {"ref": ref}).first()
     if row is None:
-        row = session.execute(by_name, {"ref": ref}).first()
+        row = conn.execute(by_name, {"ref": ref}).first()
     if row is None or not principal.can_see(row.id):
         raise NotFound(f"no dataset {ref!r}")
     return _state(row)
@@ -156,26 +158,48 @@ def columns() -> Select[Any]:
     return select(*_COLUMNS).join_from(Dataset, DatasetTotal)
 
 
+_SAVED = (
+    "orders_version",
+    "rho",
+    "rdp",
+    "pure_eps",
+    "gaussian_only",
+    "entry_count",
+    "mechanism_counts",
+    "spent_epsilon",
+    "spent_method",
+    "last_entry_at",
+    "updated_at",
+    "held_count",
+    "held",
+    "held_next_expiry",
+)
+# built once: a statement built per call costs more than the UPDATE itself (cache key, coercion)
+_SAVE = (
+    update(_TOTALS)
+    .where(_T.dataset_id == bindparam("key_dataset_id"))
+    .values({name: bindparam(name, type_=_T[name].type) for name in _SAVED})
+)
+
+
 def save(session: Session, st: DatasetState, now: datetime | None = None) -> None:
     """Write the totals back (one ``UPDATE``) if anything changed since ``load``."""
     if not st.dirty:
         return
-    session.execute(
-        update(DatasetTotal)
-        .where(_T.dataset_id == st.id)
-        .values(
-            **curve_columns(st.committed),
-            entry_count=st.entry_count,
-            mechanism_counts=st.mechanism_counts,
-            spent_epsilon=st.spent.epsilon,
-            spent_method=st.spent.method,
-            last_entry_at=st.last_entry_at,
-            updated_at=now or utcnow(),
-            held_count=st.held.count,
-            held=held_to_bytes(st.held),
-            held_next_expiry=st.held_next_expiry,
-        )
-    )
+    values = {
+        "key_dataset_id": st.id,
+        **curve_columns(st.committed),
+        "entry_count": st.entry_count,
+        "mechanism_counts": st.mechanism_counts,
+        "spent_epsilon": st.spent.epsilon,
+        "spent_method": st.spent.method,
+        "last_entry_at": st.last_entry_at,
+        "updated_at": now or utcnow(),
+        "held_count": st.held.count,
+        "held": held_to_bytes(st.held),
+        "held_next_expiry": st.held_next_expiry,
+    }
+    session.connection().execute(_SAVE, values)
     st.dirty = False
 
 

@@ -1,4 +1,4 @@
-"""held sums in the totals row; reservation expiry indexes
+"""held sums in the totals row; reservation expiry indexes; no redundant ledger index
 
 Active reservations are summed into ``dataset_total`` (``held_count``, ``held``,
 ``held_next_expiry``) so that admission reads no reservation row unless one is due; due
@@ -33,6 +33,9 @@ def upgrade() -> None:
         batch_op.add_column(
             sa.Column("held_next_expiry", sa.DateTime(timezone=True), nullable=True)
         )
+    with op.batch_alter_table("ledger_entry", schema=None) as batch_op:
+        # the (dataset_id, seq) unique index serves every lookup by dataset
+        batch_op.drop_index("ix_ledger_entry_dataset_id")
     with op.batch_alter_table("reservation", schema=None) as batch_op:
         batch_op.drop_index("ix_reservation_dataset_status")
         batch_op.create_index(
@@ -81,6 +84,8 @@ def _sum_active_holds() -> None:
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("ledger_entry", schema=None) as batch_op:
+        batch_op.create_index("ix_ledger_entry_dataset_id", ["dataset_id"])
     with op.batch_alter_table("reservation", schema=None) as batch_op:
         batch_op.drop_index("ix_reservation_status_expires")
         batch_op.drop_index("ix_reservation_dataset_status_expires")
