@@ -7,12 +7,22 @@ Modules, in reading order:
 * ``curve``        ``PrivacyCurve`` (rho, RDP vector, pure-DP sum) and sound addition
 * ``mechanisms``   one value object per mechanism, each mapping to its tight curve
 * ``conversions``  zCDP / RDP / Gaussian-only / pure DP -> (epsilon, delta) and back
-* ``filters``      which guarantee a dataset's admission rule gives, and its spend
+* ``filters``      ``Filter``: a dataset's admission rule, its dry run and the spend it reports
 * ``calibration``  inverse questions: least noise / largest epsilon that still fits
 """
 
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import Budget, FilterKind, Spend, admits, filter_kind, spend
+from app.accounting.filters import (
+    Budget,
+    DryRun,
+    Filter,
+    FilterKind,
+    Remaining,
+    Spend,
+    admits,
+    filter_kind,
+    spend,
+)
 from app.accounting.mechanisms import (
     DiscreteLaplace,
     Gaussian,
@@ -29,6 +39,8 @@ __all__ = [
     "ORDERS",
     "Budget",
     "DiscreteLaplace",
+    "DryRun",
+    "Filter",
     "FilterKind",
     "Gaussian",
     "Laplace",
@@ -36,6 +48,7 @@ __all__ = [
     "PrivacyCurve",
     "RandomizedResponse",
     "Rappor",
+    "Remaining",
     "Spend",
     "SubsampledGaussian",
     "admits",
