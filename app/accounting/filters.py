@@ -17,6 +17,20 @@ A dataset fixes its filter when it is created:
                       S(alpha) <= eps_B - log(|grid| / delta_B) / (alpha - 1), or the pure-DP sum
                       is within eps_B (its loss bound holds surely, so it costs no delta).
 
+**Entries with their own delta** (approximate DP, approximate zCDP / RDP; ``PrivacyCurve.delta``
+is their sum): the composition is (1 - delta_e)-mixed with a ledger whose good part has the
+composed curve (curve.py). If the good part is (eps, d')-DP then for every event S,
+P[M(x) in S] <= (1 - delta_e)(e^eps P[A(x') in S] + d') + delta_e <= e^eps P[M(x') in S]
++ delta_e + d' (BS16 section 8, approximate zCDP to approximate DP, re-derived in this mixture
+form). So a conversion at a target delta is run at d' = delta - delta_e (rounded down), its
+epsilon is infinite once delta_e >= delta, and a delta at an epsilon is the conversion's plus
+delta_e. The non-adaptive filters (``rdp``, ``zcdp``) admit such ledgers by that conversion.
+The adaptive filters (``gdp``, ``zcdp_filter``, ``rdp_union_bound``) refuse them: the remaining
+d' would then depend on deltas chosen after seeing outputs, a data-dependent threshold that
+neither the Renyi-filter theorem nor Ville's inequality covers; a fixed split of the delta
+budget made at creation would be needed (Whitehouse et al. 2023), which these filters do not
+have.
+
 ``Filter`` is the value object the service asks, once per charge, through ``Filter.dry_run``
 (as dp_accounting's ``supports()`` is a dry run of ``compose()``). Each kind is one ``_Rule``
 in the table ``_RULES``: its bound, its epsilon candidates and its delta candidates. The
@@ -38,7 +52,7 @@ import numpy as np
 from app.accounting import conversions as conv
 from app.accounting.curve import PrivacyCurve, Vector
 from app.accounting.orders import ORDERS
-from app.accounting.rounding import up
+from app.accounting.rounding import add_up, sub_down, up
 
 
 class FilterKind(StrEnum):
@@ -258,6 +272,7 @@ class _Rule:
 
     ``by_rho``: admission is ``total.rho <= bound`` (no conversion); otherwise admission is the
     reported epsilon at the budget delta being within the budget epsilon.
+    ``adaptive``: valid under fully adaptive parameter choice (refuses entries' own deltas).
     ``gaussian_only``: only Gaussian-only ledgers are admitted (the GDP theorem).
     """
 
@@ -266,12 +281,19 @@ class _Rule:
     delta: Callable[[PrivacyCurve, float], Candidates]
     budget_curve: Callable[[Budget, float | None], Vector]
     by_rho: bool
+    adaptive: bool
     gaussian_only: bool = False
 
 
 _RULES: dict[FilterKind, _Rule] = {
     FilterKind.GDP: _Rule(
-        _gdp_bound, _gdp_epsilon, _gdp_delta, _rho_budget_curve, by_rho=True, gaussian_only=True
+        _gdp_bound,
+        _gdp_epsilon,
+        _gdp_delta,
+        _rho_budget_curve,
+        by_rho=True,
+        adaptive=True,
+        gaussian_only=True,
     ),
     FilterKind.ZCDP_FILTER: _Rule(
         _zcdp_bound,
@@ -279,6 +301,7 @@ _RULES: dict[FilterKind, _Rule] = {
         _zcdp_delta_with(False),
         _rho_budget_curve,
         by_rho=True,
+        adaptive=True,
     ),
     FilterKind.ZCDP: _Rule(
         _zcdp_bound,
@@ -286,14 +309,18 @@ _RULES: dict[FilterKind, _Rule] = {
         _zcdp_delta_with(True),
         _rho_budget_curve,
         by_rho=True,
+        adaptive=False,
     ),
-    FilterKind.RDP: _Rule(_no_bound, _rdp_epsilon, _rdp_delta, _rdp_budget_curve, by_rho=False),
+    FilterKind.RDP: _Rule(
+        _no_bound, _rdp_epsilon, _rdp_delta, _rdp_budget_curve, by_rho=False, adaptive=False
+    ),
     FilterKind.RDP_UNION_BOUND: _Rule(
         _no_bound,
         _union_bound_epsilon,
         _union_bound_delta,
         _union_bound_budget_curve,
         by_rho=False,
+        adaptive=True,
     ),
 }
 
@@ -303,16 +330,32 @@ def _pick(values: dict[str, float], orders: dict[str, float]) -> tuple[str, floa
     return method, values[method], orders.get(method)
 
 
+REFUSES_ENTRY_DELTA = "adaptive_filter_refuses_entry_delta"
+ENTRY_DELTAS_EXCEED = "entry_deltas_reach_delta"
+
+
 def _spend_at(rule: _Rule, total: PrivacyCurve, delta: float) -> Spend:
+    """The least candidate epsilon at ``delta``, the conversions run at what the entries' own
+    deltas leave of it (module docstring)."""
     delta = conv.check_delta(delta)
-    values, orders = rule.epsilon(total, delta)
+    if total.delta > 0.0 and rule.adaptive:
+        return Spend(math.inf, delta, REFUSES_ENTRY_DELTA, None, {REFUSES_ENTRY_DELTA: math.inf})
+    left = sub_down(delta, total.delta)
+    if left <= 0.0:
+        return Spend(math.inf, delta, ENTRY_DELTAS_EXCEED, None, {ENTRY_DELTAS_EXCEED: math.inf})
+    values, orders = rule.epsilon(total, left)
     method, best, order = _pick(values, orders)
     return Spend(epsilon=best, delta=delta, method=method, order=order, candidates=values)
 
 
 def _spend_delta(rule: _Rule, total: PrivacyCurve, epsilon: float) -> Spend:
+    """The least candidate delta at ``epsilon``, plus the entries' own deltas."""
     epsilon = conv.check_epsilon(epsilon)
+    if total.delta > 0.0 and rule.adaptive:
+        return Spend(epsilon, 1.0, REFUSES_ENTRY_DELTA, None, {REFUSES_ENTRY_DELTA: 1.0})
     values, orders = rule.delta(total, epsilon)
+    if total.delta > 0.0:
+        values = {k: min(1.0, add_up(v, total.delta)) for k, v in values.items()}
     method, best, order = _pick(values, orders)
     return Spend(epsilon=epsilon, delta=best, method=method, order=order, candidates=values)
 
@@ -375,16 +418,22 @@ class Filter:
     # -- admission ---------------------------------------------------------------------------
 
     def _within_bound(self, total: PrivacyCurve) -> bool:
+        """rho filters, for a ledger without entries' own deltas: rho within the bound."""
         assert self.bound is not None
         if self.rule.gaussian_only and not total.gaussian_only:
             return False
-        return total.rho <= self.bound
+        return total.delta == 0.0 and total.rho <= self.bound
 
     def _within(self, total: PrivacyCurve, spend: Callable[[], Spend]) -> bool:
-        """THE admission rule: rho filters compare rho with the bound (no conversion); RDP
-        filters compare the spend at the budget delta (``spend()``, called only here) with the
-        budget epsilon."""
-        if self.rule.by_rho:
+        """THE admission rule. Entries' own deltas: never admitted by an adaptive filter, and
+        never once they reach the budget delta; otherwise admitted iff the conversion at what
+        they leave (``spend()``) is within the budget epsilon. Without them, rho filters
+        compare rho with the bound (no conversion) and RDP filters compare the spend at the
+        budget delta (``spend()``, called only here) with the budget epsilon."""
+        if total.delta > 0.0:
+            if self.rule.adaptive or total.delta >= self.budget.delta:
+                return False
+        elif self.rule.by_rho:
             return self._within_bound(total)
         return spend().epsilon <= self.budget.epsilon
 
@@ -419,12 +468,17 @@ class Filter:
             assert self.bound is not None
             rho = max(0.0, self.bound - total.rho)
         return Remaining(
-            epsilon=max(0.0, self.budget.epsilon - s.epsilon), delta=self.budget.delta, rho=rho
+            epsilon=max(0.0, self.budget.epsilon - s.epsilon),
+            delta=max(0.0, sub_down(self.budget.delta, total.delta)),
+            rho=rho,
         )
 
     def exhausted(self, total: PrivacyCurve) -> bool:
-        """No budget left: the bound is reached (rho filters) or the spend reaches eps_B."""
-        if self.rule.by_rho:
+        """No budget left: the bound is reached (rho filters), the spend reaches eps_B, or the
+        entries' own deltas reach the budget delta."""
+        if total.delta >= self.budget.delta:
+            return True
+        if self.rule.by_rho and total.delta == 0.0:
             assert self.bound is not None
             if total.rho >= self.bound or not self._within_bound(total):
                 return True
@@ -487,7 +541,9 @@ def admits(
 
 
 __all__ = [
+    "ENTRY_DELTAS_EXCEED",
     "MAX_BUDGET_EPSILON",
+    "REFUSES_ENTRY_DELTA",
     "RHO_FILTERS",
     "Budget",
     "DryRun",

@@ -188,3 +188,73 @@ def test_subsampled_gaussian_on_rdp_filters() -> None:
         d = f.dry_run(PrivacyCurve.zero(), None, step)
         assert d.admitted == (d.spend_after.epsilon <= 3.0)
         assert d.spend_after.order is not None
+
+
+# --- entries with their own delta ----------------------------------------------------------
+
+
+def _with_delta(curve: PrivacyCurve, delta: float) -> PrivacyCurve:
+    return dataclasses.replace(curve, delta=delta, gaussian_only=False)
+
+
+def test_entry_deltas_add_and_scale_rounding_up() -> None:
+    a = _with_delta(Laplace(epsilon=0.1).curve(), 1e-7)
+    b = _with_delta(Laplace(epsilon=0.2).curve(), 3e-7)
+    assert (a + b).delta >= 4e-7
+    assert (a + b).delta == pytest.approx(4e-7, rel=1e-15)
+    assert a.scaled(10).delta == pytest.approx(1e-6, rel=1e-15)
+    assert a.scaled(10**9).delta == 1.0  # capped: a probability
+    assert (a + PrivacyCurve.zero()).delta == a.delta
+    with pytest.raises(ValueError, match="delta must be in"):
+        _with_delta(a, 1.5)
+    with pytest.raises(ValueError, match="delta must be in"):
+        _with_delta(a, float("nan"))
+
+
+@pytest.mark.parametrize("kind", [FilterKind.RDP, FilterKind.ZCDP])
+def test_conversions_use_what_the_entry_deltas_leave(kind: FilterKind) -> None:
+    base = Laplace(epsilon=0.3, count=5).curve()
+    total = _with_delta(base, 4e-7)
+    f = Filter.create(kind, Budget(5.0, 1e-6))
+    s = f.spend_at(total, 1e-6)
+    plain = f.spend_at(dataclasses.replace(base, gaussian_only=False), 1e-6 - 4e-7)
+    assert s.epsilon == plain.epsilon and s.method == plain.method and s.delta == 1e-6
+    d = f.spend_delta(total, 2.0)
+    assert d.delta == pytest.approx(f.spend_delta(base, 2.0).delta + 4e-7, rel=1e-12)
+    assert d.delta >= f.spend_delta(base, 2.0).delta + 4e-7 * (1 - 1e-15)
+    # nothing is left once the entries' deltas reach the target
+    assert f.spend_at(total, 4e-7).epsilon == math.inf
+    assert f.spend_at(total, 3e-7).epsilon == math.inf
+
+
+@pytest.mark.parametrize("kind", [FilterKind.RDP, FilterKind.ZCDP])
+def test_non_adaptive_filters_admit_entry_deltas_by_conversion(kind: FilterKind) -> None:
+    budget = Budget(5.0, 1e-6)
+    f = Filter.create(kind, budget)
+    small = _with_delta(Laplace(epsilon=0.3).curve(), 1e-7)
+    assert f.admits(small)
+    assert f.admits(small) == (f.spend(small).epsilon <= budget.epsilon)
+    d = f.dry_run(PrivacyCurve.zero(), None, small)
+    assert d.admitted and d.spend_after == f.spend(small)
+    assert f.remaining(small).delta == pytest.approx(9e-7, rel=1e-12)
+    assert f.remaining(small).delta <= 1e-6 - 1e-7
+    # the entries' deltas alone reach the budget delta: nothing more is admitted
+    full = _with_delta(Laplace(epsilon=1e-6).curve(), 1e-6)
+    assert not f.admits(full) and f.exhausted(full)
+    assert not f.dry_run(PrivacyCurve.zero(), None, full).admitted
+    assert f.remaining(full).delta == 0.0
+
+
+@pytest.mark.parametrize(
+    "kind", [FilterKind.GDP, FilterKind.ZCDP_FILTER, FilterKind.RDP_UNION_BOUND]
+)
+def test_adaptive_filters_refuse_entry_deltas(kind: FilterKind) -> None:
+    f = Filter.create(kind, Budget(5.0, 1e-6))
+    tiny = _with_delta(Laplace(epsilon=1e-6).curve(), 1e-15)
+    assert not f.admits(tiny)
+    assert f.exhausted(tiny)
+    d = f.dry_run(PrivacyCurve.zero(), None, tiny)
+    assert not d.admitted
+    assert d.spend_after.epsilon == math.inf
+    assert d.spend_after.method == flt.REFUSES_ENTRY_DELTA
+    assert f.spend_delta(tiny, 1.0).delta == 1.0
