@@ -5,7 +5,10 @@ Modules, in reading order:
 
 * ``orders``       the fixed grid of Renyi orders
 * ``curve``        ``PrivacyCurve`` (rho, RDP vector, pure-DP sum) and sound addition
-* ``mechanisms``   one value object per mechanism, each mapping to its tight curve
+* ``kinds``        one module per mechanism kind: its fields, validation, curve, calibration
+                   parameters, DpEvent translation and description (``KINDS``)
+* ``registry``     what is derived from the kinds: parsing, the calibration table, DpEvent dicts
+* ``mechanisms``   the mechanism value objects, re-exported
 * ``conversions``  zCDP / RDP / Gaussian-only / pure DP -> (epsilon, delta) and back
 * ``filters``      ``Filter``: a dataset's admission rule, its dry run and the spend it reports
 * ``calibration``  inverse questions: least noise / largest epsilon that still fits
@@ -34,8 +37,10 @@ from app.accounting.mechanisms import (
     mechanism_from_dict,
 )
 from app.accounting.orders import ORDERS
+from app.accounting.registry import KINDS, mechanisms_from_dp_event
 
 __all__ = [
+    "KINDS",
     "ORDERS",
     "Budget",
     "DiscreteLaplace",
@@ -54,5 +59,6 @@ __all__ = [
     "admits",
     "filter_kind",
     "mechanism_from_dict",
+    "mechanisms_from_dp_event",
     "spend",
 ]
