@@ -5,14 +5,27 @@ Modules, in reading order:
 
 * ``orders``       the fixed grid of Renyi orders
 * ``curve``        ``PrivacyCurve`` (rho, RDP vector, pure-DP sum) and sound addition
-* ``mechanisms``   one value object per mechanism, each mapping to its tight curve
+* ``kinds``        one module per mechanism kind: its fields, validation, curve, calibration
+                   parameters, DpEvent translation and description (``KINDS``)
+* ``registry``     what is derived from the kinds: parsing, the calibration table, DpEvent dicts
+* ``mechanisms``   the mechanism value objects, re-exported
 * ``conversions``  zCDP / RDP / Gaussian-only / pure DP -> (epsilon, delta) and back
-* ``filters``      which guarantee a dataset's admission rule gives, and its spend
+* ``filters``      ``Filter``: a dataset's admission rule, its dry run and the spend it reports
 * ``calibration``  inverse questions: least noise / largest epsilon that still fits
 """
 
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import Budget, FilterKind, Spend, admits, filter_kind, spend
+from app.accounting.filters import (
+    Budget,
+    DryRun,
+    Filter,
+    FilterKind,
+    Remaining,
+    Spend,
+    admits,
+    filter_kind,
+    spend,
+)
 from app.accounting.mechanisms import (
     DiscreteLaplace,
     Gaussian,
@@ -24,11 +37,15 @@ from app.accounting.mechanisms import (
     mechanism_from_dict,
 )
 from app.accounting.orders import ORDERS
+from app.accounting.registry import KINDS, mechanisms_from_dp_event
 
 __all__ = [
+    "KINDS",
     "ORDERS",
     "Budget",
     "DiscreteLaplace",
+    "DryRun",
+    "Filter",
     "FilterKind",
     "Gaussian",
     "Laplace",
@@ -36,10 +53,12 @@ __all__ = [
     "PrivacyCurve",
     "RandomizedResponse",
     "Rappor",
+    "Remaining",
     "Spend",
     "SubsampledGaussian",
     "admits",
     "filter_kind",
     "mechanism_from_dict",
+    "mechanisms_from_dp_event",
     "spend",
 ]

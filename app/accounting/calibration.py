@@ -19,6 +19,7 @@ import numpy as np
 from scipy import optimize
 
 from app.accounting import mechanisms as mech
+from app.accounting import registry
 from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import RHO_FILTERS, Budget, FilterKind, admits, spend
 from app.accounting.orders import ORDERS
@@ -37,21 +38,22 @@ class Fits(Protocol):
 
 REL_TOL = 1e-9
 
-# kind -> {parameter: direction}; "min" = least value that fits, "max" = largest.
 PARAMETERS: dict[str, dict[str, str]] = {
-    "gaussian": {"sigma": "min"},
-    "subsampled_gaussian": {"sigma": "min", "steps": "max"},
-    "laplace": {"epsilon": "max", "scale": "min"},
-    "randomized_response": {"epsilon": "max"},
-    "rappor": {"epsilon": "max"},
-    "discrete_laplace": {"epsilon": "max"},
+    kind: dict(params) for kind, params in registry.calibration_parameters().items()
 }
+"""kind -> {parameter: direction}; "min" = least value that fits, "max" = largest; the first
+parameter is the default. Derived from the kinds' declarations."""
 
-_RANGES: dict[str, tuple[float, float]] = {
-    "sigma": (mech.MIN_SCALE, mech.MAX_SCALE),
-    "scale": (mech.MIN_SCALE, mech.MAX_SCALE),
-    "epsilon": (mech.MIN_EPSILON, mech.MAX_EPSILON),
-}
+LEAST_POSITIVE = 1e-12
+"""Lower end of the search for a parameter whose declared range starts at 0 (the search is
+geometric)."""
+
+
+def _range(kind: str, parameter: str) -> tuple[float, float]:
+    """The declared range of ``parameter`` (from the kind's ``Param``)."""
+    p = registry.spec(kind).param(parameter)
+    assert p.minimum is not None and p.maximum is not None
+    return max(p.minimum, LEAST_POSITIVE), p.maximum
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,8 @@ def default_parameter(kind: str) -> str:
     """The parameter calibrated when none is named (noise for Gaussians, epsilon otherwise)."""
     if kind not in PARAMETERS:
         raise ValueError(f"unknown mechanism {kind!r}")
+    if not PARAMETERS[kind]:
+        raise ValueError(f"{kind}: no parameter to calibrate")
     return next(iter(PARAMETERS[kind]))
 
 
@@ -90,7 +94,7 @@ def calibrate(kind: str, params: dict[str, Any], parameter: str, fits: Fits) -> 
     if kind == "subsampled_gaussian":
         return _least_subsampled_sigma(params, fits)
     direction = PARAMETERS[kind][parameter]
-    lo_limit, hi_limit = _RANGES[parameter]
+    lo_limit, hi_limit = _range(kind, parameter)
 
     def build(v: float) -> mech.Mechanism | None:
         try:
@@ -213,15 +217,23 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
     """
     q = float(params.get("sample_rate", 0.0))
     steps = int(params.get("steps", 1)) * int(params.get("count", 1))
+    sens = float(params.get("sensitivity", 1.0))
     base = {k: v for k, v in params.items() if k != "sigma"}
-    mech.SubsampledGaussian(sigma=1.0, sample_rate=q, steps=1)  # validates q
+    # validates q and the sensitivity; the search is over the noise multiplier nm = sigma / sens
+    mech.SubsampledGaussian(sigma=sens, sample_rate=q, sensitivity=sens)
 
-    def curve(sigma: float, mask: np.ndarray | None) -> PrivacyCurve:
+    def build(nm: float) -> mech.SubsampledGaussian:
+        m = mech.mechanism_from_dict(
+            {"mechanism": "subsampled_gaussian", **base, "sigma": nm * sens}
+        )
+        assert isinstance(m, mech.SubsampledGaussian)
+        return m
+
+    def curve(nm: float, mask: np.ndarray | None) -> PrivacyCurve:
         if mask is None:
-            m = mech.SubsampledGaussian(sigma=sigma, sample_rate=q, steps=1)
-            return m.curve().scaled(steps)
-        rdp = subsampled_gaussian_rdp_window(q, sigma, mask)
-        rho = 0.5 / (sigma * sigma)
+            return build(nm).curve()
+        rdp = subsampled_gaussian_rdp_window(q, nm, mask)
+        rho = 0.5 / (nm * nm)
         return PrivacyCurve(rho=rho, rdp=rdp, pure_eps=math.inf, gaussian_only=False).scaled(steps)
 
     coarse = np.zeros(ORDERS.shape, dtype=bool)
@@ -250,14 +262,11 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
             raise AssertionError("calibrated sigma does not fit on the full grid")
         best = _best_order_index(full, fits)
         if best is None or mask[max(best - 1, 0) : best + 2].all():
-            m = mech.mechanism_from_dict(
-                {"mechanism": "subsampled_gaussian", **base, "sigma": sigma}
-            )
-            return Calibration(mechanism=m, parameter="sigma", value=sigma, curve=full)
+            break
         window = (ORDERS >= ORDERS[best] / 2) & (ORDERS <= ORDERS[best] * 2)
         mask = coarse | window
-    m = mech.mechanism_from_dict({"mechanism": "subsampled_gaussian", **base, "sigma": sigma})
-    return Calibration(mechanism=m, parameter="sigma", value=sigma, curve=full)
+    m = build(sigma)
+    return Calibration(mechanism=m, parameter="sigma", value=m.sigma, curve=full)
 
 
 def _best_order_index(curve: PrivacyCurve, fits: Fits) -> int | None:

@@ -11,11 +11,14 @@ import math
 
 import numpy as np
 import numpy.typing as npt
-from scipy import optimize
+from scipy import optimize, special
 
 from app.accounting.rounding import up
 
 Vector = npt.NDArray[np.float64]
+
+ULP_HALF = 2.0**-53
+"""Unit roundoff of float64: a correctly rounded operation errs by at most this, relatively."""
 
 
 def log_expm1(x: Vector) -> Vector:
@@ -41,18 +44,28 @@ def gaussian_rho(sigma: float, sensitivity: float) -> float:
 
 
 def rr_rdp(alpha: Vector, eps: float, k: int = 2) -> Vector:
-    """Exact RDP of k-ary randomized response with parameter eps.
+    """Exact RDP of k-ary randomized response with parameter eps, raised by its rounding bound.
 
     e^{(a-1) eps(a)} = (e^{a e} + e^{(1-a) e} + k - 2) / (e^e + k - 1). Subtracting the
     denominator, the numerator minus denominator factorises as
     expm1((a-1) e) * expm1(a e) * e^{-(a-1) e}, which has no cancellation, so
     eps(a) = log1p(T) / (a - 1), T = expm1(x) expm1(a e) e^{-x} / (e^e + k - 1), x = (a-1) e.
+    log T is a sum of logs, each with an absolute error of a few ulps of its own magnitude, so
+    log T errs by E <= 4 u (|log expm1 x| + |log expm1 a e| + x + |log den| + 4), u = 2^-53,
+    and log1p(T) = log(1 + e^{log T}) by at most E T / (1 + T), a relative error of at most
+    E T / ((1 + T) log1p(T)) <= E: the result is raised by that, plus 4 u for the last steps.
     """
     a = np.asarray(alpha, dtype=np.float64)
     x = (a - 1.0) * eps
-    log_den = np.logaddexp(eps, math.log(k - 1)) if k > 1 else eps
-    log_t = log_expm1(x) + log_expm1(a * eps) - x - log_den
-    return np.logaddexp(0.0, log_t) / (a - 1.0)
+    log_den = float(np.logaddexp(eps, math.log(k - 1))) if k > 1 else eps
+    log_x, log_ae = log_expm1(x), log_expm1(a * eps)
+    log_t = log_x + log_ae - x - log_den
+    log1p_t = np.logaddexp(0.0, log_t)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        size = np.abs(log_x) + np.abs(log_ae) + x + abs(log_den) + 4.0
+        damp = np.where(log1p_t > 0, special.expit(log_t) / log1p_t, 1.0)
+    error = 4.0 * ULP_HALF * np.where(np.isfinite(size), size, 0.0) * np.minimum(damp, 1.0)
+    return log1p_t / (a - 1.0) * (1.0 + error + 4.0 * ULP_HALF)
 
 
 def rr_kl(eps: float, k: int = 2) -> float:
@@ -101,6 +114,53 @@ def rappor_rdp(alpha: Vector, eps: float) -> Vector:
 def rappor_rho(eps: float) -> float:
     """Tight zCDP of RAPPOR (value change): eps tanh(eps / 4)."""
     return eps * math.tanh(eps / 4.0)
+
+
+# --- bounded range / exponential mechanism (FORMULAS.md 1.7) ---------------------------------
+
+
+def _expm1_minus_x(x: float) -> float:
+    """e^x - 1 - x for x > 0 without cancellation (positive Taylor terms below 0.5)."""
+    if x >= 0.5:
+        return math.expm1(x) - x
+    total, term, k = 0.0, x, 1
+    while True:
+        k += 1
+        term *= x / k
+        total += term
+        if term < total * 1e-18:
+            return total
+
+
+def _x_minus_log1p(u: float) -> float:
+    """u - log(1 + u) for -1 < u < 0: sum_{k>=2} |u|^k / k, all terms positive, the tail after
+    the last term bounded by |u|^K / (K (1 - |u|)) and added (an upper bound)."""
+    a = -u
+    if a > 0.5:
+        return u - math.log1p(u)
+    total, power, k = 0.0, a, 1
+    while True:
+        k += 1
+        power *= a
+        total += power / k
+        if power < total * 1e-18:
+            return total + power * a / ((k + 1) * (1.0 - a))
+
+
+def bounded_range_rho(eta: float) -> float:
+    """Tight zCDP of an eta-bounded-range mechanism: c - 1 - log c with c = eta / (e^eta - 1)
+    [HM25; FORMULAS.md 1.7], at most eta^2 / 8 [CR21 section 3]. With u = c - 1 =
+    -(e^eta - 1 - eta) / (e^eta - 1) in (-1, 0), rho = u - log1p(u), both parts evaluated from
+    positive series where the closed form would cancel; a relative margin of 2^-48 covers the
+    remaining rounding."""
+    if eta <= 0.0:
+        return 0.0
+    if eta > 1.5:  # c < 0.45: no cancellation in c - 1 - log c, log c = log eta - log(e^eta - 1)
+        log_c = math.log(eta) - (eta + math.log1p(-math.exp(-eta)))
+        value = math.exp(log_c) - 1.0 - log_c
+    else:
+        value = _x_minus_log1p(-_expm1_minus_x(eta) / math.expm1(eta))
+    return min(value * (1.0 + 2.0**-48), eta * eta / 8.0 * (1.0 + 2.0**-50))
 
 
 # --- discrete Laplace (FORMULAS.md 1.3) ------------------------------------------------------
@@ -190,6 +250,7 @@ def rho_from_curve(
 
 __all__ = [
     "binary_rr_rho",
+    "bounded_range_rho",
     "discrete_laplace_kl",
     "discrete_laplace_rdp",
     "gaussian_rho",

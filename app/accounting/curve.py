@@ -6,10 +6,16 @@ A curve carries every summary the accountant composes:
 * ``rdp``      RDP values on the fixed grid ``ORDERS`` (a read-only float64 vector),
 * ``pure_eps`` pure-DP epsilon (``inf`` for Gaussians); the sum is itself an (eps, 0) spend,
 * ``gaussian_only``  every component is a Gaussian mechanism, so the composition is exactly
-  mu-GDP with mu = sqrt(2 rho) and the analytic-Gaussian conversion applies (FORMULAS.md 2.3).
+  mu-GDP with mu = sqrt(2 rho) and the analytic-Gaussian conversion applies (FORMULAS.md 2.3),
+* ``delta``    the entries' own delta (approximate DP / approximate zCDP / approximate RDP):
+  each such entry is, for every neighbouring pair, the mixture (1 - delta_i) A + delta_i B with
+  A satisfying the entry's rho / RDP / pure-DP values (BS16 section 8, approximate zCDP). The
+  composition is then the mixture with weight prod (1 - delta_i) >= 1 - sum delta_i on the
+  composed good parts, so ``delta`` is the sum (an upper bound on 1 - prod (1 - delta_i)).
 
-Composition is addition of all three (zCDP: BS16 Lemma 7; RDP: M17 Prop 1; pure DP: basic
-composition), repetition is scaling by an integer count. Both round toward +infinity.
+Composition is addition of all four (zCDP: BS16 Lemma 7; RDP: M17 Prop 1; pure DP: basic
+composition; deltas: the mixture argument above), repetition is scaling by an integer count.
+Both round toward +infinity.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ class PrivacyCurve:
     rdp: Vector = field(repr=False)
     pure_eps: float
     gaussian_only: bool
+    delta: float = 0.0
 
     def __post_init__(self) -> None:
         rdp = np.asarray(self.rdp, dtype=np.float64)
@@ -51,6 +58,8 @@ class PrivacyCurve:
             raise ValueError(f"rho must be non-negative, got {self.rho!r}")
         if math.isnan(self.pure_eps) or self.pure_eps < 0:
             raise ValueError(f"pure_eps must be non-negative, got {self.pure_eps!r}")
+        if not 0.0 <= self.delta <= 1.0:
+            raise ValueError(f"delta must be in [0, 1], got {self.delta!r}")
         object.__setattr__(self, "rdp", _frozen(rdp))
 
     @classmethod
@@ -64,6 +73,7 @@ class PrivacyCurve:
             rdp=add_up(self.rdp, other.rdp),
             pure_eps=add_up(self.pure_eps, other.pure_eps),
             gaussian_only=self.gaussian_only and other.gaussian_only,
+            delta=min(1.0, add_up(self.delta, other.delta)),
         )
 
     def scaled(self, count: int) -> PrivacyCurve:
@@ -77,6 +87,7 @@ class PrivacyCurve:
             rdp=mul_up(self.rdp, float(count)),
             pure_eps=mul_up(self.pure_eps, float(count)),
             gaussian_only=self.gaussian_only,
+            delta=min(1.0, mul_up(self.delta, float(count))),
         )
 
     def is_finite(self) -> bool:
@@ -90,6 +101,7 @@ class PrivacyCurve:
             self.rho == other.rho
             and self.pure_eps == other.pure_eps
             and self.gaussian_only == other.gaussian_only
+            and self.delta == other.delta
             and bool(np.array_equal(self.rdp, other.rdp))
         )
 

@@ -17,23 +17,42 @@ A dataset fixes its filter when it is created:
                       S(alpha) <= eps_B - log(|grid| / delta_B) / (alpha - 1), or the pure-DP sum
                       is within eps_B (its loss bound holds surely, so it costs no delta).
 
-``spend`` returns the epsilon at a delta that the dataset's filter guarantees, names the method
-and lists every candidate it took the minimum of.
+**Entries with their own delta** (approximate DP, approximate zCDP / RDP; ``PrivacyCurve.delta``
+is their sum): the composition is (1 - delta_e)-mixed with a ledger whose good part has the
+composed curve (curve.py). If the good part is (eps, d')-DP then for every event S,
+P[M(x) in S] <= (1 - delta_e)(e^eps P[A(x') in S] + d') + delta_e <= e^eps P[M(x') in S]
++ delta_e + d' (BS16 section 8, approximate zCDP to approximate DP, re-derived in this mixture
+form). So a conversion at a target delta is run at d' = delta - delta_e (rounded down), its
+epsilon is infinite once delta_e >= delta, and a delta at an epsilon is the conversion's plus
+delta_e. The non-adaptive filters (``rdp``, ``zcdp``) admit such ledgers by that conversion.
+The adaptive filters (``gdp``, ``zcdp_filter``, ``rdp_union_bound``) refuse them: the remaining
+d' would then depend on deltas chosen after seeing outputs, a data-dependent threshold that
+neither the Renyi-filter theorem nor Ville's inequality covers; a fixed split of the delta
+budget made at creation would be needed (Whitehouse et al. 2023), which these filters do not
+have.
+
+``Filter`` is the value object the service asks, once per charge, through ``Filter.dry_run``
+(as dp_accounting's ``supports()`` is a dry run of ``compose()``). Each kind is one ``_Rule``
+in the table ``_RULES``: its bound, its epsilon candidates and its delta candidates. The
+admission rule itself is written once, in ``Filter._within``.
+
+The module-level functions (``spend``, ``spend_delta``, ``admits``, ``filter_spend``,
+``filter_bound``, ``budget_rdp_curve``) are the earlier interface, kept as thin wrappers.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
 
 from app.accounting import conversions as conv
-from app.accounting.curve import PrivacyCurve
+from app.accounting.curve import PrivacyCurve, Vector
 from app.accounting.orders import ORDERS
-from app.accounting.rounding import up
+from app.accounting.rounding import add_up, sub_down, up
 
 
 class FilterKind(StrEnum):
@@ -93,18 +112,41 @@ class Spend:
     candidates: dict[str, float] = field(default_factory=dict)
 
 
-def _pick(
-    candidates: dict[str, float], orders: dict[str, float]
-) -> tuple[str, float, float | None]:
-    method = min(candidates, key=lambda k: (candidates[k], k))
-    return method, candidates[method], orders.get(method)
+@dataclass(frozen=True)
+class Remaining:
+    """What is left of a budget: ``epsilon`` (budget minus spend: composition is not additive,
+    so an indication; the filter decides), ``delta`` and, for rho filters, the exact ``rho``
+    left under the filter's bound (None for RDP filters)."""
+
+    epsilon: float
+    delta: float
+    rho: float | None
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """The answer to "may ``new`` be charged?" (``Filter.dry_run``).
+
+    ``admitted`` is decided on committed + held + new; ``after`` = committed + new is what the
+    ledger becomes if the charge is recorded, and ``spend_after`` its spend under the filter.
+    """
+
+    admitted: bool
+    after: PrivacyCurve
+    spend_after: Spend
+
+
+# --- one rule per filter kind ----------------------------------------------------------------
+
+Candidates = tuple[dict[str, float], dict[str, float]]
+"""(values by method, Renyi order by method where a grid order decides)."""
 
 
 def _mu(curve: PrivacyCurve) -> float:
     return math.sqrt(2.0 * curve.rho)
 
 
-def union_bound_epsilon(rdp: np.ndarray, delta: float) -> tuple[float, float]:
+def union_bound_epsilon(rdp: Vector, delta: float) -> tuple[float, float]:
     """Classic conversion at delta / |grid|: the adaptive RDP filter's guarantee,
     min_j r_j + (log |grid| - log delta) / (alpha_j - 1), in log space (delta / |grid| would
     underflow for delta near the smallest float)."""
@@ -115,156 +157,399 @@ def union_bound_epsilon(rdp: np.ndarray, delta: float) -> tuple[float, float]:
     return max(0.0, up(float(eps[j]), 4)), float(ORDERS[j])
 
 
-def spend(kind: FilterKind, curve: PrivacyCurve, delta: float) -> Spend:
-    """The epsilon at ``delta`` that filter ``kind`` guarantees for composed ``curve``."""
+def _gdp_epsilon(curve: PrivacyCurve, delta: float) -> Candidates:
+    """Exact Gaussian conversion; no guarantee at all (infinite epsilon) for a ledger that is
+    not Gaussian-only, which the filter never admits."""
+    if not curve.gaussian_only:
+        return {"not_gaussian": math.inf}, {}
+    return {"gaussian_exact": conv.gaussian_epsilon(_mu(curve), delta)}, {}
+
+
+def _gdp_delta(curve: PrivacyCurve, epsilon: float) -> Candidates:
+    if not curve.gaussian_only:
+        return {"not_gaussian": 1.0}, {}
+    return {"gaussian_exact": conv.gaussian_delta(_mu(curve), epsilon)}, {}
+
+
+def _zcdp_epsilon_with(exact_gaussian: bool) -> Callable[[PrivacyCurve, float], Candidates]:
+    def candidates(curve: PrivacyCurve, delta: float) -> Candidates:
+        c = {
+            "zcdp_bun_steinke": conv.zcdp_epsilon_bun_steinke(curve.rho, delta),
+            "zcdp_cks": conv.zcdp_epsilon_cks(curve.rho, delta),
+        }
+        if exact_gaussian and curve.gaussian_only:
+            c["gaussian_exact"] = conv.gaussian_epsilon(_mu(curve), delta)
+        return c, {}
+
+    return candidates
+
+
+def _zcdp_delta_with(exact_gaussian: bool) -> Callable[[PrivacyCurve, float], Candidates]:
+    def candidates(curve: PrivacyCurve, epsilon: float) -> Candidates:
+        c = {
+            "zcdp_bun_steinke": conv.zcdp_delta_bun_steinke(curve.rho, epsilon),
+            "zcdp_cks": conv.zcdp_delta_cks(curve.rho, epsilon),
+        }
+        if exact_gaussian and curve.gaussian_only:
+            c["gaussian_exact"] = conv.gaussian_delta(_mu(curve), epsilon)
+        return c, {}
+
+    return candidates
+
+
+def _rdp_epsilon(curve: PrivacyCurve, delta: float) -> Candidates:
+    values, orders = _zcdp_epsilon_with(True)(curve, delta)
+    values["rdp_improved"], orders["rdp_improved"] = conv.rdp_epsilon_improved(curve.rdp, delta)
+    values["rdp_classic"], orders["rdp_classic"] = conv.rdp_epsilon_classic(curve.rdp, delta)
+    values["pure_dp"] = curve.pure_eps
+    return values, orders
+
+
+def _rdp_delta(curve: PrivacyCurve, epsilon: float) -> Candidates:
+    values, orders = _zcdp_delta_with(True)(curve, epsilon)
+    values["rdp_improved"], orders["rdp_improved"] = conv.rdp_delta_improved(curve.rdp, epsilon)
+    values["rdp_classic"], orders["rdp_classic"] = conv.rdp_delta_classic(curve.rdp, epsilon)
+    values["pure_dp"] = 0.0 if epsilon >= curve.pure_eps else 1.0
+    return values, orders
+
+
+def _union_bound_epsilon(curve: PrivacyCurve, delta: float) -> Candidates:
+    eps, order = union_bound_epsilon(curve.rdp, delta)
+    return {"rdp_union_bound": eps, "pure_dp": curve.pure_eps}, {"rdp_union_bound": order}
+
+
+def _union_bound_delta(curve: PrivacyCurve, epsilon: float) -> Candidates:
+    d, order = conv.rdp_delta_classic(curve.rdp, epsilon)
+    values = {
+        "rdp_union_bound": min(1.0, up(d * ORDERS.size, 2)),
+        "pure_dp": 0.0 if epsilon >= curve.pure_eps else 1.0,
+    }
+    return values, {"rdp_union_bound": order}
+
+
+def _gdp_bound(budget: Budget) -> float:
+    """mu_B^2 / 2 with mu_B the largest mu whose exact delta(eps_B) <= delta_B, rounded down."""
+    mu = conv.gaussian_mu_for_budget(budget.epsilon, budget.delta)
+    bound = mu * mu / 2.0
+    while bound > 0 and conv.gaussian_delta(math.sqrt(2.0 * bound), budget.epsilon) > budget.delta:
+        bound = float(np.nextafter(bound, 0.0))
+    return bound
+
+
+def _zcdp_bound(budget: Budget) -> float:
+    """The largest rho whose tightest zCDP conversion is within budget."""
+    return conv.zcdp_rho_for_budget(budget.epsilon, budget.delta)
+
+
+def _no_bound(budget: Budget) -> None:
+    return None
+
+
+def _rho_budget_curve(budget: Budget, bound: float | None) -> Vector:
+    """The budget as a zCDP curve: ``bound * alpha``."""
+    assert bound is not None
+    return bound * ORDERS
+
+
+def _rdp_budget_curve(budget: Budget, bound: float | None) -> Vector:
+    """The larger of the inverted classic [M17 Prop 3] and improved [CKS20 Prop 12] conversions,
+    eps_B - log1p(-1/a) + (log delta_B + log a) / (a - 1)."""
+    a, log_delta = ORDERS, math.log(budget.delta)
+    classic = budget.epsilon + log_delta / (a - 1.0)
+    improved = budget.epsilon - np.log1p(-1.0 / a) + (log_delta + np.log(a)) / (a - 1.0)
+    return np.maximum(classic, np.where(a > 1.01, improved, -np.inf))
+
+
+def _union_bound_budget_curve(budget: Budget, bound: float | None) -> Vector:
+    """The union-bound threshold eps_B - log(|grid| / delta_B) / (a - 1)."""
+    a = ORDERS
+    return budget.epsilon - (math.log(a.size) - math.log(budget.delta)) / (a - 1.0)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """One filter kind: how its bound is computed, what it may report, how it admits.
+
+    ``by_rho``: admission is ``total.rho <= bound`` (no conversion); otherwise admission is the
+    reported epsilon at the budget delta being within the budget epsilon.
+    ``adaptive``: valid under fully adaptive parameter choice (refuses entries' own deltas).
+    ``gaussian_only``: only Gaussian-only ledgers are admitted (the GDP theorem).
+    """
+
+    bound: Callable[[Budget], float | None]
+    epsilon: Callable[[PrivacyCurve, float], Candidates]
+    delta: Callable[[PrivacyCurve, float], Candidates]
+    budget_curve: Callable[[Budget, float | None], Vector]
+    by_rho: bool
+    adaptive: bool
+    gaussian_only: bool = False
+
+
+_RULES: dict[FilterKind, _Rule] = {
+    FilterKind.GDP: _Rule(
+        _gdp_bound,
+        _gdp_epsilon,
+        _gdp_delta,
+        _rho_budget_curve,
+        by_rho=True,
+        adaptive=True,
+        gaussian_only=True,
+    ),
+    FilterKind.ZCDP_FILTER: _Rule(
+        _zcdp_bound,
+        _zcdp_epsilon_with(False),
+        _zcdp_delta_with(False),
+        _rho_budget_curve,
+        by_rho=True,
+        adaptive=True,
+    ),
+    FilterKind.ZCDP: _Rule(
+        _zcdp_bound,
+        _zcdp_epsilon_with(True),
+        _zcdp_delta_with(True),
+        _rho_budget_curve,
+        by_rho=True,
+        adaptive=False,
+    ),
+    FilterKind.RDP: _Rule(
+        _no_bound, _rdp_epsilon, _rdp_delta, _rdp_budget_curve, by_rho=False, adaptive=False
+    ),
+    FilterKind.RDP_UNION_BOUND: _Rule(
+        _no_bound,
+        _union_bound_epsilon,
+        _union_bound_delta,
+        _union_bound_budget_curve,
+        by_rho=False,
+        adaptive=True,
+    ),
+}
+
+
+def _pick(values: dict[str, float], orders: dict[str, float]) -> tuple[str, float, float | None]:
+    method = min(values, key=lambda k: (values[k], k))
+    return method, values[method], orders.get(method)
+
+
+REFUSES_ENTRY_DELTA = "adaptive_filter_refuses_entry_delta"
+ENTRY_DELTAS_EXCEED = "entry_deltas_reach_delta"
+
+
+def _spend_at(rule: _Rule, total: PrivacyCurve, delta: float) -> Spend:
+    """The least candidate epsilon at ``delta``, the conversions run at what the entries' own
+    deltas leave of it (module docstring)."""
     delta = conv.check_delta(delta)
-    cands: dict[str, float] = {}
-    orders: dict[str, float] = {}
-    if kind is FilterKind.GDP:
-        if not curve.gaussian_only:
-            raise ValueError("the Gaussian-DP filter applies to Gaussian-only ledgers")
-        cands["gaussian_exact"] = conv.gaussian_epsilon(_mu(curve), delta)
-    elif kind in (FilterKind.ZCDP, FilterKind.ZCDP_FILTER):
-        cands["zcdp_bun_steinke"] = conv.zcdp_epsilon_bun_steinke(curve.rho, delta)
-        cands["zcdp_cks"] = conv.zcdp_epsilon_cks(curve.rho, delta)
-        if kind is FilterKind.ZCDP and curve.gaussian_only:
-            cands["gaussian_exact"] = conv.gaussian_epsilon(_mu(curve), delta)
-    elif kind is FilterKind.RDP:
-        cands["rdp_improved"], orders["rdp_improved"] = conv.rdp_epsilon_improved(curve.rdp, delta)
-        cands["rdp_classic"], orders["rdp_classic"] = conv.rdp_epsilon_classic(curve.rdp, delta)
-        cands["zcdp_bun_steinke"] = conv.zcdp_epsilon_bun_steinke(curve.rho, delta)
-        cands["zcdp_cks"] = conv.zcdp_epsilon_cks(curve.rho, delta)
-        cands["pure_dp"] = curve.pure_eps
-        if curve.gaussian_only:
-            cands["gaussian_exact"] = conv.gaussian_epsilon(_mu(curve), delta)
-    elif kind is FilterKind.RDP_UNION_BOUND:
-        ub_eps, ub_order = union_bound_epsilon(curve.rdp, delta)
-        cands["rdp_union_bound"], orders["rdp_union_bound"] = ub_eps, ub_order
-        cands["pure_dp"] = curve.pure_eps
-    else:  # pragma: no cover - exhaustive
-        raise ValueError(f"unknown filter {kind!r}")
-    method, best, order = _pick(cands, orders)
-    return Spend(epsilon=best, delta=delta, method=method, order=order, candidates=cands)
+    if total.delta > 0.0 and rule.adaptive:
+        return Spend(math.inf, delta, REFUSES_ENTRY_DELTA, None, {REFUSES_ENTRY_DELTA: math.inf})
+    left = sub_down(delta, total.delta)
+    if left <= 0.0:
+        return Spend(math.inf, delta, ENTRY_DELTAS_EXCEED, None, {ENTRY_DELTAS_EXCEED: math.inf})
+    values, orders = rule.epsilon(total, left)
+    method, best, order = _pick(values, orders)
+    return Spend(epsilon=best, delta=delta, method=method, order=order, candidates=values)
+
+
+def _spend_delta(rule: _Rule, total: PrivacyCurve, epsilon: float) -> Spend:
+    """The least candidate delta at ``epsilon``, plus the entries' own deltas."""
+    epsilon = conv.check_epsilon(epsilon)
+    if total.delta > 0.0 and rule.adaptive:
+        return Spend(epsilon, 1.0, REFUSES_ENTRY_DELTA, None, {REFUSES_ENTRY_DELTA: 1.0})
+    values, orders = rule.delta(total, epsilon)
+    if total.delta > 0.0:
+        values = {k: min(1.0, add_up(v, total.delta)) for k, v in values.items()}
+    method, best, order = _pick(values, orders)
+    return Spend(epsilon=epsilon, delta=best, method=method, order=order, candidates=values)
+
+
+# --- the value object --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Filter:
+    """A dataset's admission rule: its ``kind``, ``budget`` and, for the rho filters (gdp,
+    zcdp, zcdp_filter), the largest admissible total ``bound`` on rho (None for RDP kinds).
+
+    Build it with ``Filter.create(kind, budget)`` (computes the bound once) or, when the bound
+    is stored, ``Filter(kind, budget, bound)``.
+    """
+
+    kind: FilterKind
+    budget: Budget
+    bound: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", FilterKind(self.kind))
+        if self.rule.by_rho and self.bound is None:
+            raise ValueError(f"the {self.kind} filter needs its rho bound (use Filter.create)")
+
+    @classmethod
+    def create(cls, kind: FilterKind, budget: Budget) -> Filter:
+        """The filter of ``kind`` for ``budget``, its bound computed once."""
+        kind = FilterKind(kind)
+        return cls(kind, budget, _RULES[kind].bound(budget))
+
+    @property
+    def rule(self) -> _Rule:
+        return _RULES[self.kind]
+
+    # -- spend -------------------------------------------------------------------------------
+
+    def spend_at(self, total: PrivacyCurve, delta: float) -> Spend:
+        """The epsilon at ``delta`` this filter's conversions give for the composed ``total``."""
+        return _spend_at(self.rule, total, delta)
+
+    def spend_delta(self, total: PrivacyCurve, epsilon: float) -> Spend:
+        """The delta at ``epsilon`` this filter's conversions give for the composed ``total``."""
+        return _spend_delta(self.rule, total, epsilon)
+
+    def spend(self, total: PrivacyCurve) -> Spend:
+        """``spend_at`` the budget's delta, consistent with admission.
+
+        For the rho filters the admission rule is ``rho <= bound``, and the bound was checked to
+        give (eps_B, delta_B) when it was computed. While the ledger is within that bound the
+        filter itself certifies eps_B, so the reported epsilon is capped at eps_B: two numerical
+        routes (root finding for epsilon, bisection for the bound) could otherwise disagree in
+        the 15th digit and show an admitted ledger as 4e-15 over budget.
+        """
+        s = self.spend_at(total, self.budget.delta)
+        if self.rule.by_rho and s.epsilon > self.budget.epsilon and self._within_bound(total):
+            return Spend(self.budget.epsilon, s.delta, s.method, s.order, s.candidates)
+        return s
+
+    # -- admission ---------------------------------------------------------------------------
+
+    def _within_bound(self, total: PrivacyCurve) -> bool:
+        """rho filters, for a ledger without entries' own deltas: rho within the bound."""
+        assert self.bound is not None
+        if self.rule.gaussian_only and not total.gaussian_only:
+            return False
+        return total.delta == 0.0 and total.rho <= self.bound
+
+    def _within(self, total: PrivacyCurve, spend: Callable[[], Spend]) -> bool:
+        """THE admission rule. Entries' own deltas: never admitted by an adaptive filter, and
+        never once they reach the budget delta; otherwise admitted iff the conversion at what
+        they leave (``spend()``) is within the budget epsilon. Without them, rho filters
+        compare rho with the bound (no conversion) and RDP filters compare the spend at the
+        budget delta (``spend()``, called only here) with the budget epsilon."""
+        if total.delta > 0.0:
+            if self.rule.adaptive or total.delta >= self.budget.delta:
+                return False
+        elif self.rule.by_rho:
+            return self._within_bound(total)
+        return spend().epsilon <= self.budget.epsilon
+
+    def admits(self, total: PrivacyCurve) -> bool:
+        """Whether a ledger composing to ``total`` (including the new charge) is within budget."""
+        return self._within(total, lambda: self.spend(total))
+
+    def dry_run(
+        self, committed: PrivacyCurve, held: PrivacyCurve | None, new: PrivacyCurve
+    ) -> DryRun:
+        """May ``new`` be charged to a ledger composing to ``committed`` with active holds
+        ``held``? Admission is decided on committed + held + new; the spend reported is that of
+        ``after`` = committed + new. At most one conversion when there are no holds (the rho
+        filters need none for admission; the RDP filters use the reported spend for both).
+        """
+        after = committed + new
+        spend_after = self.spend(after)
+        if held is None:
+            admitted = self._within(after, lambda: spend_after)
+        else:
+            everything = after + held
+            admitted = self._within(everything, lambda: self.spend(everything))
+        return DryRun(admitted=admitted, after=after, spend_after=spend_after)
+
+    # -- views -------------------------------------------------------------------------------
+
+    def remaining(self, total: PrivacyCurve, spent: Spend | None = None) -> Remaining:
+        """What is left of the budget after ``total`` (``spent``: its ``spend()``, when known)."""
+        s = self.spend(total) if spent is None else spent
+        rho = None
+        if self.rule.by_rho:
+            assert self.bound is not None
+            rho = max(0.0, self.bound - total.rho)
+        return Remaining(
+            epsilon=max(0.0, self.budget.epsilon - s.epsilon),
+            delta=max(0.0, sub_down(self.budget.delta, total.delta)),
+            rho=rho,
+        )
+
+    def exhausted(self, total: PrivacyCurve, spent: Spend | None = None) -> bool:
+        """No budget left: the bound is reached (rho filters), the spend reaches eps_B, or the
+        entries' own deltas reach the budget delta (``spent``: ``spend(total)``, when known)."""
+        if total.delta >= self.budget.delta:
+            return True
+        if self.rule.by_rho and total.delta == 0.0:
+            assert self.bound is not None
+            if total.rho >= self.bound or not self._within_bound(total):
+                return True
+        return (self.spend(total) if spent is None else spent).epsilon >= self.budget.epsilon
+
+    def budget_curve(self) -> Vector:
+        """At each grid order, the largest composed RDP value that certifies the budget by
+        itself: ``bound * alpha`` for rho filters; the inverted RDP conversion the filter uses
+        otherwise. A ledger whose curve lies on or below it at some order is within budget
+        (exact Gaussian or pure-DP conversions may admit more). Values can be negative where no
+        ledger fits at that order. For display and checks."""
+        return self.rule.budget_curve(self.budget, self.bound)
+
+
+# --- the earlier functional interface (thin wrappers) ----------------------------------------
+
+
+def _filter(kind: FilterKind, budget: Budget, bound: float | None) -> Filter:
+    """The filter for the functional wrappers (its bound computed when needed and not given)."""
+    kind = FilterKind(kind)
+    if _RULES[kind].by_rho and bound is None:
+        bound = _RULES[kind].bound(budget)
+    return Filter(kind, budget, bound)
+
+
+def spend(kind: FilterKind, curve: PrivacyCurve, delta: float) -> Spend:
+    """The epsilon at ``delta`` that filter ``kind`` guarantees for composed ``curve``
+    (``Filter.spend_at``)."""
+    return _spend_at(_RULES[FilterKind(kind)], curve, delta)
 
 
 def spend_delta(kind: FilterKind, curve: PrivacyCurve, epsilon: float) -> Spend:
-    """The delta at ``epsilon`` that filter ``kind`` guarantees for composed ``curve``."""
-    epsilon = conv.check_epsilon(epsilon)
-    cands: dict[str, float] = {}
-    orders: dict[str, float] = {}
-    pure = 0.0 if epsilon >= curve.pure_eps else 1.0
-    if kind is FilterKind.GDP:
-        if not curve.gaussian_only:
-            raise ValueError("the Gaussian-DP filter applies to Gaussian-only ledgers")
-        cands["gaussian_exact"] = conv.gaussian_delta(_mu(curve), epsilon)
-    elif kind in (FilterKind.ZCDP, FilterKind.ZCDP_FILTER):
-        cands["zcdp_bun_steinke"] = conv.zcdp_delta_bun_steinke(curve.rho, epsilon)
-        cands["zcdp_cks"] = conv.zcdp_delta_cks(curve.rho, epsilon)
-        if kind is FilterKind.ZCDP and curve.gaussian_only:
-            cands["gaussian_exact"] = conv.gaussian_delta(_mu(curve), epsilon)
-    elif kind is FilterKind.RDP:
-        cands["rdp_improved"], orders["rdp_improved"] = conv.rdp_delta_improved(curve.rdp, epsilon)
-        cands["rdp_classic"], orders["rdp_classic"] = conv.rdp_delta_classic(curve.rdp, epsilon)
-        cands["zcdp_bun_steinke"] = conv.zcdp_delta_bun_steinke(curve.rho, epsilon)
-        cands["zcdp_cks"] = conv.zcdp_delta_cks(curve.rho, epsilon)
-        cands["pure_dp"] = pure
-        if curve.gaussian_only:
-            cands["gaussian_exact"] = conv.gaussian_delta(_mu(curve), epsilon)
-    elif kind is FilterKind.RDP_UNION_BOUND:
-        ub_delta, ub_order = conv.rdp_delta_classic(curve.rdp, epsilon)
-        cands["rdp_union_bound"] = min(1.0, up(ub_delta * ORDERS.size, 2))
-        orders["rdp_union_bound"] = ub_order
-        cands["pure_dp"] = pure
-    else:  # pragma: no cover - exhaustive
-        raise ValueError(f"unknown filter {kind!r}")
-    method, best, order = _pick(cands, orders)
-    return Spend(epsilon=epsilon, delta=best, method=method, order=order, candidates=cands)
+    """The delta at ``epsilon`` that filter ``kind`` guarantees for composed ``curve``
+    (``Filter.spend_delta``)."""
+    return _spend_delta(_RULES[FilterKind(kind)], curve, epsilon)
 
 
 def filter_bound(kind: FilterKind, budget: Budget) -> float | None:
-    """For rho-based filters, the largest admissible total rho; None for RDP filters.
-
-    gdp: mu_B^2 / 2 with mu_B the largest mu whose exact delta(eps_B) <= delta_B;
-    zcdp: the largest rho whose tightest zCDP conversion is within budget.
-    """
-    if kind is FilterKind.GDP:
-        mu = conv.gaussian_mu_for_budget(budget.epsilon, budget.delta)
-        bound = mu * mu / 2.0
-        # round down: the bound must not exceed what the budget allows
-        while (
-            bound > 0 and conv.gaussian_delta(math.sqrt(2.0 * bound), budget.epsilon) > budget.delta
-        ):
-            bound = float(np.nextafter(bound, 0.0))
-        return bound
-    if kind in (FilterKind.ZCDP, FilterKind.ZCDP_FILTER):
-        return conv.zcdp_rho_for_budget(budget.epsilon, budget.delta)
-    return None
+    """For rho-based filters, the largest admissible total rho; None for RDP filters."""
+    return _RULES[FilterKind(kind)].bound(budget)
 
 
 def filter_spend(
     kind: FilterKind, curve: PrivacyCurve, budget: Budget, bound: float | None
 ) -> Spend:
-    """``spend`` at the budget's delta, consistent with admission.
-
-    For the rho filters (gdp, zcdp) the admission rule is ``rho <= bound``, and the bound was
-    verified to give (eps_B, delta_B) when it was computed. While the ledger is within that
-    bound the filter itself certifies eps_B, so the reported epsilon is capped at eps_B: two
-    numerical routes (root finding for epsilon, bisection for the bound) could otherwise
-    disagree in the 15th digit and show an admitted ledger as 4e-15 over budget.
-    """
-    s = spend(kind, curve, budget.delta)
-    if kind in RHO_FILTERS and bound is not None and admits(kind, budget, curve, bound):
-        if s.epsilon > budget.epsilon:
-            return Spend(budget.epsilon, s.delta, s.method, s.order, s.candidates)
-    return s
+    """``Filter(kind, budget, bound).spend(curve)``."""
+    return _filter(kind, budget, bound).spend(curve)
 
 
-def budget_rdp_curve(kind: FilterKind, budget: Budget, bound: float | None = None) -> np.ndarray:
-    """At each grid order, the largest composed RDP value that certifies ``budget`` by itself.
-
-    rho filters: ``bound * alpha`` (the budget as a zCDP curve); ``rdp``: the larger of the
-    inverted classic [M17 Prop 3] and improved [CKS20 Prop 12] conversions,
-    eps_B - log1p(-1/a) + (log delta_B + log a) / (a - 1); ``rdp_union_bound``: the union-bound
-    threshold eps_B - log(|grid| / delta_B) / (a - 1). A ledger whose curve lies on or below
-    this one at some order is within budget (exact Gaussian or pure-DP conversions may admit
-    more). Values can be negative where no ledger fits at that order. For display and checks.
-    """
-    a = ORDERS
-    if kind in RHO_FILTERS:
-        limit = filter_bound(kind, budget) if bound is None else bound
-        assert limit is not None
-        return limit * a
-    log_delta = math.log(budget.delta)
-    if kind is FilterKind.RDP_UNION_BOUND:
-        return budget.epsilon - (math.log(a.size) - log_delta) / (a - 1.0)
-    classic = budget.epsilon + log_delta / (a - 1.0)
-    improved = budget.epsilon - np.log1p(-1.0 / a) + (log_delta + np.log(a)) / (a - 1.0)
-    improved = np.where(a > 1.01, improved, -np.inf)
-    return np.maximum(classic, improved)
+def budget_rdp_curve(kind: FilterKind, budget: Budget, bound: float | None = None) -> Vector:
+    """``Filter(kind, budget, bound).budget_curve()``."""
+    return _filter(kind, budget, bound).budget_curve()
 
 
 def admits(
     kind: FilterKind, budget: Budget, total: PrivacyCurve, bound: float | None = None
 ) -> bool:
-    """Whether a ledger composing to ``total`` (including the new charge) is within budget.
-
-    ``bound`` is ``filter_bound(kind, budget)``; pass it when it is already known (it is
-    recomputed otherwise).
-    """
-    if kind in RHO_FILTERS:
-        if kind is FilterKind.GDP and not total.gaussian_only:
-            return False
-        limit = filter_bound(kind, budget) if bound is None else bound
-        assert limit is not None
-        return total.rho <= limit
-    return spend(kind, total, budget.delta).epsilon <= budget.epsilon
+    """``Filter(kind, budget, bound).admits(total)`` (the bound is computed when not given)."""
+    return _filter(kind, budget, bound).admits(total)
 
 
 __all__ = [
+    "ENTRY_DELTAS_EXCEED",
     "MAX_BUDGET_EPSILON",
+    "REFUSES_ENTRY_DELTA",
     "RHO_FILTERS",
     "Budget",
+    "DryRun",
+    "Filter",
     "FilterKind",
+    "Remaining",
     "Spend",
     "admits",
     "budget_rdp_curve",
@@ -275,81 +560,3 @@ __all__ = [
     "spend_delta",
     "union_bound_epsilon",
 ]
-
-
-# --- interim Filter value object (the core branch replaces this with its table-driven one) ---
-
-
-@dataclass(frozen=True)
-class Remaining:
-    """What is left under a filter (epsilon is indicative; rho exact for rho filters)."""
-
-    epsilon: float
-    delta: float
-    rho: float | None
-
-
-@dataclass(frozen=True)
-class DryRun:
-    """Admission decided on committed + held + new; ``after`` = committed + new."""
-
-    admitted: bool
-    after: PrivacyCurve
-    spend_after: Spend
-
-
-@dataclass(frozen=True)
-class Filter:
-    """A dataset's admission rule: kind, budget and (rho filters) the precomputed bound."""
-
-    kind: FilterKind
-    budget: Budget
-    bound: float | None = None
-
-    @classmethod
-    def create(cls, kind: FilterKind, budget: Budget) -> Filter:
-        return cls(kind, budget, filter_bound(kind, budget))
-
-    def admits(self, total: PrivacyCurve) -> bool:
-        return admits(self.kind, self.budget, total, self.bound)
-
-    def spend(self, total: PrivacyCurve) -> Spend:
-        return filter_spend(self.kind, total, self.budget, self.bound)
-
-    def spend_at(self, total: PrivacyCurve, delta: float) -> Spend:
-        return spend(self.kind, total, delta)
-
-    def spend_delta(self, total: PrivacyCurve, epsilon: float) -> Spend:
-        return spend_delta(self.kind, total, epsilon)
-
-    def remaining(self, total: PrivacyCurve) -> Remaining:
-        rho = None
-        if self.kind in RHO_FILTERS and self.bound is not None:
-            rho = max(0.0, self.bound - total.rho)
-        eps = max(0.0, self.budget.epsilon - self.spend(total).epsilon)
-        return Remaining(epsilon=eps, delta=self.budget.delta, rho=rho)
-
-    def exhausted(self, total: PrivacyCurve) -> bool:
-        if self.kind in RHO_FILTERS and self.bound is not None and total.rho >= self.bound:
-            return True
-        return self.spend(total).epsilon >= self.budget.epsilon
-
-    def budget_curve(self) -> np.ndarray:
-        return budget_rdp_curve(self.kind, self.budget, self.bound)
-
-    def dry_run(
-        self, committed: PrivacyCurve, held: PrivacyCurve | None, new: PrivacyCurve
-    ) -> DryRun:
-        after = committed + new
-        sp = self.spend(after)
-        if held is None:
-            if self.kind in RHO_FILTERS:
-                assert self.bound is not None
-                ok = after.rho <= self.bound and (
-                    self.kind is not FilterKind.GDP or after.gaussian_only
-                )
-            else:
-                ok = sp.epsilon <= self.budget.epsilon
-        else:
-            ok = self.admits(after + held)
-        return DryRun(admitted=ok, after=after, spend_after=sp)

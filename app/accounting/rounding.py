@@ -39,6 +39,11 @@ def sub_up(a: FloatOrArray, b: FloatOrArray) -> FloatOrArray:
     return add_up(a, -b)
 
 
+def sub_down(a: float, b: float) -> float:
+    """Largest float <= a - b."""
+    return -add_up(-a, b)
+
+
 def _split(a: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     c = _SPLITTER * a
     hi = c - (c - a)
@@ -67,4 +72,4 @@ def up(x: float, ulps: int = 1) -> float:
     return x
 
 
-__all__ = ["add_up", "mul_up", "sub_up", "up"]
+__all__ = ["add_up", "mul_up", "sub_down", "sub_up", "up"]

@@ -11,7 +11,8 @@ terms still present:
   rest. Rounding only ever errs upward, by at most one ulp per operation;
 * infinite parts (the pure-DP epsilon of a Gaussian, an RDP value above an entry's largest
   order) are counted instead of summed, so removing them is exact (inf - inf is undefined);
-* "every term is Gaussian" is kept as a count of non-Gaussian terms;
+* "every term is Gaussian" is kept as a count of non-Gaussian terms; entries' own deltas are
+  summed like the other finite parts;
 * when the last term leaves, the sum is reset to exact zero, so drift never accumulates across
   quiet periods.
 """
@@ -49,6 +50,7 @@ class RunningSum:
     pure_eps: float = 0.0
     pure_inf: int = 0
     non_gaussian: int = 0
+    delta: float = 0.0
 
     def add(self, curve: PrivacyCurve) -> RunningSum:
         """The sum with ``curve`` added."""
@@ -62,6 +64,7 @@ class RunningSum:
             pure_eps=add_up(self.pure_eps, _finite(curve.pure_eps)),
             pure_inf=self.pure_inf + (not math.isfinite(curve.pure_eps)),
             non_gaussian=self.non_gaussian + (not curve.gaussian_only),
+            delta=add_up(self.delta, curve.delta),
         )
 
     def remove(self, curve: PrivacyCurve) -> RunningSum:
@@ -80,6 +83,7 @@ class RunningSum:
             pure_eps=max(0.0, sub_up(self.pure_eps, _finite(curve.pure_eps))),
             pure_inf=self.pure_inf - (not math.isfinite(curve.pure_eps)),
             non_gaussian=self.non_gaussian - (not curve.gaussian_only),
+            delta=max(0.0, sub_up(self.delta, curve.delta)),
         )
 
     def total(self) -> PrivacyCurve | None:
@@ -91,6 +95,7 @@ class RunningSum:
             rdp=np.where(self.rdp_inf > 0, np.inf, self.rdp),
             pure_eps=math.inf if self.pure_inf else self.pure_eps,
             gaussian_only=self.non_gaussian == 0,
+            delta=min(1.0, self.delta),
         )
 
 

@@ -16,7 +16,7 @@ from app.accounting.orders import ORDERS, ORDERS_VERSION
 from app.accounting.running import RunningSum
 
 _N = ORDERS.size
-_HEADER = struct.Struct("<qdqdqq")  # count, rho, rho_inf, pure_eps, pure_inf, non_gaussian
+_HEADER = struct.Struct("<qdqdqqd")  # count, rho, rho_inf, pure_eps, pure_inf, non_gaussian, delta
 
 
 def _check_version(orders_version: int) -> None:
@@ -43,12 +43,13 @@ def rdp_from_bytes(data: bytes, orders_version: int) -> Vector:
 
 def curve_of(row: Any) -> PrivacyCurve:
     """The curve stored on a ledger entry, reservation or totals row (attributes ``rho``,
-    ``rdp``, ``pure_eps``, ``gaussian_only``, ``orders_version``)."""
+    ``rdp``, ``pure_eps``, ``gaussian_only``, ``delta``, ``orders_version``)."""
     return PrivacyCurve(
         rho=row.rho,
         rdp=rdp_from_bytes(row.rdp, row.orders_version),
         pure_eps=row.pure_eps,
         gaussian_only=row.gaussian_only,
+        delta=row.delta,
     )
 
 
@@ -59,6 +60,7 @@ def curve_columns(curve: PrivacyCurve) -> dict[str, Any]:
         "rdp": rdp_to_bytes(curve.rdp),
         "pure_eps": curve.pure_eps,
         "gaussian_only": curve.gaussian_only,
+        "delta": curve.delta,
         "orders_version": ORDERS_VERSION,
     }
 
@@ -68,7 +70,13 @@ def held_to_bytes(held: RunningSum) -> bytes | None:
     if held.count == 0:
         return None
     head = _HEADER.pack(
-        held.count, held.rho, held.rho_inf, held.pure_eps, held.pure_inf, held.non_gaussian
+        held.count,
+        held.rho,
+        held.rho_inf,
+        held.pure_eps,
+        held.pure_inf,
+        held.non_gaussian,
+        held.delta,
     )
     return head + rdp_to_bytes(held.rdp) + np.asarray(held.rdp_inf, dtype="<i8").tobytes()
 
@@ -82,7 +90,7 @@ def held_from_bytes(data: bytes | None, orders_version: int) -> RunningSum:
         raise RuntimeError(
             f"stored held sum has {len(data)} bytes, expected {_HEADER.size + 16 * _N}"
         )
-    count, rho, rho_inf, pure_eps, pure_inf, non_gaussian = _HEADER.unpack_from(data)
+    count, rho, rho_inf, pure_eps, pure_inf, non_gaussian, delta = _HEADER.unpack_from(data)
     body = memoryview(data)[_HEADER.size :]
     return RunningSum(
         count=count,
@@ -93,6 +101,7 @@ def held_from_bytes(data: bytes | None, orders_version: int) -> RunningSum:
         pure_eps=pure_eps,
         pure_inf=pure_inf,
         non_gaussian=non_gaussian,
+        delta=delta,
     )
 
 

@@ -133,6 +133,7 @@ class DatasetTotal(Base):
     rdp: Mapped[bytes] = mapped_column(LargeBinary)
     pure_eps: Mapped[float] = mapped_column(Float)
     gaussian_only: Mapped[bool] = mapped_column(Boolean)
+    delta: Mapped[float] = mapped_column(Float, default=0.0)  # entries' own deltas
     entry_count: Mapped[int] = mapped_column(BigInteger)
     mechanism_counts: Mapped[dict[str, Any]] = mapped_column(JSON)
     spent_epsilon: Mapped[float] = mapped_column(Float)
@@ -169,6 +170,7 @@ class LedgerEntry(Base):
     rdp: Mapped[bytes] = mapped_column(LargeBinary)
     pure_eps: Mapped[float] = mapped_column(Float)
     gaussian_only: Mapped[bool] = mapped_column(Boolean)
+    delta: Mapped[float] = mapped_column(Float, default=0.0)  # entries' own deltas
     orders_version: Mapped[int] = mapped_column(Integer)
     label: Mapped[str | None] = mapped_column(String(200), nullable=True)
     metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON, nullable=True)
@@ -244,6 +246,7 @@ class Reservation(Base):
     rdp: Mapped[bytes] = mapped_column(LargeBinary)
     pure_eps: Mapped[float] = mapped_column(Float)
     gaussian_only: Mapped[bool] = mapped_column(Boolean)
+    delta: Mapped[float] = mapped_column(Float, default=0.0)  # entries' own deltas
     orders_version: Mapped[int] = mapped_column(Integer)
     label: Mapped[str | None] = mapped_column(String(200), nullable=True)
     metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON, nullable=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 from app import responses as r
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import RHO_FILTERS, Spend
+from app.accounting.filters import Spend
 from app.services.state import DatasetState
 
 
@@ -41,27 +41,15 @@ def spent(st: DatasetState, curve: PrivacyCurve | None = None, sp: Spend | None 
     )
 
 
-def _rho_left(st: DatasetState) -> float | None:
-    f = st.filter
-    if f.kind in RHO_FILTERS and f.bound is not None:
-        return max(0.0, f.bound - st.committed.rho)
-    return None
-
-
 def remaining(st: DatasetState) -> r.Remaining:
-    """Budget minus spend (an indication: composition is not additive, the filter decides)
-    and, for the rho filters, the exact rho left."""
-    return r.Remaining(
-        epsilon=max(0.0, st.budget.epsilon - st.spent.epsilon),
-        delta=st.budget.delta,
-        rho=_rho_left(st),
-    )
+    """What is left (the filter's rule, on the stored spend: no conversion)."""
+    left = st.filter.remaining(st.committed, st.spent)
+    return r.Remaining(epsilon=left.epsilon, delta=left.delta, rho=left.rho)
 
 
 def exhausted(st: DatasetState) -> bool:
-    """No budget left: the rho filters' bound is reached, or epsilon is spent."""
-    rho_left = _rho_left(st)
-    return (rho_left is not None and rho_left <= 0.0) or st.spent.epsilon >= st.budget.epsilon
+    """No budget left (the filter's rule, on the stored spend: no conversion)."""
+    return st.filter.exhausted(st.committed, st.spent)
 
 
 def dataset(st: DatasetState) -> r.Dataset:

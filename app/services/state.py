@@ -49,6 +49,7 @@ _COLUMNS = (
     _T.rdp,
     _T.pure_eps,
     _T.gaussian_only,
+    _T.delta,
     _T.entry_count,
     _T.mechanism_counts,
     _T.spent_epsilon,
@@ -112,6 +113,7 @@ def _state(row: Row[Any]) -> DatasetState:
         rdp=rdp_from_bytes(row.rdp, row.orders_version),
         pure_eps=row.pure_eps,
         gaussian_only=row.gaussian_only,
+        delta=row.delta,
     )
     return DatasetState(
         id=row.id,
@@ -164,6 +166,7 @@ _SAVED = (
     "rdp",
     "pure_eps",
     "gaussian_only",
+    "delta",
     "entry_count",
     "mechanism_counts",
     "spent_epsilon",

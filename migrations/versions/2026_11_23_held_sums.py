@@ -1,4 +1,4 @@
-"""held sums in the totals row; reservation expiry indexes; no redundant ledger index
+"""held sums in the totals row; entries' own deltas; expiry indexes; no redundant ledger index
 
 Active reservations are summed into ``dataset_total`` (``held_count``, ``held``,
 ``held_next_expiry``) so that admission reads no reservation row unless one is due; due
@@ -25,6 +25,9 @@ depends_on = None
 
 
 def upgrade() -> None:
+    for table in ("ledger_entry", "reservation", "dataset_total"):  # entries' own deltas
+        with op.batch_alter_table(table, schema=None) as batch_op:
+            batch_op.add_column(sa.Column("delta", sa.Float(), nullable=False, server_default="0"))
     with op.batch_alter_table("dataset_total", schema=None) as batch_op:
         batch_op.add_column(
             sa.Column("held_count", sa.BigInteger(), nullable=False, server_default="0")
@@ -55,6 +58,7 @@ def _sum_active_holds() -> None:
         sa.column("rdp", sa.LargeBinary),
         sa.column("pure_eps", sa.Float),
         sa.column("gaussian_only", sa.Boolean),
+        sa.column("delta", sa.Float),
         sa.column("orders_version", sa.Integer),
         sa.column("expires_at", sa.DateTime(timezone=True)),
     )
@@ -94,3 +98,6 @@ def downgrade() -> None:
         batch_op.drop_column("held_next_expiry")
         batch_op.drop_column("held")
         batch_op.drop_column("held_count")
+    for table in ("ledger_entry", "reservation", "dataset_total"):
+        with op.batch_alter_table(table, schema=None) as batch_op:
+            batch_op.drop_column("delta")

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.accounting.curve import PrivacyCurve
+from app.accounting.kinds.approx_dp import ApproxDP
 from app.accounting.mechanisms import Gaussian, Laplace, RandomizedResponse, SubsampledGaussian
 from app.accounting.orders import ORDERS
 from app.accounting.running import RunningSum
@@ -23,12 +24,14 @@ CURVES = [
     Laplace(epsilon=1e-6, count=3).curve(),
     RandomizedResponse(epsilon=2.0, k=9).curve(),
     SubsampledGaussian(sigma=1.1, sample_rate=0.01, steps=100).curve(),
+    ApproxDP(epsilon=0.5, delta=1e-7).curve(),
 ]
 
 
 def _exact(terms: list[PrivacyCurve]) -> tuple[Fraction, list[Fraction], Fraction]:
     """Exact rational sums of the finite parts (rho, rdp, pure_eps)."""
     rho = sum((Fraction(c.rho) for c in terms if math.isfinite(c.rho)), Fraction(0))
+    assert all(math.isfinite(c.delta) for c in terms)
     rdp = [sum((Fraction(float(c.rdp[j])) for c in terms), Fraction(0)) for j in range(ORDERS.size)]
     pure = sum((Fraction(c.pure_eps) for c in terms if math.isfinite(c.pure_eps)), Fraction(0))
     return rho, rdp, pure
@@ -61,6 +64,7 @@ def test_never_below_the_exact_sum_of_what_is_held(ops: list[tuple[bool, int]]) 
             assert Fraction(total.rho) >= rho
         if math.isfinite(total.pure_eps):
             assert Fraction(total.pure_eps) >= pure
+        assert Fraction(total.delta) >= sum((Fraction(c.delta) for c in present), Fraction(0))
         # spot-check every 16th order exactly (all orders: too slow in Fractions)
         for j in range(0, ORDERS.size, 16):
             assert Fraction(float(total.rdp[j])) >= rdp[j]

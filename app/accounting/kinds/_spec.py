@@ -1,0 +1,387 @@
+"""What a mechanism kind declares: its parameters (``Param``), its value object (``Mechanism``) and
+its registry entry (``KindSpec``). One module per kind in this package fills them in.
+
+A parameter is declared once, as a dataclass field made by ``param(...)``: name, type, range,
+unit, default and one-line help live there, and validation, the API schema, CLI flags and the
+calibration ranges are all derived from it. Plain dataclasses: the core imports no Pydantic; the
+API layer builds its models from ``KindSpec.params``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, ClassVar, Literal, Self
+
+import numpy as np
+
+from app.accounting.curve import PrivacyCurve, Vector
+
+# Ranges: wide enough for any real use, narrow enough that no formula over- or underflows
+# (a curve that rounds to 0 or inf would be a silent clamp).
+MAX_COUNT = 1_000_000_000
+MIN_SCALE, MAX_SCALE = 1e-6, 1e12  # sigma, Laplace scale, sensitivity
+MIN_EPSILON, MAX_EPSILON = 1e-9, 100.0  # pure-DP epsilon of one invocation
+MAX_K = 1_000_000_000
+MIN_RATIO, MAX_RATIO = 1e-12, 1e6  # sensitivity / sigma for the Gaussian
+
+ParamType = Literal["float", "int", "float_list"]
+Direction = Literal["min", "max"]
+
+
+class _Required:
+    """Marks a parameter without default (it must be given)."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a mechanism kind, as the API, the CLI and validation see it.
+
+    ``minimum`` / ``maximum`` bound every value (each element of a list), inclusive unless
+    ``exclusive_minimum`` / ``exclusive_maximum``; ``default`` is ``REQUIRED`` when the field
+    must be given; ``required`` is False for fields that belong to one of a kind's alternative
+    forms (``KindSpec.one_of``).
+    """
+
+    name: str
+    type: ParamType
+    help: str
+    unit: str = ""
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: bool = False
+    exclusive_maximum: bool = False
+    default: Any = REQUIRED
+    required: bool = True
+    max_items: int | None = None
+    cli_help: str = ""
+    omit_default: bool = False
+    """Written by ``to_dict`` only when not at its default: for fields added to a kind after
+    entries were first stored, so that readers of the earlier form still parse new entries."""
+
+    @property
+    def flag(self) -> str:
+        """The CLI flag: ``--sample-rate`` for ``sample_rate``."""
+        return "--" + self.name.replace("_", "-")
+
+    def check(self, value: object) -> Any:
+        """``value`` validated and normalised (float, int or tuple of floats), else ValueError
+        naming the parameter and the bad value."""
+        if self.type == "float_list":
+            if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+                raise ValueError(f"{self.name} must be a list of numbers, got {value!r}")
+            if not value:
+                raise ValueError(f"{self.name} must not be empty")
+            if self.max_items is not None and len(value) > self.max_items:
+                raise ValueError(f"{self.name} has {len(value)} items, at most {self.max_items}")
+            return tuple(self._number(f"{self.name}[{i}]", v) for i, v in enumerate(value))
+        if self.type == "int":
+            return self._integer(value)
+        return self._number(self.name, value)
+
+    def _range(self) -> str:
+        lo = "(" if self.exclusive_minimum else "["
+        hi = ")" if self.exclusive_maximum else "]"
+        return f"{lo}{self.minimum:g}, {self.maximum:g}{hi}"
+
+    def _number(self, name: str, value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        v = float(value)
+        if not math.isfinite(v):
+            raise ValueError(f"{name} must be finite, got {value!r}")
+        if self.minimum is not None and self.exclusive_minimum and v <= self.minimum:
+            raise ValueError(f"{name} must be > {self.minimum:g}, got {value!r}")
+        if self.maximum is not None and self.exclusive_maximum and v >= self.maximum:
+            raise ValueError(f"{name} must be < {self.maximum:g}, got {value!r}")
+        if (self.minimum is not None and v < self.minimum) or (
+            self.maximum is not None and v > self.maximum
+        ):
+            raise ValueError(f"{name} must be in {self._range()}, got {value!r}")
+        return v
+
+    def _integer(self, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            else:
+                raise ValueError(f"{self.name} must be an integer, got {value!r}")
+        assert isinstance(value, int)
+        if (self.minimum is not None and value < self.minimum) or (
+            self.maximum is not None and value > self.maximum
+        ):
+            raise ValueError(
+                f"{self.name} must be an integer in [{self.minimum:g}, {self.maximum:g}], "
+                f"got {value!r}"
+            )
+        return value
+
+
+def param(
+    *,
+    help: str,
+    unit: str = "",
+    minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive_minimum: bool = False,
+    exclusive_maximum: bool = False,
+    default: Any = REQUIRED,
+    required: bool = True,
+    max_items: int | None = None,
+    cli_help: str = "",
+    kw_only: bool = False,
+    omit_default: bool = False,
+) -> Any:
+    """A mechanism field with its ``Param`` (name and type are taken from the dataclass)."""
+    spec = {
+        "help": help,
+        "unit": unit,
+        "minimum": minimum,
+        "maximum": maximum,
+        "exclusive_minimum": exclusive_minimum,
+        "exclusive_maximum": exclusive_maximum,
+        "required": required and default is REQUIRED,
+        "max_items": max_items,
+        "cli_help": cli_help or help,
+        "omit_default": omit_default,
+    }
+    if default is REQUIRED:
+        return field(metadata={"param": spec}, kw_only=kw_only)
+    return field(default=default, metadata={"param": spec}, kw_only=kw_only)
+
+
+_TYPES: dict[object, ParamType] = {float: "float", int: "int", tuple[float, ...]: "float_list"}
+
+
+_PARAMS: dict[type[Mechanism], tuple[Param, ...]] = {}
+
+
+def params_of(cls: type[Mechanism]) -> tuple[Param, ...]:
+    """The ``Param`` of every field of mechanism class ``cls`` (``count`` last)."""
+    if cls in _PARAMS:
+        return _PARAMS[cls]
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        meta = f.metadata.get("param")
+        if meta is None:
+            continue
+        default = REQUIRED if f.default is dataclasses.MISSING else f.default
+        out.append(Param(name=f.name, type=_TYPES[hints[f.name]], default=default, **meta))
+    out.sort(key=lambda p: p.name == "count")
+    _PARAMS[cls] = tuple(out)
+    return _PARAMS[cls]
+
+
+@dataclass(frozen=True)
+class UnitCurves:
+    """The curves of n distinct unit mechanisms of one kind, as arrays (row i = mechanism i):
+    ``rho``, ``pure_eps``, ``delta`` (n,), ``rdp`` (n, |ORDERS|), ``gaussian_only`` (n,)."""
+
+    rho: Vector
+    rdp: Vector
+    pure_eps: Vector
+    delta: Vector
+    gaussian_only: np.ndarray[Any, np.dtype[np.bool_]]
+
+    @classmethod
+    def stack(cls, curves: Sequence[PrivacyCurve]) -> UnitCurves:
+        return cls(
+            rho=np.array([c.rho for c in curves], dtype=np.float64),
+            rdp=np.array([c.rdp for c in curves], dtype=np.float64).reshape(len(curves), -1),
+            pure_eps=np.array([c.pure_eps for c in curves], dtype=np.float64),
+            delta=np.array([c.delta for c in curves], dtype=np.float64),
+            gaussian_only=np.array([c.gaussian_only for c in curves], dtype=bool),
+        )
+
+
+RDP_EVAL_MARGIN = 2.0**-50
+"""Relative margin (about 4 ulps) added to closed-form RDP values: they are evaluated to within
+a few ulps, and the stored curve must never be below the true one."""
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """Base class: a mechanism invocation repeated ``count`` times.
+
+    A kind subclasses it with its ``kind`` name, its fields (``param``), cross-field checks in
+    ``validate`` and its curve in ``_unit_curve``. Instances are validated on construction and
+    hashable (their unit curve is cached).
+    """
+
+    kind: ClassVar[str] = ""
+    finite_curve: ClassVar[bool] = True
+    """Whether every curve of this kind is finite (rho and every order); the rdp kind's is not
+    above its largest given order."""
+
+    count: int = param(
+        default=1,
+        minimum=1,
+        maximum=MAX_COUNT,
+        help="Repetitions of the mechanism (its curve is multiplied by count).",
+        kw_only=True,
+    )
+
+    def __post_init__(self) -> None:
+        for p in params_of(type(self)):
+            object.__setattr__(self, p.name, p.check(getattr(self, p.name)))
+        self.validate()
+
+    def validate(self) -> None:
+        """Cross-field rules (ValueError naming the values); single fields are checked already."""
+
+    def repeated(self, n: int) -> Self:
+        """This mechanism run ``n`` times as often (``count`` multiplied)."""
+        return dataclasses.replace(self, count=self.count * n)
+
+    def repetitions(self) -> int:
+        """How many times the unit curve is composed (``count``; DP-SGD: ``steps * count``)."""
+        return self.count
+
+    def unit(self) -> Self:
+        """The same mechanism with one repetition (the cache key for its curve)."""
+        return self if self.count == 1 else dataclasses.replace(self, count=1)
+
+    def curve(self) -> PrivacyCurve:
+        """The composed curve of all repetitions."""
+        n = self.repetitions()
+        if n > MAX_COUNT:
+            raise ValueError(f"{self.kind}: {n} repetitions in all, at most {MAX_COUNT}")
+        return unit_curve(self.unit()).scaled(n)
+
+    def _unit_curve(self) -> PrivacyCurve:
+        raise NotImplementedError
+
+    @classmethod
+    def unit_curves(cls, units: Sequence[Self]) -> UnitCurves:
+        """The unit curves of many distinct unit mechanisms of this kind (kinds with a
+        vectorised formula override this; the values are the same as ``unit_curve``'s)."""
+        return UnitCurves.stack([unit_curve(u) for u in units])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description: ``{"mechanism": kind, **parameters, "count": n}``."""
+        data = {
+            p.name: list(v) if isinstance(v := getattr(self, p.name), tuple) else v
+            for p in params_of(type(self))
+            if not (p.omit_default and getattr(self, p.name) == p.default)
+        }
+        return {"mechanism": self.kind, **data}
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, Any]) -> Mechanism:
+        """Build from the fields of a JSON description (``mechanism`` removed); kinds with an
+        alternative form (Laplace by ``scale``) override this."""
+        known = {p.name for p in params_of(cls)}
+        unknown = sorted(set(fields) - known)
+        if unknown:
+            raise ValueError(f"{cls.kind}: unexpected fields {unknown}; known: {sorted(known)}")
+        missing = sorted(p.name for p in params_of(cls) if p.required and p.name not in fields)
+        if missing:
+            raise ValueError(f"{cls.kind}: missing fields {missing}")
+        return cls(**fields)
+
+
+def finish(curve: PrivacyCurve, mechanism: Mechanism) -> PrivacyCurve:
+    """A unit curve as stored: finite unless the kind says otherwise, its RDP values raised by
+    ``RDP_EVAL_MARGIN`` so that values evaluated to a few ulps stay upper bounds."""
+    if mechanism.finite_curve and not curve.is_finite():
+        raise ValueError(f"{mechanism.kind}: the privacy loss of these parameters overflows")
+    return dataclasses.replace(curve, rdp=curve.rdp * (1.0 + RDP_EVAL_MARGIN))
+
+
+@lru_cache(maxsize=4096)
+def unit_curve(mechanism: Mechanism) -> PrivacyCurve:
+    """The curve of one repetition of ``mechanism`` (cached per parameter set)."""
+    return finish(mechanism._unit_curve(), mechanism)
+
+
+DpEventTranslator = Callable[[Mapping[str, Any], "Translate"], list[Mechanism]]
+"""Turns one dp_accounting event (a JSON dict, ``type`` = its class name) into mechanisms; gets
+the generic translator for nested events."""
+
+Translate = Callable[[Mapping[str, Any]], list[Mechanism]]
+
+
+def event_number(event: Mapping[str, Any], name: str) -> float:
+    """A numeric field of a DpEvent dict (ValueError naming the event type and the field)."""
+    value = event.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{event.get('type')}: field {name!r} must be a number, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """A mechanism kind in the registry.
+
+    ``description``: one line for people (dashboard, CLI help); ``neighbours``: the
+    neighbouring relation and parameter convention; ``calibration``: parameter -> ``"min"``
+    (least value that fits: noise) or ``"max"`` (largest: epsilon, steps); ``dp_events``:
+    dp_accounting event type -> translator; ``one_of``: alternative groups of fields of which
+    exactly one is given (Laplace: epsilon, or scale + sensitivity); ``extra_params``: fields of
+    an alternative form that the value object does not store.
+    """
+
+    mechanism: type[Mechanism]
+    description: str
+    neighbours: str
+    calibration: Mapping[str, Direction] = field(default_factory=dict)
+    dp_events: Mapping[str, DpEventTranslator] = field(default_factory=dict)
+    one_of: tuple[tuple[str, ...], ...] = ()
+    extra_params: tuple[Param, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.mechanism.kind
+
+    @property
+    def params(self) -> tuple[Param, ...]:
+        """Every field the wire form accepts, ``count`` last."""
+        alternative = {n for group in self.one_of for n in group}
+        own = tuple(
+            dataclasses.replace(p, required=False) if p.name in alternative else p
+            for p in params_of(self.mechanism)
+        )
+        return own[:-1] + self.extra_params + own[-1:]
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise ValueError(f"{self.name} has no parameter {name!r}")
+
+
+__all__ = [
+    "MAX_COUNT",
+    "MAX_EPSILON",
+    "MAX_K",
+    "MAX_RATIO",
+    "MAX_SCALE",
+    "MIN_EPSILON",
+    "MIN_RATIO",
+    "MIN_SCALE",
+    "RDP_EVAL_MARGIN",
+    "REQUIRED",
+    "Direction",
+    "DpEventTranslator",
+    "KindSpec",
+    "Mechanism",
+    "Param",
+    "Translate",
+    "UnitCurves",
+    "event_number",
+    "finish",
+    "param",
+    "params_of",
+    "unit_curve",
+]

@@ -1,0 +1,52 @@
+"""``exponential``: the exponential mechanism (epsilon-DP and epsilon-bounded range)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from app.accounting.closed_forms import bounded_range_rho, rr_rdp
+from app.accounting.curve import PrivacyCurve
+from app.accounting.kinds._spec import MAX_EPSILON, MIN_EPSILON, KindSpec, Mechanism, param
+from app.accounting.orders import ORDERS
+
+
+@dataclass(frozen=True)
+class Exponential(Mechanism):
+    """The exponential mechanism Pr[y] proportional to exp(-eps loss(y, x) / (2 Delta)), which is
+    eps-DP and eps-bounded range [RS21 Lemma 3] (also any other eps-BR mechanism, e.g.
+    report-noisy-max with Gumbel noise).
+
+    rho = c - 1 - log c, c = eps / (e^eps - 1), the tight zCDP of eta-bounded range at eta = eps
+    [HM25] (below eps^2 / 8 [CR21 section 3] and eps tanh(eps/2) for pure DP). RDP at each order:
+    the least of rho * alpha (that tight zCDP), the bounded-range curve
+    rho + (alpha - 1) eps^2 / 8 [CR21 section 3: Hoeffding's lemma on the privacy loss, KL <=
+    rho], and the pure-DP worst case (binary randomized response at eps) [HM25 Prop 7], each
+    valid on its own. Pure DP: eps.
+
+    Neighbours: whatever relation the loss function's sensitivity Delta is stated for.
+    """
+
+    kind: ClassVar[str] = "exponential"
+    epsilon: float = param(
+        help="Epsilon of the mechanism (it is epsilon-DP and epsilon-bounded range).",
+        minimum=MIN_EPSILON,
+        maximum=MAX_EPSILON,
+    )
+
+    def _unit_curve(self) -> PrivacyCurve:
+        eps = self.epsilon
+        rho = bounded_range_rho(eps)
+        bounded_range = rho + (ORDERS - 1.0) * (eps * eps / 8.0)
+        rdp = np.minimum(np.minimum(rho * ORDERS, bounded_range), rr_rdp(ORDERS, eps, 2))
+        return PrivacyCurve(rho=rho, rdp=rdp, pure_eps=eps, gaussian_only=False)
+
+
+SPEC = KindSpec(
+    mechanism=Exponential,
+    description="The exponential mechanism (selection by a noisy score): eps-DP and eps-BR.",
+    neighbours="The relation the score's sensitivity is stated for.",
+    calibration={"epsilon": "max"},
+)

@@ -1,0 +1,95 @@
+"""``gaussian``: the Gaussian mechanism f(x) + N(0, sigma^2 I)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from app.accounting.closed_forms import gaussian_rho
+from app.accounting.curve import PrivacyCurve
+from app.accounting.kinds._spec import (
+    MAX_RATIO,
+    MAX_SCALE,
+    MIN_RATIO,
+    MIN_SCALE,
+    RDP_EVAL_MARGIN,
+    KindSpec,
+    Mechanism,
+    Translate,
+    UnitCurves,
+    event_number,
+    param,
+)
+from app.accounting.orders import ORDERS
+
+
+@dataclass(frozen=True)
+class Gaussian(Mechanism):
+    """Gaussian mechanism f(x) + N(0, sigma^2 I).
+
+    Convention: ``sensitivity`` is the L2 sensitivity Delta under whatever neighbouring relation
+    the caller uses (add/remove or replace-one; e.g. a histogram has Delta = 1 under add/remove,
+    sqrt 2 under replace-one); ``sigma`` is the standard deviation of the noise (not the noise
+    multiplier). rho = Delta^2 / (2 sigma^2) and eps(alpha) = alpha rho exactly
+    [BS16 Lemma 16/17, Prop 6; M17 Table II]. Never pure DP.
+    """
+
+    kind: ClassVar[str] = "gaussian"
+    sigma: float = param(
+        help="Standard deviation of the noise.",
+        unit="units of the query",
+        minimum=MIN_SCALE,
+        maximum=MAX_SCALE,
+    )
+    sensitivity: float = param(
+        default=1.0,
+        help="L2 sensitivity of the query under your neighbouring relation.",
+        unit="units of the query",
+        minimum=MIN_SCALE,
+        maximum=MAX_SCALE,
+    )
+
+    def validate(self) -> None:
+        ratio = self.sensitivity / self.sigma
+        if not MIN_RATIO <= ratio <= MAX_RATIO:
+            raise ValueError(
+                f"sensitivity / sigma must be in [{MIN_RATIO:g}, {MAX_RATIO:g}], got {ratio!r}"
+            )
+
+    def _unit_curve(self) -> PrivacyCurve:
+        rho = gaussian_rho(self.sigma, self.sensitivity)
+        return PrivacyCurve(rho=rho, rdp=ORDERS * rho, pure_eps=math.inf, gaussian_only=True)
+
+    @classmethod
+    def unit_curves(cls, units: Sequence[Gaussian]) -> UnitCurves:
+        ratio = np.array([u.sensitivity for u in units]) / np.array([u.sigma for u in units])
+        rho = 0.5 * ratio * ratio
+        n = len(units)
+        return UnitCurves(
+            rho=rho,
+            rdp=np.outer(rho, ORDERS) * (1.0 + RDP_EVAL_MARGIN),
+            pure_eps=np.full(n, math.inf),
+            delta=np.zeros(n),
+            gaussian_only=np.ones(n, dtype=bool),
+        )
+
+
+def _from_gaussian_event(event: Mapping[str, Any], translate: Translate) -> list[Mechanism]:
+    """``GaussianDpEvent(noise_multiplier)``: sigma = noise multiplier, sensitivity 1."""
+    nm = event_number(event, "noise_multiplier")
+    if nm <= 0:
+        raise ValueError("GaussianDpEvent with noise_multiplier 0 is not differentially private")
+    return [Gaussian(sigma=nm)]
+
+
+SPEC = KindSpec(
+    mechanism=Gaussian,
+    description="Gaussian noise added to a query of bounded L2 sensitivity.",
+    neighbours="Your relation, through the L2 sensitivity; sigma is the noise standard deviation.",
+    calibration={"sigma": "min"},
+    dp_events={"GaussianDpEvent": _from_gaussian_event},
+)

@@ -1,0 +1,112 @@
+"""``laplace``: the Laplace mechanism f(x) + Lap(b)^d (epsilon = Delta / b, or b with Delta)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from app.accounting.closed_forms import laplace_rdp, laplace_rho
+from app.accounting.curve import PrivacyCurve
+from app.accounting.kinds._spec import (
+    MAX_EPSILON,
+    MAX_SCALE,
+    MIN_EPSILON,
+    MIN_SCALE,
+    KindSpec,
+    Mechanism,
+    Param,
+    Translate,
+    event_number,
+    param,
+)
+from app.accounting.orders import ORDERS
+
+SCALE = Param(
+    name="scale",
+    type="float",
+    help="Scale b of the Laplace noise (instead of epsilon; with sensitivity).",
+    unit="units of the query",
+    minimum=MIN_SCALE,
+    maximum=MAX_SCALE,
+    required=False,
+    default=None,
+    cli_help="Scale b of the Laplace noise (instead of epsilon; with sensitivity).",
+)
+SENSITIVITY = Param(
+    name="sensitivity",
+    type="float",
+    help="L1 sensitivity of the query (with scale).",
+    unit="units of the query",
+    minimum=MIN_SCALE,
+    maximum=MAX_SCALE,
+    required=False,
+    default=None,
+    cli_help="L1 sensitivity of the query (with scale; default 1).",
+)
+
+
+@dataclass(frozen=True)
+class Laplace(Mechanism):
+    """Laplace mechanism f(x) + Lap(b)^d with epsilon = Delta / b (exactly epsilon-DP).
+
+    Convention: ``epsilon`` = L1 sensitivity / scale, under the caller's neighbouring relation.
+    RDP: Mironov's exact curve [M17 Prop 6]; tight zCDP rho = eps + e^{-eps} - 1 [HM25], not
+    eps^2 / 2. The scalar formula is the worst case for product noise (FORMULAS.md 1.2).
+    """
+
+    kind: ClassVar[str] = "laplace"
+    epsilon: float = param(
+        help="Sensitivity / scale: the mechanism is exactly epsilon-DP.",
+        minimum=MIN_EPSILON,
+        maximum=MAX_EPSILON,
+    )
+
+    @classmethod
+    def from_scale(cls, scale: float, sensitivity: float = 1.0, count: int = 1) -> Laplace:
+        """Laplace noise of scale ``scale`` on a query of L1 sensitivity ``sensitivity``."""
+        b = SCALE.check(scale)
+        d = SENSITIVITY.check(sensitivity)
+        return cls(epsilon=d / b, count=count)
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, Any]) -> Mechanism:
+        """``epsilon``, or ``scale`` (+ ``sensitivity``, default 1)."""
+        if "scale" in fields:
+            if "epsilon" in fields:
+                raise ValueError("laplace takes either epsilon or scale (+ sensitivity), not both")
+            params = dict(fields)
+            scale = params.pop("scale")
+            sensitivity = params.pop("sensitivity", 1.0)
+            count = params.pop("count", 1)
+            if params:
+                raise ValueError(f"laplace: unexpected fields {sorted(params)}")
+            return cls.from_scale(scale, sensitivity, count=count)
+        if "sensitivity" in fields:
+            raise ValueError("laplace: give epsilon (= sensitivity / scale) or scale + sensitivity")
+        return super().from_fields(fields)
+
+    def _unit_curve(self) -> PrivacyCurve:
+        eps = self.epsilon
+        return PrivacyCurve(
+            rho=laplace_rho(eps), rdp=laplace_rdp(ORDERS, eps), pure_eps=eps, gaussian_only=False
+        )
+
+
+def _from_laplace_event(event: Mapping[str, Any], translate: Translate) -> list[Mechanism]:
+    """``LaplaceDpEvent(noise_multiplier)``: scale / sensitivity, so epsilon = 1 / it."""
+    nm = event_number(event, "noise_multiplier")
+    if nm <= 0:
+        raise ValueError("LaplaceDpEvent with noise_multiplier 0 is not differentially private")
+    return [Laplace(epsilon=1.0 / nm)]
+
+
+SPEC = KindSpec(
+    mechanism=Laplace,
+    description="Laplace noise added to a query of bounded L1 sensitivity (epsilon-DP).",
+    neighbours="Your relation, through the L1 sensitivity; epsilon = sensitivity / scale.",
+    calibration={"epsilon": "max", "scale": "min"},
+    dp_events={"LaplaceDpEvent": _from_laplace_event},
+    one_of=(("epsilon",), ("scale", "sensitivity")),
+    extra_params=(SCALE, SENSITIVITY),
+)

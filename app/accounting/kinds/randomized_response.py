@@ -1,0 +1,82 @@
+"""``randomized_response``: k-ary randomized response (local model)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from app.accounting.closed_forms import binary_rr_rho, rho_from_curve, rr_kl, rr_rdp
+from app.accounting.curve import PrivacyCurve, Vector
+from app.accounting.kinds._spec import (
+    MAX_EPSILON,
+    MAX_K,
+    MIN_EPSILON,
+    KindSpec,
+    Mechanism,
+    Translate,
+    event_number,
+    param,
+)
+from app.accounting.orders import ORDERS
+
+
+@dataclass(frozen=True)
+class RandomizedResponse(Mechanism):
+    """k-ary randomized response: report the true value w.p. e^eps / (e^eps + k - 1), each other
+    value w.p. 1 / (e^eps + k - 1). Neighbours: the single input changes (local model).
+
+    RDP: exact divergence of the two categorical outputs [M17 Table II; = dp_accounting
+    ``RandomizedResponseDpEvent(noise_parameter = k / (e^eps + k - 1), k)`` under REPLACE_ONE].
+    zCDP: eps tanh(eps/2) for k = 2 [S24 Thm 5]; the KL value eps (e^eps - 1) / (e^eps + k - 1)
+    for k <= 6 [HM25]; for k >= 7 the KL value is not a valid rho (FORMULAS.md 1.5), so rho is
+    the numerical supremum of eps(alpha) / alpha with a 1e-9 relative margin.
+    """
+
+    kind: ClassVar[str] = "randomized_response"
+    epsilon: float = param(
+        help="Randomization parameter: the true value is kept w.p. e^eps / (e^eps + k - 1).",
+        minimum=MIN_EPSILON,
+        maximum=MAX_EPSILON,
+    )
+    k: int = param(
+        default=2, help="Number of possible values (2: binary).", minimum=2, maximum=MAX_K
+    )
+
+    def _unit_curve(self) -> PrivacyCurve:
+        eps, k = self.epsilon, self.k
+        if k == 2:
+            rho = binary_rr_rho(eps)
+        elif k <= 6:
+            rho = rr_kl(eps, k)
+        else:
+
+            def curve(a: Vector) -> Vector:
+                return rr_rdp(a, eps, k)
+
+            rho = rho_from_curve(curve, rr_kl(eps, k), eps)
+        return PrivacyCurve(rho=rho, rdp=rr_rdp(ORDERS, eps, k), pure_eps=eps, gaussian_only=False)
+
+
+def _from_rr_event(event: Mapping[str, Any], translate: Translate) -> list[Mechanism]:
+    """``RandomizedResponseDpEvent(noise_parameter p, num_buckets k)``: with probability p a
+    uniform value, so eps = log(k / p - k + 1) (dp_accounting's REPLACE_ONE semantics)."""
+    p = event_number(event, "noise_parameter")
+    k = event_number(event, "num_buckets")
+    if not (0 < p <= 1 and k >= 2 and float(k).is_integer()):
+        raise ValueError(
+            f"RandomizedResponseDpEvent(noise_parameter={p}, num_buckets={k}) has no translation"
+        )
+    if p == 1:
+        return []  # uniform output: no privacy cost
+    return [RandomizedResponse(epsilon=math.log(k / p - k + 1), k=int(k))]
+
+
+SPEC = KindSpec(
+    mechanism=RandomizedResponse,
+    description="k-ary randomized response: each user reports a randomized version of a value.",
+    neighbours="One user's value changes (local model).",
+    calibration={"epsilon": "max"},
+    dp_events={"RandomizedResponseDpEvent": _from_rr_event},
+)

@@ -1,0 +1,44 @@
+"""``rappor``: basic one-time RAPPOR (unary encoding with independent bit flips)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from app.accounting.closed_forms import rappor_rdp, rappor_rho
+from app.accounting.curve import PrivacyCurve
+from app.accounting.kinds._spec import MAX_EPSILON, MIN_EPSILON, KindSpec, Mechanism, param
+from app.accounting.orders import ORDERS
+
+
+@dataclass(frozen=True)
+class Rappor(Mechanism):
+    """Basic one-time RAPPOR: one-hot encode v in [d], keep each bit w.p. e^{eps/2}/(1 + e^{eps/2}).
+
+    Convention (CH24, consistent with EPK14's permanent RR): ``epsilon`` is the total for one
+    user's value change v -> v' (two bits differ), so the mechanism is exactly eps-DP. RDP is
+    twice the binary-RR curve at eps/2, independent of d [CH24 Thm 1]; rho = eps tanh(eps/4)
+    [CH24 Thm 4; HM25].
+    """
+
+    kind: ClassVar[str] = "rappor"
+    epsilon: float = param(
+        help="Total epsilon for one user's value change (two bits, each kept w.p. "
+        "e^(eps/2) / (1 + e^(eps/2))).",
+        minimum=MIN_EPSILON,
+        maximum=MAX_EPSILON,
+    )
+
+    def _unit_curve(self) -> PrivacyCurve:
+        eps = self.epsilon
+        return PrivacyCurve(
+            rho=rappor_rho(eps), rdp=rappor_rdp(ORDERS, eps), pure_eps=eps, gaussian_only=False
+        )
+
+
+SPEC = KindSpec(
+    mechanism=Rappor,
+    description="One-time RAPPOR: a one-hot encoded value with every bit randomized.",
+    neighbours="One user's value changes (two bits differ); epsilon is the total.",
+    calibration={"epsilon": "max"},
+)

@@ -1,0 +1,117 @@
+"""``subsampled_gaussian``: DP-SGD, Poisson-subsampled Gaussian steps."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from app.accounting.closed_forms import gaussian_rho
+from app.accounting.curve import PrivacyCurve
+from app.accounting.kinds._spec import (
+    MAX_COUNT,
+    MAX_SCALE,
+    MIN_SCALE,
+    KindSpec,
+    Mechanism,
+    Translate,
+    event_number,
+    param,
+)
+from app.accounting.orders import ORDERS
+from app.accounting.subsampled_gaussian import subsampled_gaussian_rdp
+
+MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER = 1e-3, 1e6
+
+
+@dataclass(frozen=True)
+class SubsampledGaussian(Mechanism):
+    """Poisson-subsampled Gaussian (DP-SGD): ``steps`` steps, each including every record with
+    probability ``sample_rate``, clipping contributions to L2 norm ``sensitivity`` and adding
+    N(0, sigma^2); the noise multiplier is sigma / sensitivity (= sigma with the default 1).
+
+    Neighbours: add or remove one record (replace-one is not covered). RDP: the MTZ19 series
+    [MTZ19 section 3.3] (``app.accounting.subsampled_gaussian``). rho = steps / (2 nm^2): zCDP
+    gets no amplification from subsampling, so rho is valid but loose: use RDP accounting for
+    DP-SGD. A sample rate of 1 is the plain Gaussian mechanism (Gaussian-only, so the exact
+    conversion applies).
+    """
+
+    kind: ClassVar[str] = "subsampled_gaussian"
+    sigma: float = param(
+        help="Noise standard deviation (the noise multiplier when sensitivity is 1).",
+        unit="units of the clipping norm",
+        minimum=MIN_SCALE,
+        maximum=MAX_SCALE,
+    )
+    sample_rate: float = param(
+        help="Probability that each record is included in a step (Poisson sampling).",
+        minimum=0.0,
+        maximum=1.0,
+        exclusive_minimum=True,
+    )
+    steps: int = param(default=1, help="Number of training steps.", minimum=1, maximum=MAX_COUNT)
+    sensitivity: float = param(
+        default=1.0,
+        help="Clipping norm (L2 sensitivity of one record's contribution).",
+        unit="units of the clipping norm",
+        minimum=MIN_SCALE,
+        maximum=MAX_SCALE,
+        omit_default=True,
+    )
+
+    @property
+    def noise_multiplier(self) -> float:
+        return self.sigma / self.sensitivity
+
+    def validate(self) -> None:
+        nm = self.noise_multiplier
+        if not MIN_NOISE_MULTIPLIER <= nm <= MAX_NOISE_MULTIPLIER:
+            raise ValueError(
+                f"sigma / sensitivity (the noise multiplier) must be in "
+                f"[{MIN_NOISE_MULTIPLIER:g}, {MAX_NOISE_MULTIPLIER:g}], got {nm!r}"
+            )
+
+    def repetitions(self) -> int:
+        return self.steps * self.count
+
+    def unit(self) -> SubsampledGaussian:
+        if self.steps == 1 and self.count == 1:
+            return self
+        return dataclasses.replace(self, steps=1, count=1)
+
+    def _unit_curve(self) -> PrivacyCurve:
+        nm = self.noise_multiplier
+        rho = gaussian_rho(nm, 1.0)
+        if self.sample_rate == 1.0:  # every record every step: the Gaussian mechanism
+            return PrivacyCurve(rho=rho, rdp=ORDERS * rho, pure_eps=math.inf, gaussian_only=True)
+        rdp = subsampled_gaussian_rdp(self.sample_rate, nm)
+        return PrivacyCurve(rho=rho, rdp=rdp, pure_eps=math.inf, gaussian_only=False)
+
+
+def _from_poisson_event(event: Mapping[str, Any], translate: Translate) -> list[Mechanism]:
+    """``PoissonSampledDpEvent(sampling_probability, GaussianDpEvent(noise_multiplier))``: one
+    DP-SGD step (dp_accounting's add/remove relation)."""
+    q = event_number(event, "sampling_probability")
+    inner = event.get("event")
+    inner_type = inner.get("type") if isinstance(inner, Mapping) else type(inner).__name__
+    if inner_type != "GaussianDpEvent":
+        raise ValueError(f"PoissonSampledDpEvent over {inner_type} has no translation")
+    assert isinstance(inner, Mapping)
+    nm = event_number(inner, "noise_multiplier")
+    if q == 0:
+        return []  # nothing is sampled: no privacy cost
+    if nm <= 0:
+        raise ValueError("GaussianDpEvent with noise_multiplier 0 is not differentially private")
+    return [SubsampledGaussian(sigma=nm, sample_rate=q)]
+
+
+SPEC = KindSpec(
+    mechanism=SubsampledGaussian,
+    description="DP-SGD: Poisson-subsampled Gaussian steps (per-example clipping plus noise).",
+    neighbours="Add or remove one record; noise multiplier = sigma / sensitivity.",
+    calibration={"sigma": "min", "steps": "max"},
+    dp_events={"PoissonSampledDpEvent": _from_poisson_event},
+)

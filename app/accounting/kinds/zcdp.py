@@ -1,0 +1,68 @@
+"""``zcdp``: a mechanism known only by its zero-concentrated DP guarantee."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from app.accounting.curve import PrivacyCurve
+from app.accounting.kinds._spec import KindSpec, Mechanism, Translate, event_number, param
+from app.accounting.orders import ORDERS
+
+MAX_RHO = 1e6
+
+
+@dataclass(frozen=True)
+class ZCDP(Mechanism):
+    """A (xi, rho)-zCDP mechanism: D_alpha <= xi + rho alpha for every alpha > 1 [BS16 Def 1]
+    (an OpenDP or Tumult measurement's zCDP privacy map, a discrete Gaussian, ...). With
+    ``delta`` > 0 it is delta-approximately (xi, rho)-zCDP [BS16 Def 8.1]: for every
+    neighbouring pair the outputs are equal-weight mixtures (1 - delta) A + delta B with A
+    (xi, rho)-zCDP (BS16's events can be thinned to exactly 1 - delta without changing the
+    conditional distributions), and ``delta`` is carried beside the curve.
+
+    Curve: RDP xi + rho alpha; zCDP parameter rho + xi (xi + rho alpha <= (xi + rho) alpha);
+    pure DP infinite unless rho = 0 (then xi). Neighbours: the relation of the guarantee.
+    """
+
+    kind: ClassVar[str] = "zcdp"
+    rho: float = param(help="The zCDP parameter rho.", minimum=0.0, maximum=MAX_RHO)
+    xi: float = param(
+        default=0.0,
+        help="The additive xi of (xi, rho)-zCDP (usually 0).",
+        minimum=0.0,
+        maximum=MAX_RHO,
+    )
+    delta: float = param(
+        default=0.0,
+        help="Approximate zCDP: the probability the zCDP bound may fail (usually 0).",
+        minimum=0.0,
+        maximum=1.0,
+        exclusive_maximum=True,
+    )
+
+    def _unit_curve(self) -> PrivacyCurve:
+        return PrivacyCurve(
+            rho=self.rho + self.xi,
+            rdp=self.xi + self.rho * ORDERS,
+            pure_eps=self.xi if self.rho == 0.0 else math.inf,
+            gaussian_only=False,
+            delta=self.delta,
+        )
+
+
+def _from_zcdp_event(event: Mapping[str, Any], translate: Translate) -> list[Mechanism]:
+    """``ZCDpEvent(rho, xi = 0)``."""
+    xi = event_number(event, "xi") if event.get("xi") is not None else 0.0
+    return [ZCDP(rho=event_number(event, "rho"), xi=xi)]
+
+
+SPEC = KindSpec(
+    mechanism=ZCDP,
+    description="A mechanism known by its zCDP guarantee rho (optionally xi and delta).",
+    neighbours="The relation its zCDP guarantee was stated for.",
+    calibration={"rho": "max"},
+    dp_events={"ZCDpEvent": _from_zcdp_event},
+)

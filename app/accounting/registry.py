@@ -1,0 +1,124 @@
+"""Everything derived from the registry of mechanism kinds (``app.accounting.kinds``).
+
+* ``kind_names()`` / ``spec(kind)``: the kinds and their declarations (fields with ranges,
+  units and help, description, neighbouring relation, calibration parameters, CLI flags);
+* ``mechanism_from_dict``: a ledger row or API body -> validated mechanism value object;
+* ``calibration_parameters()``: kind -> {parameter: "min" | "max"};
+* ``mechanisms_from_dp_event``: a dp_accounting ``DpEvent`` described as a plain JSON dict ->
+  mechanisms. Composite events are handled here; each kind module translates its own leaf
+  events. dp_accounting is not imported: a client serialises any event generically
+  (``{"type": class name, **fields}``, nested events as dicts) and the server translates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from app.accounting.kinds import KINDS
+from app.accounting.kinds._spec import Direction, DpEventTranslator, KindSpec, Mechanism
+
+MECHANISMS: Mapping[str, type[Mechanism]] = MappingProxyType(
+    {name: s.mechanism for name, s in KINDS.items()}
+)
+"""Every mechanism class, by its wire name."""
+
+
+def kind_names() -> list[str]:
+    """The wire names of all kinds, sorted."""
+    return list(KINDS)
+
+
+def spec(kind: str) -> KindSpec:
+    """The declaration of ``kind`` (ValueError naming the known kinds otherwise)."""
+    try:
+        return KINDS[kind]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown mechanism {kind!r}; known: {', '.join(KINDS)}") from None
+
+
+def mechanism_from_dict(data: Mapping[str, Any]) -> Mechanism:
+    """Build a mechanism from its JSON description (``{"mechanism": kind, ...}``; the ledger's
+    version marker ``"v"`` is ignored). Unknown kinds or fields raise ``ValueError``."""
+    params = dict(data)
+    params.pop("v", None)
+    kind = params.pop("mechanism", None)
+    try:
+        return spec(kind).mechanism.from_fields(params)
+    except TypeError as exc:
+        raise ValueError(f"{kind}: {exc}") from None
+
+
+def calibration_parameters() -> dict[str, dict[str, Direction]]:
+    """kind -> {parameter calibration can solve for: direction}, first = the default."""
+    return {name: dict(s.calibration) for name, s in KINDS.items()}
+
+
+# --- dp_accounting events -------------------------------------------------------------------
+
+_LEAVES: dict[str, DpEventTranslator] = {
+    event_type: translate for s in KINDS.values() for event_type, translate in s.dp_events.items()
+}
+
+MAX_EVENT_DEPTH = 32
+MAX_EVENT_COUNT = 1_000_000_000
+
+
+def dp_event_types() -> list[str]:
+    """Every dp_accounting event type that has a translation."""
+    return sorted([*_LEAVES, "ComposedDpEvent", "SelfComposedDpEvent", "NoOpDpEvent"])
+
+
+def mechanisms_from_dp_event(event: Mapping[str, Any]) -> list[Mechanism]:
+    """The mechanisms whose composition is the dp_accounting event ``event``, a JSON dict
+    ``{"type": "<DpEvent class name>", **its fields}``:
+
+    * ``ComposedDpEvent``: ``{"events": [...]}``, the concatenation;
+    * ``SelfComposedDpEvent``: ``{"event": {...}, "count": n}``, each repeated n times;
+    * ``NoOpDpEvent``: nothing; leaf types: the kind modules' translations (Gaussian, Laplace,
+      RandomizedResponse, DiscreteLaplace, PoissonSampled over Gaussian, EpsilonDelta, ZCDp).
+
+    Any other type (``NonPrivateDpEvent``, ``UnsupportedDpEvent``, sampling schemes without a
+    formula here, ...) raises ``ValueError`` naming it.
+    """
+    return _translate(event, 0)
+
+
+def _translate(event: Mapping[str, Any], depth: int) -> list[Mechanism]:
+    if not isinstance(event, Mapping):
+        raise ValueError(f"a DpEvent must be a JSON object with a 'type', got {event!r}")
+    if depth > MAX_EVENT_DEPTH:
+        raise ValueError(f"DpEvent nested deeper than {MAX_EVENT_DEPTH} levels")
+    kind = event.get("type")
+    if kind == "ComposedDpEvent":
+        events = event.get("events")
+        if not isinstance(events, list):
+            raise ValueError("ComposedDpEvent needs a list 'events'")
+        return [m for e in events for m in _translate(e, depth + 1)]
+    if kind == "SelfComposedDpEvent":
+        count = event.get("count")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"SelfComposedDpEvent: count must be an integer >= 0, got {count!r}")
+        if count > MAX_EVENT_COUNT:
+            raise ValueError(f"SelfComposedDpEvent: count must be <= {MAX_EVENT_COUNT}")
+        inner = _translate(event.get("event"), depth + 1)  # type: ignore[arg-type]
+        return [] if count == 0 else [m.repeated(count) for m in inner]
+    if kind == "NoOpDpEvent":
+        return []
+    translate = _LEAVES.get(kind) if isinstance(kind, str) else None
+    if translate is None:
+        raise ValueError(f"{kind} has no translation to privacy-ledger mechanisms")
+    return translate(event, lambda e: _translate(e, depth + 1))
+
+
+__all__ = [
+    "KINDS",
+    "MECHANISMS",
+    "calibration_parameters",
+    "dp_event_types",
+    "kind_names",
+    "mechanism_from_dict",
+    "mechanisms_from_dp_event",
+    "spec",
+]

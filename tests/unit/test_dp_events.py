@@ -1,0 +1,177 @@
+"""dp_accounting events, serialised generically to JSON dicts, translate into mechanisms whose
+curves are dp_accounting's own (its RdpAccountant is the oracle); anything without a meaning
+here is refused with its type named."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import attr
+import numpy as np
+import pytest
+from dp_accounting import dp_event
+from dp_accounting.rdp import rdp_privacy_accountant as rdpa
+
+from app.accounting.curve import compose
+from app.accounting.orders import DPACC_DEFAULT_ORDERS, ORDERS
+from app.accounting.registry import dp_event_types, mechanisms_from_dp_event
+
+IDX = np.array([int(np.flatnonzero(ORDERS == a)[0]) for a in DPACC_DEFAULT_ORDERS])
+INTEGER = np.equal(np.floor(DPACC_DEFAULT_ORDERS), DPACC_DEFAULT_ORDERS)
+
+
+def as_dict(event: object) -> object:
+    """A DpEvent as a client would send it: ``{"type": class name, **fields}``, recursively,
+    through JSON (no dp_accounting type reaches the translation)."""
+
+    def walk(value: object) -> object:
+        if attr.has(type(value)):
+            fields = {f.name: walk(getattr(value, f.name)) for f in attr.fields(type(value))}
+            return {"type": type(value).__name__, **fields}
+        if isinstance(value, list | tuple):
+            return [walk(v) for v in value]
+        return value
+
+    return json.loads(json.dumps(walk(event)))
+
+
+def _dpacc_rdp(event: dp_event.DpEvent, relation=rdpa.NeighborRel.ADD_OR_REMOVE_ONE):
+    acc = rdpa.RdpAccountant(neighboring_relation=relation)
+    acc.compose(event)
+    return np.array(acc._rdp)  # noqa: SLF001 - the accountant's composed RDP vector
+
+
+def _ours(event: dp_event.DpEvent):
+    return compose([m.curve() for m in mechanisms_from_dp_event(as_dict(event))])
+
+
+EVENTS = {
+    "gaussian": dp_event.GaussianDpEvent(2.5),
+    "laplace": dp_event.LaplaceDpEvent(4.0),
+    "self-composed": dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(10.0), 30),
+    "composed": dp_event.ComposedDpEvent(
+        [
+            dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(3.0), 10),
+            dp_event.LaplaceDpEvent(2.0),
+            dp_event.NoOpDpEvent(),
+            dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(8.0), 0),
+        ]
+    ),
+    "dp-sgd": dp_event.SelfComposedDpEvent(
+        dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.1)), 500
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EVENTS))
+def test_curves_match_dp_accounting(name: str) -> None:
+    event = EVENTS[name]
+    ours = _ours(event).rdp[IDX]
+    theirs = _dpacc_rdp(event)
+    if name == "dp-sgd":
+        # dp_accounting sums absolute values of the fractional series (an upper bound on ours)
+        np.testing.assert_allclose(ours[INTEGER], theirs[INTEGER], rtol=1e-9)
+        assert (ours[~INTEGER] <= theirs[~INTEGER] * (1 + 1e-12)).all()
+    else:
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+
+def test_randomized_response_under_replace_one() -> None:
+    event = dp_event.SelfComposedDpEvent(
+        dp_event.RandomizedResponseDpEvent(noise_parameter=3 / (math.e + 2), num_buckets=3), 4
+    )
+    (m,) = mechanisms_from_dp_event(as_dict(event))
+    assert m.kind == "randomized_response" and m.k == 3 and m.count == 4
+    assert m.epsilon == pytest.approx(1.0, rel=1e-14)
+    theirs = _dpacc_rdp(event, rdpa.NeighborRel.REPLACE_ONE)
+    np.testing.assert_allclose(_ours(event).rdp[IDX], theirs, rtol=1e-9)
+    uniform = dp_event.RandomizedResponseDpEvent(noise_parameter=1.0, num_buckets=5)
+    assert mechanisms_from_dp_event(as_dict(uniform)) == []
+
+
+def test_translations_keep_the_parameters() -> None:
+    (g,) = mechanisms_from_dp_event(as_dict(dp_event.GaussianDpEvent(2.0)))
+    assert g.to_dict() == {"mechanism": "gaussian", "sigma": 2.0, "sensitivity": 1.0, "count": 1}
+    (sgd,) = mechanisms_from_dp_event(as_dict(EVENTS["dp-sgd"]))
+    assert (sgd.kind, sgd.sigma, sgd.sample_rate, sgd.repetitions()) == (
+        "subsampled_gaussian",
+        1.1,
+        0.01,
+        500,
+    )
+    assert [m.kind for m in mechanisms_from_dp_event(as_dict(EVENTS["composed"]))] == [
+        "gaussian",
+        "laplace",
+    ]
+    (dl,) = mechanisms_from_dp_event(
+        {"type": "DiscreteLaplaceDpEvent", "noise_parameter": 0.5, "sensitivity": 2}
+    )
+    assert (dl.kind, dl.epsilon, dl.sensitivity) == ("discrete_laplace", 1.0, 2)
+    assert (
+        mechanisms_from_dp_event(
+            {
+                "type": "PoissonSampledDpEvent",
+                "sampling_probability": 0.0,
+                "event": as_dict(dp_event.GaussianDpEvent(1.0)),
+            }
+        )
+        == []
+    )
+
+
+@pytest.mark.parametrize(
+    ("event", "message"),
+    [
+        (dp_event.NonPrivateDpEvent(), "NonPrivateDpEvent has no translation"),
+        (dp_event.UnsupportedDpEvent(), "UnsupportedDpEvent has no translation"),
+        (
+            dp_event.SampledWithoutReplacementDpEvent(1000, 10, dp_event.GaussianDpEvent(1.0)),
+            "SampledWithoutReplacementDpEvent has no translation",
+        ),
+        (
+            dp_event.PoissonSampledDpEvent(0.1, dp_event.LaplaceDpEvent(1.0)),
+            "PoissonSampledDpEvent over LaplaceDpEvent has no translation",
+        ),
+        (
+            dp_event.ComposedDpEvent([dp_event.GaussianDpEvent(1.0), dp_event.NonPrivateDpEvent()]),
+            "NonPrivateDpEvent has no translation",
+        ),
+        (dp_event.GaussianDpEvent(0.0), "not differentially private"),
+        (dp_event.LaplaceDpEvent(0.0), "not differentially private"),
+        (dp_event.RandomizedResponseDpEvent(0.0, 2), "no translation"),
+    ],
+)
+def test_events_without_a_meaning_here_are_refused_by_name(event, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        mechanisms_from_dp_event(as_dict(event))
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"type": "Nope"}, "Nope has no translation"),
+        ({}, "None has no translation"),
+        ([1, 2], "must be a JSON object"),
+        ({"type": "GaussianDpEvent"}, "noise_multiplier"),
+        ({"type": "GaussianDpEvent", "noise_multiplier": "2"}, "noise_multiplier"),
+        ({"type": "ComposedDpEvent", "events": "x"}, "list 'events'"),
+        ({"type": "SelfComposedDpEvent", "count": -1, "event": {}}, "count must be"),
+        ({"type": "SelfComposedDpEvent", "count": 2, "event": None}, "JSON object"),
+    ],
+)
+def test_malformed_dicts_are_value_errors(data, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        mechanisms_from_dp_event(data)
+
+
+def test_nesting_is_bounded() -> None:
+    event: dict = {"type": "GaussianDpEvent", "noise_multiplier": 1.0}
+    for _ in range(40):
+        event = {"type": "SelfComposedDpEvent", "count": 1, "event": event}
+    with pytest.raises(ValueError, match="nested deeper"):
+        mechanisms_from_dp_event(event)
+
+
+def test_every_translated_type_is_listed() -> None:
+    assert {"GaussianDpEvent", "LaplaceDpEvent", "PoissonSampledDpEvent"} <= set(dp_event_types())
