@@ -132,7 +132,17 @@ def revoke_key(db: Database, caller: Caller, key_id: str) -> r.Key:
 
 
 def ensure_admin_key(db: Database, key: str) -> str:
-    """Make sure an active admin key with exactly this value exists (for automation)."""
+    """Make sure an active admin key with exactly this value exists (for automation).
+
+    Several workers or replicas start at once: when another one inserts the key first, the
+    unique index refuses our insert and we read theirs."""
+    try:
+        return _ensure_admin_key(db, key)
+    except IntegrityError:
+        return _ensure_admin_key(db, key)
+
+
+def _ensure_admin_key(db: Database, key: str) -> str:
     with db.write() as s:
         row = s.scalars(select(ApiKey).where(_K.lookup == lookup_digest(key))).first()
         if row is not None and hmac.compare_digest(row.key_hash, key_digest(row.salt, key)):
