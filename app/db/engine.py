@@ -25,7 +25,10 @@ from app.db.group_commit import GroupCommit
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
-def _sqlite_engine(url: str, immediate: bool) -> Engine:
+def _sqlite_engine(url: str, writer: bool) -> Engine:
+    """A SQLite engine: the writer's transactions start with ``BEGIN IMMEDIATE``; the reader's
+    statements run in autocommit (pysqlite's ``isolation_level = None``: each SELECT is its own
+    read of the last committed state, no BEGIN / COMMIT)."""
     engine = create_engine(
         url,
         connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
@@ -44,9 +47,11 @@ def _sqlite_engine(url: str, immediate: bool) -> Engine:
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cur.close()
 
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+    if writer:
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Any) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
 
@@ -58,8 +63,8 @@ class Database:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
         if self.is_sqlite:
-            self.write_engine = _sqlite_engine(url, immediate=True)
-            self.read_engine = _sqlite_engine(url, immediate=False)
+            self.write_engine = _sqlite_engine(url, writer=True)
+            self.read_engine = _sqlite_engine(url, writer=False)
         else:
             # no pre-ping: it costs a round trip per checkout. A connection killed under us
             # fails its request once (503 with Retry-After); SQLAlchemy then invalidates the
@@ -84,9 +89,8 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[Session]:
-        """A read-only session (objects stay readable after the block): a read transaction on
-        SQLite, autocommit statements on PostgreSQL (each SELECT sees what is committed when it
-        runs)."""
+        """A read-only session (objects stay readable after the block) whose statements run in
+        autocommit: each SELECT sees what is committed when it runs, with no BEGIN / COMMIT."""
         with Session(self.read_engine, expire_on_commit=False) as session:
             with session.begin():
                 yield session

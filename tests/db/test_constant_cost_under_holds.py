@@ -1,4 +1,4 @@
-"""A charge costs the same with 1 and with 1,000 active reservations: it reads the caller's key
+"""A charge costs the same with 0, 1 and 1,000 active reservations: it reads the caller's key
 and the dataset's totals row, never the holds (their sum lives in the totals row). Work is
 counted (rows fetched, statements run), not timed.
 
@@ -106,7 +106,7 @@ _TUPLES = text(
 )
 
 
-def test_a_charge_reads_the_same_rows_with_1_and_1000_holds(db_url: str) -> None:
+def test_a_charge_reads_the_same_rows_with_0_1_and_1000_holds(db_url: str) -> None:
     db = Database(db_url)
     if db.is_sqlite:
         counter = _count_sqlite(db)
@@ -129,7 +129,7 @@ def test_a_charge_reads_the_same_rows_with_1_and_1000_holds(db_url: str) -> None
     try:
         caller = Credentials(keys.create_key(db, SYSTEM, Role.PIPELINE).key, Role.PIPELINE)
         costs = {}
-        for holds in (1, 1000):
+        for holds in (0, 1, 1000):
             dataset_id = _dataset_with_holds(db, f"holds-{holds}", holds)
             charges.charge(db, caller, dataset_id, mechanism=CHARGE, wire=CHARGE.to_dict())
             before = rows_read()
@@ -140,7 +140,7 @@ def test_a_charge_reads_the_same_rows_with_1_and_1000_holds(db_url: str) -> None
     finally:
         observer.dispose()
         db.dispose()
-    assert costs[1] == costs[1000], costs
+    assert costs[0] == costs[1] == costs[1000], costs
     if db.is_sqlite:
         # the key, the dataset with its totals, the new entry's id (RETURNING)
         assert costs[1] == 3, counter.statements
