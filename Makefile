@@ -7,10 +7,10 @@ PORT   ?= 8000
 
 .PHONY: install run test lint typecheck bench clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e ./client -e '.[dev]'
 	touch $@
 
 install: $(BIN)/.installed
@@ -20,8 +20,8 @@ run: install
 	$(BIN)/python -m app.cli serve --host $(HOST) --port $(PORT)
 
 lint: install
-	$(BIN)/ruff check app tests bench examples migrations
-	$(BIN)/ruff format --check app tests bench examples migrations
+	$(BIN)/ruff check app client tests bench examples migrations
+	$(BIN)/ruff format --check app client tests bench examples migrations
 	$(BIN)/mypy
 
 test: lint
