@@ -44,7 +44,14 @@ def migrate(
 def serve(
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    workers: Annotated[int, typer.Option(help="Worker processes (use 1 with SQLite).")] = 1,
+    workers: Annotated[
+        int,
+        typer.Option(
+            envvar="WEB_CONCURRENCY",
+            min=1,
+            help="Worker processes (default: WEB_CONCURRENCY, else 1; use 1 with SQLite).",
+        ),
+    ] = 1,
     database_url: Annotated[str | None, typer.Option(help="Database URL.")] = None,
 ) -> None:
     """Serve the HTTP API with uvicorn (uvloop + httptools)."""

@@ -1,4 +1,7 @@
-"""No Docker engine runs here: check what can be checked of the Dockerfile and compose file."""
+"""No Docker engine runs here: the Dockerfile and compose file are parsed and their structure
+checked. The image must be built from the wheel (tests/packaging/test_wheel.py builds that same
+wheel from the same COPY sources and runs it), run as a non-root user, and say how it is healthy.
+"""
 
 from __future__ import annotations
 
@@ -7,35 +10,85 @@ from pathlib import Path
 
 import yaml
 
+from tests.packaging.dockerfile import Stage, exec_form, stages
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _dockerfile() -> list[tuple[str, str]]:
-    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            word, _, rest = line.partition(" ")
-            out.append((word.upper(), rest.strip()))
-    return out
+def _build_and_runtime() -> tuple[Stage, Stage]:
+    all_stages = stages()
+    assert len(all_stages) >= 2, "multi-stage: a build stage, then the runtime stage"
+    build, runtime = all_stages[0], all_stages[-1]
+    assert build.name, "the build stage is named, so the runtime stage can copy from it"
+    return build, runtime
 
 
-def test_dockerfile() -> None:
-    instr = _dockerfile()
-    words = [w for w, _ in instr]
-    assert instr[0] == ("FROM", "python:3.11-slim")
-    users = [rest for w, rest in instr if w == "USER"]
-    assert users and users[-1] not in ("root", "0")
+def _wheel_dir(build: Stage) -> str:
+    runs = [r for r in build.values("RUN") if "pip wheel" in r]
+    assert len(runs) == 1, build.values("RUN")
+    match = re.search(r"(?:--wheel-dir|-w)[ =](\S+)", runs[0])
+    assert match, runs[0]
+    return match.group(1)
+
+
+def test_build_stage_makes_the_wheels_from_the_source_tree() -> None:
+    build, runtime = _build_and_runtime()
+    assert build.base == runtime.base, "wheels built and installed on the same Python"
+    sources = {Path(s).as_posix() for c in build.copies() for s in c.sources}
+    assert {"pyproject.toml", "README.md", "app", "migrations", "client"} <= sources
+    run = next(r for r in build.values("RUN") if "pip wheel" in r)
+    assert "--no-deps" in run and " ./client" in run and " . " in f"{run} "
+
+
+def test_runtime_stage_installs_the_wheels_and_not_the_source_tree() -> None:
+    build, runtime = _build_and_runtime()
+    wheels = _wheel_dir(build)
+    copies = runtime.copies()
+    assert copies, "the runtime stage copies the wheels from the build stage"
+    for c in copies:
+        assert c.word == "COPY" and c.flags.get("from") == build.name, c
+        assert c.sources == [wheels], c
+    dest = copies[0].dest.rstrip("/")
+    installs = [r for r in runtime.values("RUN") if "pip install" in r]
+    assert len(installs) == 1 and f"{dest}/*.whl" in installs[0], installs
+    assert not re.search(r"pip install[^&]*(\s-e\s|\s\.(\s|$)|\[dev\])", installs[0]), installs[0]
+
+
+def test_runtime_runs_as_a_non_root_user_with_a_healthcheck() -> None:
+    _, runtime = _build_and_runtime()
+    words = runtime.words()
+    users = runtime.values("USER")
+    assert users and users[-1].split(":")[0] not in ("root", "0", "")
     assert words.index("USER") < words.index("CMD")
-    assert ("EXPOSE", "8000") in instr
-    health = next(rest for w, rest in instr if w == "HEALTHCHECK")
-    assert "/healthz" in health
-    run = " ".join(rest for w, rest in instr if w == "RUN")
-    assert "pip install ." in run and "[dev]" not in run
-    cmd = next(rest for w, rest in instr if w == "CMD")
-    assert re.search(r"app\.cli migrate && exec uvicorn app\.main:app", cmd)
-    assert "--workers" in cmd
+    assert any("useradd" in r and users[-1] in r for r in runtime.values("RUN"))
+    assert runtime.values("EXPOSE") == ["8000"]
+    (health,) = runtime.values("HEALTHCHECK")
+    options, _, command = health.partition("CMD")
+    assert re.search(r"--interval=\d+s", options) and re.search(r"--timeout=\d+s", options)
+    assert "http://127.0.0.1:8000/healthz" in " ".join(exec_form(command.strip()))
+
+
+def test_command_migrates_then_serves_with_web_concurrency_workers() -> None:
+    _, runtime = _build_and_runtime()
+    (cmd,) = runtime.values("CMD")
+    argv = exec_form(cmd)
+    assert argv[:2] == ["sh", "-c"]
+    assert (
+        "privacy-ledger migrate && exec privacy-ledger serve --host 0.0.0.0 --port 8000" in argv[2]
+    )
+    assert "--workers" not in argv[2], "the worker count comes from WEB_CONCURRENCY"
+    env = runtime.env()
+    assert int(env["WEB_CONCURRENCY"]) >= 1
+    assert env["PRIVACY_LEDGER_DATABASE_URL"].startswith("sqlite:////srv/privacy-ledger/data/")
+
+
+def test_dockerignore_keeps_local_state_and_secrets_out_of_the_context() -> None:
+    patterns = {
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    assert {".git", ".venv", ".env", "secrets", "*.db", "**/build"} <= patterns
 
 
 def test_compose() -> None:
