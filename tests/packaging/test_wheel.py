@@ -171,3 +171,5 @@ def test_the_installed_wheel_serves_a_charge(served: str) -> None:
         page = api.get("/")  # the dashboard's files came with the wheel
         assert page.status_code == 200 and "<html" in page.text.lower()
         assert api.get("/static/app.js").status_code == 200
+        assert api.get("/docs").status_code == 200  # the API pages' assets are installed too
+        assert api.get("/static-docs/swagger-ui-bundle.js").status_code == 200
