@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -91,23 +92,65 @@ def test_dockerignore_keeps_local_state_and_secrets_out_of_the_context() -> None
     assert {".git", ".venv", ".env", "secrets", "*.db", "**/build"} <= patterns
 
 
-def test_compose() -> None:
+def _compose() -> dict[str, Any]:
     spec = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert isinstance(spec, dict)
+    return spec
+
+
+def _interpolated(value: str) -> list[tuple[str, str]]:
+    """The ``${NAME...}`` references in a compose value: (name, the rest: default or error)."""
+    return re.findall(r"\$\{([A-Z_][A-Z0-9_]*)([^}]*)\}", value)
+
+
+def test_compose_runs_postgres_and_the_image() -> None:
+    spec = _compose()
     pg, app = spec["services"]["postgres"], spec["services"]["app"]
     assert pg["image"] == "postgres:16"
-    volume = pg["volumes"][0].split(":")[0]
-    assert volume in spec["volumes"]
+    assert pg["volumes"][0].split(":")[0] in spec["volumes"]
     assert "pg_isready" in " ".join(pg["healthcheck"]["test"])
     assert app["build"] == "."
     assert app["depends_on"]["postgres"]["condition"] == "service_healthy"
-    env = app["environment"]
-    url = env["PRIVACY_LEDGER_DATABASE_URL"]
-    assert url.startswith("postgresql+psycopg://") and "@postgres:5432/" in url
-    user = pg["environment"]["POSTGRES_USER"]
-    db = pg["environment"]["POSTGRES_DB"]
-    assert f"{user}:" in url and url.endswith("/" + db)
     assert "8000:8000" in app["ports"]
-    command = " ".join(app["command"])
-    assert re.search(r"python -m app\.cli migrate && exec uvicorn app\.main:app", command)
-    workers = int(re.search(r"--workers (\d+)", command).group(1))
-    assert workers >= 2
+    assert "command" not in app, "the image's CMD migrates and serves (WEB_CONCURRENCY workers)"
+    url = app["environment"]["PRIVACY_LEDGER_DATABASE_URL"]
+    user, db = pg["environment"]["POSTGRES_USER"], pg["environment"]["POSTGRES_DB"]
+    assert url == f"postgresql+psycopg://{user}@postgres:5432/{db}"
+
+
+def test_the_password_comes_from_the_env_file_not_the_compose_file() -> None:
+    spec = _compose()
+    pg, app = spec["services"]["postgres"], spec["services"]["app"]
+    for service in (pg, app):
+        for name, value in service["environment"].items():
+            if "PASSWORD" in name:
+                refs = _interpolated(str(value))
+                assert [r[0] for r in refs] == ["POSTGRES_PASSWORD"] and value.startswith("${"), (
+                    name,
+                    value,
+                )
+                assert refs[0][1].startswith(":?"), (
+                    "no default: compose refuses to start without it"
+                )
+    assert "@" in app["environment"]["PRIVACY_LEDGER_DATABASE_URL"]
+    assert ":" not in app["environment"]["PRIVACY_LEDGER_DATABASE_URL"].split("//")[1].split("@")[0]
+    assert "PGPASSWORD" in app["environment"]  # libpq reads it; the URL carries no password
+    ignored = (ROOT / ".gitignore").read_text().splitlines()
+    assert ".env" in ignored and ".env" in (ROOT / ".dockerignore").read_text().splitlines()
+
+
+def test_the_env_example_names_every_variable_compose_reads() -> None:
+    text = (ROOT / "docker-compose.yml").read_text()
+    used = {name for name, _ in _interpolated(text)}
+    example = {
+        line.split("=", 1)[0]
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    assert used == example == {"POSTGRES_PASSWORD", "PRIVACY_LEDGER_ADMIN_KEY", "WEB_CONCURRENCY"}
+
+
+def test_web_concurrency_sets_the_worker_count() -> None:
+    app = _compose()["services"]["app"]
+    ((name, default),) = _interpolated(app["environment"]["WEB_CONCURRENCY"])
+    assert name == "WEB_CONCURRENCY" and int(default.removeprefix(":-")) >= 2
