@@ -1,6 +1,6 @@
 """The client installed alone into a fresh virtual environment, used against a live server.
 
-``pip install ./client`` must bring httpx and nothing of the server (FastAPI, SQLAlchemy, numpy,
+``pip install ./client`` (as docs/quickstart.md says) must bring httpx and nothing of the server (FastAPI, SQLAlchemy, numpy,
 scipy, the ``app`` package); the installed package must then work from a directory outside the
 checkout, where the source tree cannot shadow it.
 """
@@ -15,9 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.client.conftest import ClientVenv
 from tests.conftest import ADMIN_KEY
 from tests.live import Server, running
-from tests.packaging.venvs import ROOT, clean_env, create_venv, distributions, run
+from tests.packaging.venvs import ROOT, clean_env, run
 
 pytestmark = pytest.mark.slow
 
@@ -36,22 +37,14 @@ SERVER_ONLY = {
 }
 
 
-@pytest.fixture(scope="module")
-def client_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """A fresh venv with ``pip install ./client`` done, and what that installed."""
-    python = create_venv(tmp_path_factory.mktemp("client") / "venv")
-    run([str(python), "-m", "pip", "install", "./client"], cwd=ROOT)
-    return python, distributions(python)
-
-
 @pytest.fixture
 def server(sqlite_url: str) -> Iterator[Server]:
     with running(sqlite_url, ADMIN_KEY) as s:
         yield s
 
 
-def test_the_client_installs_without_the_server(client_venv: tuple[Path, dict[str, str]]) -> None:
-    python, installed = client_venv
+def test_the_client_installs_without_the_server(client_venv: ClientVenv) -> None:
+    python, installed = client_venv.python, client_venv.installed_with_the_client
     assert "privacy-ledger-client" in installed and "httpx" in installed
     assert not SERVER_ONLY & set(installed), sorted(SERVER_ONLY & set(installed))
     probe = "import importlib.util as u; print([m for m in ('app', 'fastapi') if u.find_spec(m)])"
@@ -86,9 +79,9 @@ SCRIPT = textwrap.dedent(
 
 
 def test_the_installed_client_talks_to_a_live_server(
-    client_venv: tuple[Path, dict[str, str]], server: Server, tmp_path: Path
+    client_venv: ClientVenv, server: Server, tmp_path: Path
 ) -> None:
-    python, _ = client_venv
+    python = client_venv.python
     script = tmp_path / "pipeline.py"
     script.write_text(SCRIPT)
     env = clean_env({"PRIVACY_LEDGER_URL": server.url, "PRIVACY_LEDGER_API_KEY": ADMIN_KEY})
