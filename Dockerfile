@@ -1,31 +1,44 @@
-# privacy-ledger: the API server. Build: docker build -t privacy-ledger .
-FROM python:3.11-slim
+# privacy-ledger: the API server, installed from its wheel. Build: docker build -t privacy-ledger .
+# Run: docker run -p 8000:8000 -v ledger-data:/srv/privacy-ledger/data privacy-ledger
+# (SQLite in the volume), or docker compose up (PostgreSQL; see docs/operations.md).
 
-ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
-
-WORKDIR /srv/privacy-ledger
-
+# --- build: the server and client wheels, from the source tree -------------------------------
+FROM python:3.11-slim AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY client ./client
 COPY app ./app
 COPY migrations ./migrations
-RUN pip install . \
-    && useradd --system --uid 10001 --home-dir /srv/privacy-ledger ledger \
-    && mkdir -p /srv/privacy-ledger/data \
-    && chown -R ledger /srv/privacy-ledger/data
+# the server wheel carries the Alembic scripts (app/_migrations) and the dashboard's files
+RUN pip wheel --no-deps --wheel-dir /wheels . ./client
 
+# --- runtime: the wheels and their dependencies, no source tree ------------------------------
+FROM python:3.11-slim AS runtime
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+COPY --from=build /wheels /tmp/wheels
+RUN pip install /tmp/wheels/*.whl \
+    && rm -rf /tmp/wheels \
+    && useradd --system --uid 10001 --no-create-home --home-dir /srv/privacy-ledger ledger \
+    && mkdir -p /srv/privacy-ledger/data \
+    && chown ledger /srv/privacy-ledger/data
+
+WORKDIR /srv/privacy-ledger
 USER ledger
+# WEB_CONCURRENCY: uvicorn worker processes. 1 suits SQLite (its writes are serialised in one
+# process); with PostgreSQL use about one per core (docker-compose.yml sets it).
 ENV PRIVACY_LEDGER_DATABASE_URL=sqlite:////srv/privacy-ledger/data/privacy_ledger.db \
-    WEB_CONCURRENCY=4 \
+    WEB_CONCURRENCY=1 \
     PROMETHEUS_MULTIPROC_DIR=/tmp/privacy-ledger-metrics
 
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2).status == 200 else 1)"]
 
-# fresh multiprocess metrics dir (every worker's counters are summed at /metrics), migrate,
-# then serve with uvicorn[standard] (uvloop + httptools) and several workers; the app writes
-# its own JSON access lines, so uvicorn's are off
-CMD ["sh", "-c", "rm -rf \"$PROMETHEUS_MULTIPROC_DIR\" && mkdir -p \"$PROMETHEUS_MULTIPROC_DIR\" && python -m app.cli migrate && exec uvicorn app.main:app --host 0.0.0.0 --port 8000 --workers ${WEB_CONCURRENCY} --loop uvloop --http httptools --no-access-log"]
+# a fresh multiprocess metrics directory (/metrics sums every worker's counters), migrate, then
+# serve: `privacy-ledger serve` runs uvicorn (uvloop + httptools) with WEB_CONCURRENCY workers
+CMD ["sh", "-c", "rm -rf \"$PROMETHEUS_MULTIPROC_DIR\" && mkdir -p \"$PROMETHEUS_MULTIPROC_DIR\" && privacy-ledger migrate && exec privacy-ledger serve --host 0.0.0.0 --port 8000"]

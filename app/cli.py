@@ -49,7 +49,14 @@ def migrate(
 def serve(
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    workers: Annotated[int, typer.Option(help="Worker processes (use 1 with SQLite).")] = 1,
+    workers: Annotated[
+        int,
+        typer.Option(
+            envvar="WEB_CONCURRENCY",
+            min=1,
+            help="Worker processes (default: WEB_CONCURRENCY, else 1; use 1 with SQLite).",
+        ),
+    ] = 1,
     database_url: Annotated[str | None, typer.Option(help="Database URL.")] = None,
 ) -> None:
     """Serve the HTTP API with uvicorn (uvloop + httptools)."""
@@ -156,7 +163,7 @@ def datasets_list(
     if ctx.invoked_subcommand is not None:
         return
     with _client(url, api_key) as c:
-        items = _run(c.datasets)
+        items = [d.raw for d in _run(c.datasets)]
     if as_json:
         typer.echo(json.dumps(items, indent=2))
         return
@@ -205,13 +212,15 @@ def datasets_create(
     """Create a dataset (admin key)."""
     with _client(url, api_key) as c:
         d = _run(
-            lambda: c.create_dataset(
-                name,
-                epsilon,
-                delta,
-                accounting=accounting,
-                adaptive=adaptive,
-                allowed_mechanisms=allow or None,
+            lambda: (
+                c.create_dataset(
+                    name,
+                    epsilon,
+                    delta,
+                    accounting=accounting,
+                    adaptive=adaptive,
+                    allowed_mechanisms=allow or None,
+                ).raw
             )
         )
     typer.echo(
@@ -225,7 +234,7 @@ def datasets_create(
 def status(dataset: str, url: URL = None, api_key: KEY = None, as_json: JSON_OUT = False) -> None:
     """Budget, spend, remaining and the top mechanisms of one dataset."""
     with _client(url, api_key) as c:
-        d = _run(lambda: c.dataset(dataset))
+        d = _run(lambda: c.dataset(dataset).raw)
     if as_json:
         typer.echo(json.dumps(d, indent=2))
         return
@@ -305,7 +314,7 @@ def charge(
     )
     with _client(url, api_key) as c:
         answer = _run(
-            lambda: c.dry_run(dataset, m) if dry_run else c.charge(dataset, m, label=label)
+            lambda: (c.dry_run(dataset, m) if dry_run else c.charge(dataset, m, label=label)).raw
         )
     if as_json:
         typer.echo(json.dumps(answer, indent=2))
@@ -332,7 +341,7 @@ def compose(
     data = json.loads(file.read_text())
     mechanisms = data["mechanisms"] if isinstance(data, dict) else data
     with _client(url, api_key) as c:
-        answer = _run(lambda: c.compose(mechanisms, delta, accounting))
+        answer = _run(lambda: c.compose(mechanisms, delta, accounting).raw)
     if as_json:
         typer.echo(
             json.dumps({k: v for k, v in answer.items() if k not in ("orders", "rdp")}, indent=2)
@@ -374,8 +383,7 @@ def keys_create(
             db.dispose()
     else:
         with _client(url, api_key) as c:
-            body = {"role": role, "datasets": dataset or None, "label": label}
-            created = _run(lambda: c._request("POST", "/v1/keys", json=body, idempotent=False))
+            created = _run(lambda: c.create_key(role, dataset or None, label).raw)
     if as_json:
         typer.echo(json.dumps(created, indent=2))
     else:
@@ -388,7 +396,7 @@ def keys_create(
 def keys_list(url: URL = None, api_key: KEY = None, as_json: JSON_OUT = False) -> None:
     """List keys (never the secrets)."""
     with _client(url, api_key) as c:
-        items = _run(lambda: c._request("GET", "/v1/keys")["keys"])
+        items = [k.raw for k in _run(c.keys)]
     if as_json:
         typer.echo(json.dumps(items, indent=2))
         return
@@ -414,7 +422,7 @@ def keys_revoke(
 ) -> None:
     """Revoke a key."""
     with _client(url, api_key) as c:
-        answer = _run(lambda: c._request("DELETE", f"/v1/keys/{key_id}"))
+        answer = _run(lambda: c.revoke_key(key_id).raw)
     typer.echo(json.dumps(answer, indent=2) if as_json else f"revoked {answer['id']}")
 
 

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import __version__, observability
+from app import __version__, api_docs, observability
 from app.api import problems
 from app.api.routes import accounting, admin, dashboard, datasets, health, reservations, web
 from app.asgi import send_problem
@@ -134,7 +134,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "RDP) and refuses, atomically, any charge that would exceed the budget."
         ),
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc come from api_docs: no CDN, they work offline
+        redoc_url=None,
     )
+    api_docs.install(app)
     app.state.settings = settings
     problems.install(app)
     for r in (

@@ -16,8 +16,7 @@ Run (after ``make run`` and with an admin key)::
 from __future__ import annotations
 
 import numpy as np
-
-from app.client import BudgetExceeded, LedgerClient, subsampled_gaussian
+from privacy_ledger_client import BudgetExceeded, LedgerClient, subsampled_gaussian
 
 DATASET = "example-clinic-visits"
 
@@ -34,7 +33,7 @@ def main() -> None:
     rng = np.random.default_rng(7)
     visits = rng.integers(0, 12, size=5_000)  # month of each visit: the private data
     with LedgerClient() as ledger:
-        if DATASET not in {d["name"] for d in ledger.datasets()}:
+        if DATASET not in {d.name for d in ledger.datasets()}:
             ledger.create_dataset(DATASET, epsilon=8.0, delta=1e-6, adaptive=True)
 
         # 1. a DP-SGD run, as recorded from Opacus' parameters
@@ -54,7 +53,7 @@ def main() -> None:
         except BudgetExceeded as exc:
             print(f"no histogram possible: {exc.detail}")
         else:
-            mechanism = plan["mechanism"]
+            mechanism = plan.mechanism
             print(f"a histogram now needs sigma >= {mechanism['sigma']:.2f}")
             if mechanism["sigma"] > 50:  # counts are in the hundreds: not worth releasing
                 print("too noisy to be useful with what is left: not spending it")
@@ -67,10 +66,10 @@ def main() -> None:
             )
 
         budget = ledger.budget(DATASET)
-        spent = budget["spent"]
+        spent = budget.spent
         print(
-            f"{DATASET}: spent epsilon {spent['epsilon']:.3f} of {budget['budget']['epsilon']} "
-            f"at delta {spent['delta']:g} ({spent['method']}), {budget['entries']} entries"
+            f"{DATASET}: spent epsilon {spent.epsilon:.3f} of {budget.budget.epsilon} "
+            f"at delta {spent.delta:g} ({spent.method}), {budget.entries} entries"
         )
 
 

@@ -8,14 +8,26 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, inspect, text
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations"
+_APP_DIR = Path(__file__).resolve().parent.parent
 _ADVISORY_LOCK_ID = 0x70726976  # "priv": one migrator at a time across replicas
+
+
+def migrations_dir() -> Path:
+    """The Alembic scripts: ``app/_migrations`` in an installed wheel (pyproject maps the
+    top-level ``migrations/`` there), else ``migrations/`` beside ``app/`` in a checkout."""
+    for candidate in (_APP_DIR / "_migrations", _APP_DIR.parent / "migrations"):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise RuntimeError(
+        f"no Alembic scripts in {_APP_DIR / '_migrations'} or {_APP_DIR.parent / 'migrations'}: "
+        "the installation is incomplete (reinstall privacy-ledger)"
+    )
 
 
 def alembic_config(url: str) -> Config:
     """Alembic configuration for ``url`` with our migrations directory."""
     cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
 
@@ -56,4 +68,4 @@ def is_at_head(url: str) -> bool:
         engine.dispose()
 
 
-__all__ = ["MIGRATIONS_DIR", "alembic_config", "downgrade", "is_at_head", "upgrade"]
+__all__ = ["alembic_config", "downgrade", "is_at_head", "migrations_dir", "upgrade"]

@@ -1,0 +1,285 @@
+"""The asyncio client (``httpx.AsyncClient``): the same operations as ``LedgerClient``, awaited."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import httpx
+
+from privacy_ledger_client import _calls as calls
+from privacy_ledger_client._calls import Call, Delivery
+from privacy_ledger_client._config import Endpoint, read_answer
+from privacy_ledger_client._errors import TransportError, add_note
+from privacy_ledger_client._models import (
+    ApiKey,
+    AuditEvent,
+    BudgetStatus,
+    Calibration,
+    Charge,
+    Composition,
+    Dataset,
+    DryRun,
+    LedgerPage,
+    NewApiKey,
+    RejectionPage,
+    Reservation,
+    SpendQuery,
+)
+from privacy_ledger_client._retry import RetryPolicy
+
+T = TypeVar("T")
+
+
+class AsyncHold:
+    """A reservation held by an ``AsyncLedgerClient`` (see ``Hold``)."""
+
+    def __init__(self, client: AsyncLedgerClient, reservation: Reservation) -> None:
+        self._client = client
+        self.reservation = reservation
+        self.outcome: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.reservation.id
+
+    async def commit(self) -> Reservation:
+        """As ``Hold.commit``."""
+        self.reservation = await self._client.commit(self.id)
+        self.outcome = self.reservation.status
+        return self.reservation
+
+    async def release(self) -> Reservation:
+        """As ``Hold.release``."""
+        self.reservation = await self._client.release(self.id)
+        self.outcome = self.reservation.status
+        return self.reservation
+
+
+class AsyncLedgerClient:
+    """An asyncio client for the privacy-ledger HTTP API.
+
+    ``url`` and ``api_key`` default to ``PRIVACY_LEDGER_URL`` (else http://127.0.0.1:8000) and
+    ``PRIVACY_LEDGER_API_KEY``. Failed requests are retried ``retries`` times with exponential
+    back-off from ``backoff`` seconds (see ``RetryPolicy``); ``transport`` replaces httpx's.
+    Use it as an async context manager, or call ``aclose()``.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        retries: int = 4,
+        backoff: float = 0.2,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._endpoint = Endpoint.resolve(url, api_key)
+        self.url = self._endpoint.url
+        self.retry = RetryPolicy(retries=retries, backoff=backoff)
+        self._http = httpx.AsyncClient(
+            base_url=self.url,
+            headers=self._endpoint.headers,
+            timeout=timeout,
+            transport=transport,
+        )
+
+    async def __aenter__(self) -> AsyncLedgerClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def send(self, call: Call[T]) -> T:
+        """Send one logical request, retrying as ``call.delivery`` and the policy allow."""
+        attempt = 0
+        while True:
+            response: httpx.Response | None = None
+            try:
+                response = await self._http.request(
+                    call.method, call.path, json=call.json, params=call.params, headers=call.headers
+                )
+            except httpx.TransportError as exc:
+                if not self.retry.after_error(call, exc, attempt):
+                    raise TransportError(0, {"detail": f"{type(exc).__name__}: {exc}"}) from exc
+            else:
+                if response.status_code in call.ok:
+                    answer: T = read_answer(call, response)
+                    return answer
+                if not self.retry.after_status(call, response.status_code, attempt):
+                    raise self._endpoint.error(response)
+            await asyncio.sleep(self.retry.delay(attempt, response))
+            attempt += 1
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        delivery: Delivery = Delivery.SAFE,
+    ) -> Any:
+        """As ``LedgerClient.request``."""
+        return await self.send(calls.raw(method, path, json, params, headers, delivery))
+
+    # -- accounting --
+
+    async def compose(
+        self, mechanisms: Sequence[Mapping[str, Any]], delta: float, accounting: str = "rdp"
+    ) -> Composition:
+        """As ``LedgerClient.compose``."""
+        return await self.send(calls.compose(mechanisms, delta, accounting))
+
+    # -- datasets --
+
+    async def datasets(self) -> list[Dataset]:
+        """As ``LedgerClient.datasets``."""
+        return await self.send(calls.datasets())
+
+    async def dataset(self, dataset: str) -> Dataset:
+        """As ``LedgerClient.dataset``."""
+        return await self.send(calls.dataset(dataset))
+
+    async def create_dataset(
+        self, name: str, epsilon: float, delta: float, **fields: Any
+    ) -> Dataset:
+        """As ``LedgerClient.create_dataset``."""
+        return await self.send(calls.create_dataset(name, epsilon, delta, fields))
+
+    async def update_dataset(self, dataset: str, **changes: Any) -> Dataset:
+        """As ``LedgerClient.update_dataset``."""
+        return await self.send(calls.update_dataset(dataset, changes))
+
+    async def budget(self, dataset: str) -> BudgetStatus:
+        """As ``LedgerClient.budget``."""
+        return await self.send(calls.budget(dataset))
+
+    async def spend(
+        self, dataset: str, *, delta: float | None = None, epsilon: float | None = None
+    ) -> SpendQuery:
+        """As ``LedgerClient.spend``."""
+        return await self.send(calls.spend(dataset, delta, epsilon))
+
+    async def ledger(self, dataset: str, limit: int = 50, cursor: str | None = None) -> LedgerPage:
+        """As ``LedgerClient.ledger``."""
+        return await self.send(calls.ledger(dataset, limit, cursor))
+
+    async def calibrate(
+        self, dataset: str, mechanism: str, parameter: str | None = None, **fixed: Any
+    ) -> Calibration:
+        """As ``LedgerClient.calibrate``."""
+        return await self.send(calls.calibrate(dataset, mechanism, parameter, fixed))
+
+    # -- charging --
+
+    async def charge(
+        self,
+        dataset: str,
+        mechanism: Mapping[str, Any],
+        *,
+        label: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Charge:
+        """As ``LedgerClient.charge``."""
+        return await self.send(calls.charge(dataset, mechanism, label, metadata, idempotency_key))
+
+    async def dry_run(self, dataset: str, mechanism: Mapping[str, Any]) -> DryRun:
+        """As ``LedgerClient.dry_run``."""
+        return await self.send(calls.dry_run(dataset, mechanism))
+
+    async def reserve(
+        self,
+        dataset: str,
+        mechanism: Mapping[str, Any],
+        *,
+        ttl_seconds: int = 600,
+        label: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> AsyncHold:
+        """As ``LedgerClient.reserve``."""
+        return AsyncHold(
+            self, await self.send(calls.reserve(dataset, mechanism, ttl_seconds, label, metadata))
+        )
+
+    async def reservation_status(self, reservation_id: str) -> Reservation:
+        """As ``LedgerClient.reservation_status``."""
+        return await self.send(calls.reservation(reservation_id))
+
+    async def commit(self, reservation_id: str) -> Reservation:
+        """As ``LedgerClient.commit``."""
+        return await self.send(calls.commit(reservation_id))
+
+    async def release(self, reservation_id: str) -> Reservation:
+        """As ``LedgerClient.release``."""
+        return await self.send(calls.release(reservation_id))
+
+    @asynccontextmanager
+    async def reservation(
+        self,
+        dataset: str,
+        mechanism: Mapping[str, Any],
+        *,
+        ttl_seconds: int = 600,
+        label: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[AsyncHold]:
+        """``async with``: as ``LedgerClient.reservation`` (commit on normal exit, release when
+        the block raises)."""
+        hold = await self.reserve(
+            dataset, mechanism, ttl_seconds=ttl_seconds, label=label, metadata=metadata
+        )
+        try:
+            yield hold
+        except BaseException as exc:
+            if hold.outcome is None:
+                try:
+                    await hold.release()
+                except Exception as failure:  # the hold expires and is charged: fail closed
+                    add_note(exc, f"releasing reservation {hold.id} failed too: {failure}")
+            raise
+        if hold.outcome is None:
+            await hold.commit()
+
+    # -- administration --
+
+    async def create_key(
+        self, role: str, datasets: Sequence[str] | None = None, label: str | None = None
+    ) -> NewApiKey:
+        """As ``LedgerClient.create_key``."""
+        return await self.send(calls.create_key(role, datasets, label))
+
+    async def keys(self) -> list[ApiKey]:
+        """As ``LedgerClient.keys``."""
+        return await self.send(calls.keys())
+
+    async def revoke_key(self, key_id: str) -> ApiKey:
+        """As ``LedgerClient.revoke_key``."""
+        return await self.send(calls.revoke_key(key_id))
+
+    async def rejections(
+        self, dataset: str | None = None, limit: int = 100, cursor: str | None = None
+    ) -> RejectionPage:
+        """As ``LedgerClient.rejections``."""
+        return await self.send(calls.rejections(dataset, limit, cursor))
+
+    async def audit(
+        self,
+        dataset: str | None = None,
+        action: str | None = None,
+        limit: int = 100,
+        before_id: int | None = None,
+    ) -> list[AuditEvent]:
+        """As ``LedgerClient.audit``."""
+        return await self.send(calls.audit(dataset, action, limit, before_id))
+
+
+__all__ = ["AsyncHold", "AsyncLedgerClient"]

@@ -1,0 +1,250 @@
+"""Every API operation as a ``Call``: what to send, how to read the answer, whether to repeat it.
+
+The sync and async clients share these descriptions and differ only in how they send them, so
+an operation is written once. A call is built once per logical request and reused across its
+retries: a charge's ``Idempotency-Key`` is chosen here, so every attempt carries the same one.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+from privacy_ledger_client._models import (
+    ApiKey,
+    AuditEvent,
+    BudgetStatus,
+    Calibration,
+    Charge,
+    Composition,
+    Dataset,
+    DryRun,
+    LedgerPage,
+    M,
+    NewApiKey,
+    RejectionPage,
+    Reservation,
+    SpendQuery,
+    parse,
+)
+
+T = TypeVar("T")
+
+
+class Delivery(enum.Enum):
+    """Whether a request may be sent again after a failure that leaves its fate unknown."""
+
+    SAFE = "safe"
+    """Repeating it is harmless: reads, idempotent writes, charges with their Idempotency-Key."""
+    UNSENT_ONLY = "unsent-only"
+    """Repeat only when it surely never reached the server (the connection was refused)."""
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One logical request and the reader of its answer."""
+
+    method: str
+    path: str
+    read: Callable[[Any], T]
+    json: Any = None
+    params: Mapping[str, Any] | None = None
+    headers: Mapping[str, str] | None = None
+    ok: frozenset[int] = frozenset({200, 201})
+    delivery: Delivery = Delivery.SAFE
+
+
+def _seg(ref: str) -> str:
+    """A dataset name or id as one path segment (names may hold any character)."""
+    return quote(str(ref), safe="")
+
+
+def _one(cls: type[M]) -> Callable[[Any], M]:
+    return lambda data: parse(cls, data)
+
+
+def _many(cls: type[M], key: str) -> Callable[[Any], list[M]]:
+    def read(data: Any) -> list[M]:
+        if not isinstance(data, dict) or not isinstance(data.get(key), list):
+            raise ValueError(f"expected an object with a list {key!r}")
+        return [parse(cls, item, f"{key}[{i}]") for i, item in enumerate(data[key])]
+
+    return read
+
+
+def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _identity(data: Any) -> Any:
+    return data
+
+
+# --- accounting -------------------------------------------------------------------------------
+
+
+def compose(
+    mechanisms: Sequence[Mapping[str, Any]], delta: float, accounting: str
+) -> Call[Composition]:
+    body = {"mechanisms": [dict(m) for m in mechanisms], "delta": delta, "accounting": accounting}
+    return Call("POST", "/v1/accounting/compose", _one(Composition), json=body)
+
+
+# --- datasets ---------------------------------------------------------------------------------
+
+
+def datasets() -> Call[list[Dataset]]:
+    return Call("GET", "/v1/datasets", _many(Dataset, "datasets"))
+
+
+def dataset(ref: str) -> Call[Dataset]:
+    return Call("GET", f"/v1/datasets/{_seg(ref)}", _one(Dataset))
+
+
+def create_dataset(
+    name: str, epsilon: float, delta: float, fields: Mapping[str, Any]
+) -> Call[Dataset]:
+    body = {"name": name, "budget": {"epsilon": epsilon, "delta": delta}, **fields}
+    return Call("POST", "/v1/datasets", _one(Dataset), json=body, delivery=Delivery.UNSENT_ONLY)
+
+
+def update_dataset(ref: str, changes: Mapping[str, Any]) -> Call[Dataset]:
+    return Call("PATCH", f"/v1/datasets/{_seg(ref)}", _one(Dataset), json=dict(changes))
+
+
+def budget(ref: str) -> Call[BudgetStatus]:
+    return Call("GET", f"/v1/datasets/{_seg(ref)}/budget", _one(BudgetStatus))
+
+
+def spend(ref: str, delta: float | None, epsilon: float | None) -> Call[SpendQuery]:
+    if (delta is None) == (epsilon is None):
+        raise ValueError("give exactly one of delta or epsilon")
+    params = _drop_none({"delta": delta, "epsilon": epsilon})
+    return Call("GET", f"/v1/datasets/{_seg(ref)}/spend", _one(SpendQuery), params=params)
+
+
+def ledger(ref: str, limit: int, cursor: str | None) -> Call[LedgerPage]:
+    params = _drop_none({"limit": limit, "cursor": cursor})
+    return Call("GET", f"/v1/datasets/{_seg(ref)}/ledger", _one(LedgerPage), params=params)
+
+
+def calibrate(
+    ref: str, kind: str, parameter: str | None, fixed: Mapping[str, Any]
+) -> Call[Calibration]:
+    params = _drop_none({"mechanism": kind, "parameter": parameter, **fixed})
+    return Call("GET", f"/v1/datasets/{_seg(ref)}/calibrate", _one(Calibration), params=params)
+
+
+# --- charges and reservations -----------------------------------------------------------------
+
+
+def charge(
+    ref: str,
+    mechanism: Mapping[str, Any],
+    label: str | None,
+    metadata: Mapping[str, Any] | None,
+    idempotency_key: str | None,
+) -> Call[Charge]:
+    body = {"mechanism": dict(mechanism), "label": label, "metadata": metadata}
+    headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+    return Call(
+        "POST", f"/v1/datasets/{_seg(ref)}/charges", _one(Charge), json=body, headers=headers
+    )
+
+
+def dry_run(ref: str, mechanism: Mapping[str, Any]) -> Call[DryRun]:
+    return Call(
+        "POST",
+        f"/v1/datasets/{_seg(ref)}/charges",
+        _one(DryRun),
+        json={"mechanism": dict(mechanism)},
+        params={"dry_run": "true"},
+    )
+
+
+def reserve(
+    ref: str,
+    mechanism: Mapping[str, Any],
+    ttl_seconds: int,
+    label: str | None,
+    metadata: Mapping[str, Any] | None,
+) -> Call[Reservation]:
+    body = {
+        "mechanism": dict(mechanism),
+        "ttl_seconds": ttl_seconds,
+        "label": label,
+        "metadata": metadata,
+    }
+    # a lost answer would leave a hold that expires and is charged: send twice only if unsent
+    return Call(
+        "POST",
+        f"/v1/datasets/{_seg(ref)}/reservations",
+        _one(Reservation),
+        json=body,
+        delivery=Delivery.UNSENT_ONLY,
+    )
+
+
+def reservation(reservation_id: str) -> Call[Reservation]:
+    return Call("GET", f"/v1/reservations/{_seg(reservation_id)}", _one(Reservation))
+
+
+def commit(reservation_id: str) -> Call[Reservation]:
+    return Call("POST", f"/v1/reservations/{_seg(reservation_id)}/commit", _one(Reservation))
+
+
+def release(reservation_id: str) -> Call[Reservation]:
+    return Call("DELETE", f"/v1/reservations/{_seg(reservation_id)}", _one(Reservation))
+
+
+# --- administration ---------------------------------------------------------------------------
+
+
+def create_key(role: str, datasets: Sequence[str] | None, label: str | None) -> Call[NewApiKey]:
+    body = {"role": role, "datasets": list(datasets) if datasets else None, "label": label}
+    return Call("POST", "/v1/keys", _one(NewApiKey), json=body, delivery=Delivery.UNSENT_ONLY)
+
+
+def keys() -> Call[list[ApiKey]]:
+    return Call("GET", "/v1/keys", _many(ApiKey, "keys"))
+
+
+def revoke_key(key_id: str) -> Call[ApiKey]:
+    return Call("DELETE", f"/v1/keys/{_seg(key_id)}", _one(ApiKey))
+
+
+def rejections(dataset: str | None, limit: int, cursor: str | None) -> Call[RejectionPage]:
+    params = _drop_none({"dataset": dataset, "limit": limit, "cursor": cursor})
+    return Call("GET", "/v1/rejections", _one(RejectionPage), params=params)
+
+
+def audit(
+    dataset: str | None, action: str | None, limit: int, before_id: int | None
+) -> Call[list[AuditEvent]]:
+    params = _drop_none(
+        {"dataset": dataset, "action": action, "limit": limit, "before_id": before_id}
+    )
+    return Call("GET", "/v1/audit", _many(AuditEvent, "events"), params=params)
+
+
+def raw(
+    method: str,
+    path: str,
+    json: Any,
+    params: Mapping[str, Any] | None,
+    headers: Mapping[str, str] | None,
+    delivery: Delivery,
+) -> Call[Any]:
+    return Call(
+        method.upper(),
+        path,
+        _identity,
+        json=json,
+        params=params,
+        headers=headers,
+        delivery=delivery,
+    )

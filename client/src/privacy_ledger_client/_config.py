@@ -1,0 +1,66 @@
+"""Where the server is and how to authenticate, shared by both clients."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import httpx
+
+from privacy_ledger_client._calls import Call
+from privacy_ledger_client._errors import DecodingError, HTTPStatusError, Unauthorized, error_for
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+URL_ENV = "PRIVACY_LEDGER_URL"
+KEY_ENV = "PRIVACY_LEDGER_API_KEY"
+
+try:
+    __version__ = version("privacy-ledger-client")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """The server's base URL and the request headers (the key, if any, and a User-Agent)."""
+
+    url: str
+    headers: dict[str, str]
+    has_key: bool
+
+    @classmethod
+    def resolve(cls, url: str | None, api_key: str | None) -> Endpoint:
+        """Arguments first, then ``PRIVACY_LEDGER_URL`` / ``PRIVACY_LEDGER_API_KEY``."""
+        base = (url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
+        key = api_key or os.environ.get(KEY_ENV)
+        headers = {"User-Agent": f"privacy-ledger-client/{__version__}"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        return cls(base, headers, bool(key))
+
+    def error(self, response: httpx.Response) -> HTTPStatusError:
+        """The exception for an error answer; a 401 without any key says how to give one."""
+        exc = error_for(response)
+        if isinstance(exc, Unauthorized) and not self.has_key:
+            exc.detail += f" (no API key was given: pass api_key= or set {KEY_ENV})"
+            exc.args = (f"{exc.status} {exc.title}: {exc.detail}",)
+        return exc
+
+
+def read_answer(call: Call[Any], response: httpx.Response) -> Any:
+    """The typed answer of a successful response, or ``DecodingError``."""
+    try:
+        data = response.json()
+    except ValueError:
+        raise DecodingError(
+            response.status_code, {"detail": f"not JSON: {response.text[:200]!r}"}
+        ) from None
+    try:
+        return call.read(data)
+    except ValueError as exc:
+        raise DecodingError(response.status_code, {"detail": str(exc)}) from None
+
+
+__all__ = ["DEFAULT_URL", "KEY_ENV", "URL_ENV", "Endpoint", "__version__", "read_answer"]

@@ -1,0 +1,293 @@
+"""The blocking client (``httpx.Client``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import httpx
+
+from privacy_ledger_client import _calls as calls
+from privacy_ledger_client._calls import Call, Delivery
+from privacy_ledger_client._config import Endpoint, read_answer
+from privacy_ledger_client._errors import TransportError, add_note
+from privacy_ledger_client._models import (
+    ApiKey,
+    AuditEvent,
+    BudgetStatus,
+    Calibration,
+    Charge,
+    Composition,
+    Dataset,
+    DryRun,
+    LedgerPage,
+    NewApiKey,
+    RejectionPage,
+    Reservation,
+    SpendQuery,
+)
+from privacy_ledger_client._retry import RetryPolicy
+
+T = TypeVar("T")
+
+
+class Hold:
+    """A reservation held by this client: ``commit()`` records it, ``release()`` frees it.
+
+    ``outcome`` is None while the hold is active, then the reservation's final status
+    (``committed``, ``released``, or ``expired`` when it outlived its TTL and was charged).
+    """
+
+    def __init__(self, client: LedgerClient, reservation: Reservation) -> None:
+        self._client = client
+        self.reservation = reservation
+        self.outcome: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.reservation.id
+
+    def commit(self) -> Reservation:
+        """Record the held invocation in the ledger (idempotent)."""
+        self.reservation = self._client.commit(self.id)
+        self.outcome = self.reservation.status
+        return self.reservation
+
+    def release(self) -> Reservation:
+        """Free the hold: you assert that no output derived from it was released."""
+        self.reservation = self._client.release(self.id)
+        self.outcome = self.reservation.status
+        return self.reservation
+
+
+class LedgerClient:
+    """A blocking client for the privacy-ledger HTTP API.
+
+    ``url`` and ``api_key`` default to ``PRIVACY_LEDGER_URL`` (else http://127.0.0.1:8000) and
+    ``PRIVACY_LEDGER_API_KEY``. Failed requests are retried ``retries`` times with exponential
+    back-off from ``backoff`` seconds (see ``RetryPolicy``); ``transport`` replaces httpx's.
+    Use it as a context manager, or call ``close()``.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        retries: int = 4,
+        backoff: float = 0.2,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._endpoint = Endpoint.resolve(url, api_key)
+        self.url = self._endpoint.url
+        self.retry = RetryPolicy(retries=retries, backoff=backoff)
+        self._http = httpx.Client(
+            base_url=self.url,
+            headers=self._endpoint.headers,
+            timeout=timeout,
+            transport=transport,
+        )
+
+    def __enter__(self) -> LedgerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def send(self, call: Call[T]) -> T:
+        """Send one logical request, retrying as ``call.delivery`` and the policy allow."""
+        attempt = 0
+        while True:
+            response: httpx.Response | None = None
+            try:
+                response = self._http.request(
+                    call.method, call.path, json=call.json, params=call.params, headers=call.headers
+                )
+            except httpx.TransportError as exc:
+                if not self.retry.after_error(call, exc, attempt):
+                    raise TransportError(0, {"detail": f"{type(exc).__name__}: {exc}"}) from exc
+            else:
+                if response.status_code in call.ok:
+                    answer: T = read_answer(call, response)
+                    return answer
+                if not self.retry.after_status(call, response.status_code, attempt):
+                    raise self._endpoint.error(response)
+            time.sleep(self.retry.delay(attempt, response))
+            attempt += 1
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        delivery: Delivery = Delivery.SAFE,
+    ) -> Any:
+        """Any endpoint, answered as plain JSON (for endpoints newer than this client)."""
+        return self.send(calls.raw(method, path, json, params, headers, delivery))
+
+    # -- accounting --
+
+    def compose(
+        self, mechanisms: Sequence[Mapping[str, Any]], delta: float, accounting: str = "rdp"
+    ) -> Composition:
+        """What-if: epsilon at ``delta`` of a fixed list of mechanisms (nothing is recorded)."""
+        return self.send(calls.compose(mechanisms, delta, accounting))
+
+    # -- datasets --
+
+    def datasets(self) -> list[Dataset]:
+        """Every dataset this key may see, with its spend."""
+        return self.send(calls.datasets())
+
+    def dataset(self, dataset: str) -> Dataset:
+        """One dataset (by id or name) with its spend."""
+        return self.send(calls.dataset(dataset))
+
+    def create_dataset(self, name: str, epsilon: float, delta: float, **fields: Any) -> Dataset:
+        """Create a dataset (admin key); ``fields``: ``accounting``, ``adaptive``,
+        ``allowed_mechanisms``, ``description``. Retried only if surely never sent."""
+        return self.send(calls.create_dataset(name, epsilon, delta, fields))
+
+    def update_dataset(self, dataset: str, **changes: Any) -> Dataset:
+        """Change a dataset's budget or description (admin key; audited)."""
+        return self.send(calls.update_dataset(dataset, changes))
+
+    def budget(self, dataset: str) -> BudgetStatus:
+        """Budget, spend, remaining (after active holds) and the number of entries."""
+        return self.send(calls.budget(dataset))
+
+    def spend(
+        self, dataset: str, *, delta: float | None = None, epsilon: float | None = None
+    ) -> SpendQuery:
+        """Epsilon at another ``delta``, or delta at an ``epsilon``."""
+        return self.send(calls.spend(dataset, delta, epsilon))
+
+    def ledger(self, dataset: str, limit: int = 50, cursor: str | None = None) -> LedgerPage:
+        """One page of ledger entries, newest first."""
+        return self.send(calls.ledger(dataset, limit, cursor))
+
+    def calibrate(
+        self, dataset: str, mechanism: str, parameter: str | None = None, **fixed: Any
+    ) -> Calibration:
+        """The least noise / largest epsilon / most steps that still fits; ``.mechanism`` is
+        complete and ready to charge. ``fixed``: the other parameters (``sensitivity=1.0``)."""
+        return self.send(calls.calibrate(dataset, mechanism, parameter, fixed))
+
+    # -- charging --
+
+    def charge(
+        self,
+        dataset: str,
+        mechanism: Mapping[str, Any],
+        *,
+        label: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Charge:
+        """Record one invocation, or raise ``BudgetExceeded`` (nothing charged). Every retry
+        carries the same Idempotency-Key (yours, or a fresh uuid4), so it is charged once."""
+        return self.send(calls.charge(dataset, mechanism, label, metadata, idempotency_key))
+
+    def dry_run(self, dataset: str, mechanism: Mapping[str, Any]) -> DryRun:
+        """Would this charge be admitted? ``BudgetExceeded`` if not; nothing is recorded."""
+        return self.send(calls.dry_run(dataset, mechanism))
+
+    def reserve(
+        self,
+        dataset: str,
+        mechanism: Mapping[str, Any],
+        *,
+        ttl_seconds: int = 600,
+        label: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Hold:
+        """Hold budget for a planned invocation (``BudgetExceeded`` when it does not fit).
+        Retried only if surely never sent: a lost answer would leave a hold behind, which
+        expires and is charged, never freed (fail closed)."""
+        return Hold(
+            self, self.send(calls.reserve(dataset, mechanism, ttl_seconds, label, metadata))
+        )
+
+    def reservation_status(self, reservation_id: str) -> Reservation:
+        """A reservation and its current status."""
+        return self.send(calls.reservation(reservation_id))
+
+    def commit(self, reservation_id: str) -> Reservation:
+        """Commit a reservation into the ledger (idempotent)."""
+        return self.send(calls.commit(reservation_id))
+
+    def release(self, reservation_id: str) -> Reservation:
+        """Release a reservation: you assert that no output derived from it was released."""
+        return self.send(calls.release(reservation_id))
+
+    @contextmanager
+    def reservation(
+        self,
+        dataset: str,
+        mechanism: Mapping[str, Any],
+        *,
+        ttl_seconds: int = 600,
+        label: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Iterator[Hold]:
+        """Hold budget around a block: committed when the block exits normally, released when
+        it raises. By using the block you assert that nothing computed inside it was released
+        before an exception (if it may have been, call ``hold.commit()`` before re-raising)."""
+        hold = self.reserve(
+            dataset, mechanism, ttl_seconds=ttl_seconds, label=label, metadata=metadata
+        )
+        try:
+            yield hold
+        except BaseException as exc:
+            if hold.outcome is None:
+                try:
+                    hold.release()
+                except Exception as failure:  # the hold expires and is charged: fail closed
+                    add_note(exc, f"releasing reservation {hold.id} failed too: {failure}")
+            raise
+        if hold.outcome is None:
+            hold.commit()
+
+    # -- administration --
+
+    def create_key(
+        self, role: str, datasets: Sequence[str] | None = None, label: str | None = None
+    ) -> NewApiKey:
+        """Create an API key (admin key); ``.key`` is the secret, shown this once."""
+        return self.send(calls.create_key(role, datasets, label))
+
+    def keys(self) -> list[ApiKey]:
+        """Every key, newest first (never the secrets)."""
+        return self.send(calls.keys())
+
+    def revoke_key(self, key_id: str) -> ApiKey:
+        """Revoke a key (idempotent)."""
+        return self.send(calls.revoke_key(key_id))
+
+    def rejections(
+        self, dataset: str | None = None, limit: int = 100, cursor: str | None = None
+    ) -> RejectionPage:
+        """Refused charges and reservations, newest first (admin key)."""
+        return self.send(calls.rejections(dataset, limit, cursor))
+
+    def audit(
+        self,
+        dataset: str | None = None,
+        action: str | None = None,
+        limit: int = 100,
+        before_id: int | None = None,
+    ) -> list[AuditEvent]:
+        """The audit trail, newest first (admin key)."""
+        return self.send(calls.audit(dataset, action, limit, before_id))
+
+
+__all__ = ["Hold", "LedgerClient"]

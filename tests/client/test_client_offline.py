@@ -1,0 +1,204 @@
+"""Client behaviour that needs no server: tolerant reading, retries, idempotency keys, errors.
+
+A scripted ``httpx.MockTransport`` plays the server, so every attempt the client makes is
+counted and inspected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from privacy_ledger_client import (
+    AsyncLedgerClient,
+    BudgetExceeded,
+    Dataset,
+    DecodingError,
+    LedgerClient,
+    RetryPolicy,
+    ServerError,
+    TransportError,
+    laplace,
+)
+from privacy_ledger_client._models import parse
+
+SPENT = {"epsilon": 0.1, "delta": 1e-6, "rho": None, "pure_epsilon": 0.1, "method": "pure_dp"}
+ENTRY = {"id": 1, "dataset_id": "ds_1", "mechanism": {"mechanism": "laplace", "epsilon": 0.1}}
+DATASET = {
+    "id": "ds_1",
+    "name": "census",
+    "budget": {"epsilon": 1.0, "delta": 1e-6},
+    "spent": SPENT,
+    "remaining": {"epsilon": 0.9, "delta": 1e-6, "rho": None},
+    "exhausted": False,
+    "entries": 1,
+    "created_at": "2026-11-23T10:00:00.123456Z",
+}
+
+
+class Script:
+    """A fake server: answers in order, recording every request it receives."""
+
+    def __init__(self, *answers: httpx.Response | Exception) -> None:
+        self.answers = list(answers)
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def _json(status: int, body: Any, **headers: str) -> httpx.Response:
+    return httpx.Response(status, json=body, headers=headers)
+
+
+def _client(script: Script) -> LedgerClient:
+    return LedgerClient(
+        "http://ledger.test", "k", backoff=0.0, transport=httpx.MockTransport(script)
+    )
+
+
+def test_answers_ignore_unknown_fields_and_default_missing_optional_ones() -> None:
+    newer = {**DATASET, "allocations": [{"name": "team-a"}], "spent": {**SPENT, "order": 4.5}}
+    ds = parse(Dataset, newer)
+    assert ds.id == "ds_1" and ds.spent.epsilon == 0.1 and ds.spent.filter is None
+    assert ds.description is None and ds.mechanism_counts is None
+    assert ds.raw["allocations"] == [{"name": "team-a"}] and ds.spent.raw["order"] == 4.5
+    assert ds.created_at is not None and ds.created_at.utcoffset() is not None
+    assert isinstance(ds.budget.epsilon, float)
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ({k: v for k, v in DATASET.items() if k != "id"}, "Dataset: the field 'id' is missing"),
+        ({**DATASET, "entries": "many"}, "Dataset.entries: expected an integer"),
+        ({**DATASET, "budget": None}, "Dataset.budget: null where a value is required"),
+        ({**DATASET, "spent": {"delta": 1e-6}}, "Dataset.spent: the field 'epsilon' is missing"),
+    ],
+)
+def test_unreadable_answers_raise_decoding_error(body: dict[str, Any], problem: str) -> None:
+    with _client(Script(_json(200, body))) as c, pytest.raises(DecodingError, match=problem):
+        c.dataset("census")
+
+
+def test_transient_answers_are_retried_with_one_idempotency_key() -> None:
+    script = Script(
+        _json(503, {"title": "Database unavailable"}),
+        httpx.ReadTimeout("answer lost"),
+        _json(201, {"entry": ENTRY, "spent": SPENT}),
+    )
+    with _client(script) as c:
+        answer = c.charge("census", laplace(0.1), label="q1")
+    assert answer.entry.id == 1 and answer.spent.pure_epsilon == 0.1
+    keys = {r.headers["Idempotency-Key"] for r in script.requests}
+    assert len(script.requests) == 3 and len(keys) == 1
+    assert {json.loads(r.content)["label"] for r in script.requests} == {"q1"}
+
+
+def test_each_logical_charge_has_its_own_key_and_a_given_key_is_kept() -> None:
+    script = Script(*(_json(201, {"entry": ENTRY, "spent": SPENT}) for _ in range(3)))
+    with _client(script) as c:
+        c.charge("census", laplace(0.1))
+        c.charge("census", laplace(0.1))
+        c.charge("census", laplace(0.1), idempotency_key="run-42/step-7")
+    keys = [r.headers["Idempotency-Key"] for r in script.requests]
+    assert keys[0] != keys[1] and keys[2] == "run-42/step-7"
+
+
+def test_retries_stop_after_the_policy_allows() -> None:
+    script = Script(*(_json(503, {"detail": "down"}) for _ in range(3)))
+    with (
+        LedgerClient(
+            "http://ledger.test", "k", retries=2, backoff=0.0, transport=httpx.MockTransport(script)
+        ) as c,
+        pytest.raises(ServerError, match="down"),
+    ):
+        c.budget("census")
+    assert len(script.requests) == 3
+
+
+@pytest.mark.parametrize(
+    "operation",
+    [
+        lambda c: c.reserve("census", laplace(0.1)),
+        lambda c: c.create_dataset("census", 1.0, 1e-6),
+        lambda c: c.create_key("viewer"),
+    ],
+)
+def test_non_idempotent_requests_are_repeated_only_when_surely_unsent(
+    operation: Callable[[LedgerClient], object],
+) -> None:
+    lost = Script(httpx.ReadError("answer lost"))
+    with _client(lost) as c, pytest.raises(TransportError, match="answer lost"):
+        operation(c)
+    assert len(lost.requests) == 1
+    unavailable = Script(_json(503, {"detail": "database unavailable"}))
+    with _client(unavailable) as c, pytest.raises(ServerError):
+        operation(c)
+    assert len(unavailable.requests) == 1
+    refused = Script(httpx.ConnectError("connection refused"), httpx.ConnectError("refused"))
+    with (
+        LedgerClient(
+            "http://ledger.test",
+            "k",
+            retries=1,
+            backoff=0.0,
+            transport=httpx.MockTransport(refused),
+        ) as c,
+        pytest.raises(TransportError),
+    ):
+        operation(c)
+    assert len(refused.requests) == 2
+
+
+def test_budget_exceeded_is_typed() -> None:
+    problem = {
+        "type": "https://privacy-ledger.dev/problems/budget-exceeded",
+        "title": "Privacy budget exceeded",
+        "status": 409,
+        "detail": "refused",
+        "spent": SPENT,
+        "budget": {"epsilon": 1.0, "delta": 1e-6},
+        "requested": {"mechanism": {"mechanism": "laplace", "epsilon": 5.0}, "epsilon": 5.0},
+        "limit": "dataset",
+    }
+    with _client(Script(_json(409, problem))) as c, pytest.raises(BudgetExceeded) as info:
+        c.charge("census", laplace(5.0))
+    e = info.value
+    assert e.budget is not None and e.budget.epsilon == 1.0 and e.limit == "dataset"
+    assert e.requested is not None and e.requested.epsilon == 5.0 and e.would_spend is None
+
+
+def test_retry_after_is_honoured_within_the_cap() -> None:
+    policy = RetryPolicy(retries=3, backoff=0.5, max_backoff=4.0)
+    assert [policy.delay(a, None) for a in range(4)] == [0.5, 1.0, 2.0, 4.0]
+    assert policy.delay(0, _json(503, {}, **{"Retry-After": "3"})) == 3.0
+    assert policy.delay(0, _json(503, {}, **{"Retry-After": "120"})) == 4.0
+    with pytest.raises(ValueError, match="retry settings"):
+        RetryPolicy(retries=-1)
+
+
+def test_async_client_retries_like_the_sync_one() -> None:
+    script = Script(
+        httpx.RemoteProtocolError("server went away"),
+        _json(502, {"detail": "bad gateway"}),
+        _json(201, {"entry": ENTRY, "spent": SPENT}),
+    )
+
+    async def charge() -> int:
+        async with AsyncLedgerClient(
+            "http://ledger.test", "k", backoff=0.0, transport=httpx.MockTransport(script)
+        ) as c:
+            return (await c.charge("census", laplace(0.1))).entry.id
+
+    assert asyncio.run(charge()) == 1
+    assert len({r.headers["Idempotency-Key"] for r in script.requests}) == 1
+    assert len(script.requests) == 3
