@@ -204,8 +204,10 @@ class PldPmf:
 
     def _finite_part(self, interval: float, above: float) -> tuple[Vector, Vector, float]:
         """(losses, masses) of the points with above < loss <= MAX_FINITE_LOSS, and the
-        infinity mass including the points above MAX_FINITE_LOSS."""
+        infinity mass including the points above MAX_FINITE_LOSS. Losses are (lower + i) *
+        interval, nudged up by 2 ulps so that float rounding never lowers one."""
         losses = (self.lower + np.arange(self.size, dtype=np.float64)) * interval
+        losses = losses + np.abs(losses) * 2.0**-51
         big = losses > MAX_FINITE_LOSS
         inf = self.infinity_mass
         if big.any():
@@ -214,17 +216,15 @@ class PldPmf:
         return losses[keep], self.probs[keep], inf
 
     def delta(self, epsilon: float, interval: float) -> float:
-        """Upper bound on the hockey stick inf + sum_{l > eps} p_l (1 - e^{eps - l}).
-
-        Evaluated at eps - 2^-40 max(1, |eps|) (rounding of the loss grid) with the relative
-        summation margin, capped at 1.
-        """
+        """Upper bound on the hockey stick inf + sum_{l > eps} p_l (1 - e^{eps - l}), with the
+        relative summation margin, capped at 1."""
         eps = float(epsilon)
         if math.isnan(eps):
             raise ValueError("epsilon must not be NaN")
-        eps_low = eps - 2.0**-40 * max(1.0, abs(eps))
-        losses, masses, inf = self._finite_part(interval, eps_low)
-        body = float(np.sum(masses * -np.expm1(eps_low - losses)))
+        losses, masses, inf = self._finite_part(interval, eps)
+        if masses.size == 0:
+            return min(1.0, inf)
+        body = float(np.sum(masses * -np.expm1(eps - losses)))
         return min(1.0, up(inf + body * (1.0 + SUM_MARGIN), 2))
 
     def epsilon(self, delta: float, interval: float) -> float:
@@ -240,6 +240,8 @@ class PldPmf:
             return math.inf
         if self.delta(0.0, interval) <= target:
             return 0.0
+        if losses.size == 0:  # only the infinity mass, and its margin exceeds the target
+            return math.inf
         # suffix sums over the positive losses: U_k = inf + sum_{i>=k} p_i, V_k = sum p_i e^-l_i
         u_suffix = inf + np.cumsum(masses[::-1])[::-1]
         v_suffix = np.cumsum((masses * np.exp(-losses))[::-1])[::-1]

@@ -4,17 +4,18 @@ One function per kind, each with its neighbouring relation and parameter convent
 same as ``mechanisms.py`` and FORMULAS.md section 1). ``count`` repetitions are composed by
 ``Pld.self_compose`` (Gaussians exactly, by scaling the sensitivity with sqrt(count)).
 
-* Additive-noise mechanisms (Gaussian, Laplace, discrete Laplace, Poisson-subsampled Gaussian)
-  use dp_accounting's ``privacy_loss_distribution`` constructions with the pessimistic
+* Continuous additive-noise mechanisms (Gaussian, Laplace, Poisson-subsampled Gaussian) use
+  dp_accounting's ``privacy_loss_distribution`` constructions with the pessimistic
   connect-the-dots discretisation [Doroshenko, Ghazi, Kamath, Kumar, Manurangsi 2022,
   arXiv 2207.04380]. Their floating-point error (about 1e-12 per grid point where delta is
   near 1) is dp_accounting's; it is not covered by a proven margin, and the tests check the
   results against exact values and dp_accounting's optimistic estimates.
 * Mechanisms whose worst pair has finitely many loss values (k-ary randomized response,
-  RAPPOR, any eps-DP or (eps, delta)-DP mechanism) split each loss atom l between the grid
-  points around it, preserving both its P-mass and its Q-mass: that is connect-the-dots for
-  atoms (pessimistic: the hockey stick becomes the chord, in e^eps, of a convex curve) and it
-  keeps a genuine pair, computed with a few ulps of relative error that a margin covers.
+  RAPPOR, discrete Laplace, any eps-DP or (eps, delta)-DP mechanism) split each loss atom
+  between the grid points around it, preserving both its P-mass and its Q-mass: that is
+  connect-the-dots for atoms (pessimistic: the hockey stick becomes the chord, in e^eps, of a
+  convex curve) and it keeps a genuine pair, computed with a few ulps of relative error that
+  a margin covers.
 * The exponential mechanism uses the supremum of the hockey sticks of all eps-bounded-range
   pairs, a convex curve in e^eps, through connect-the-dots (``exponential``).
 
@@ -115,12 +116,14 @@ def _atoms_pmf(
 
     D = g_hi - g_lo. The result is the loss distribution of a genuine pair whose hockey stick
     is, between grid points, the chord (in e^eps) of the true convex one: it dominates.
-    Every share is computed with a few ulps of relative error; a 32-ulp margin covers it.
+    Losses are moved 2 ulps up first (a computed loss value is never below the true one); every
+    share is computed with a few ulps of relative error, which a 32-ulp margin covers.
     """
     points: dict[int, float] = {}
-    for loss, mass in zip(losses, masses, strict=True):
+    for value, mass in zip(losses, masses, strict=True):
         if mass <= 0.0:
             continue
+        loss = value + abs(value) * 2.0**-51  # 2 ulps up: a computed loss is never too low
         k = math.floor(loss / interval)
         while k * interval > loss:
             k -= 1
@@ -301,27 +304,46 @@ def laplace(epsilon: float, count: int = 1, *, interval: float = BASE_INTERVAL) 
     return _cached(("laplace", scale, d), count, unit)
 
 
+MAX_ATOMS = 10_000
+"""Discrete Laplace with a larger sensitivity uses dp_accounting's construction instead of atoms."""
+
+
 def discrete_laplace(
     epsilon: float, sensitivity: int = 1, count: int = 1, *, interval: float = BASE_INTERVAL
 ) -> Pld:
-    """Discrete Laplace on Z, Pr[Z = z] proportional to e^{-t |z|}, t = epsilon / Delta, integer
-    L1 sensitivity Delta, worst pair shifted by Delta (FORMULAS.md 1.3; symmetric). t rounded up."""
-    eps = _check("epsilon", epsilon, 0.0, math.inf, open_lo=True)
+    """Discrete Laplace on Z, Pr[Z = z] = tanh(t/2) e^{-t |z|}, t = epsilon / Delta (rounded up),
+    integer L1 sensitivity Delta, worst pair shifted by Delta (FORMULAS.md 1.3; symmetric).
+
+    The loss t(|o - Delta| - |o|) takes Delta + 1 values: t Delta w.p. 1 / (1 + e^-t) (o <= 0),
+    t (Delta - 2 o) w.p. tanh(t/2) e^{-t o} (0 < o < Delta), -t Delta w.p.
+    e^{-t Delta} / (1 + e^-t) (o >= Delta); they are split onto the grid like any atoms.
+    """
+    eps = _check("epsilon", epsilon, 0.0, 700.0, open_lo=True)
     if isinstance(sensitivity, bool) or not isinstance(sensitivity, int) or sensitivity < 1:
         raise ValueError(f"sensitivity must be an integer >= 1, got {sensitivity!r}")
     count = _check_count(count)
     t = up(eps / sensitivity)
-    d = _unit_interval(2.0 * t * sensitivity, interval)
+    if sensitivity > MAX_ATOMS:
+        d = _unit_interval(2.0 * t * sensitivity, interval)
 
-    def unit() -> Pld:
-        return _from_dp_accounting(
-            dpl.from_discrete_laplace_mechanism(
-                t, sensitivity, value_discretization_interval=d, use_connect_dots=True
-            ),
-            d,
-        )
+        def unit() -> Pld:
+            return _from_dp_accounting(
+                dpl.from_discrete_laplace_mechanism(
+                    t, sensitivity, value_discretization_interval=d, use_connect_dots=True
+                ),
+                d,
+            )
 
-    return _cached(("discrete_laplace", t, sensitivity, d), count, unit)
+        return _cached(("discrete_laplace", t, sensitivity, d), count, unit)
+    inner = np.arange(1, sensitivity, dtype=np.float64)
+    losses = [t * sensitivity, *(t * (sensitivity - 2.0 * inner)).tolist(), -t * sensitivity]
+    tail = 1.0 / (1.0 + math.exp(-t))
+    masses = [
+        tail,
+        *(math.tanh(t / 2.0) * np.exp(-t * inner)).tolist(),
+        math.exp(-t * sensitivity) * tail,
+    ]
+    return _atoms_pld(("discrete_laplace", t, sensitivity), losses, masses, 0.0, count, interval)
 
 
 # --- finitely many loss values -----------------------------------------------------------
