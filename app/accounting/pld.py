@@ -77,11 +77,20 @@ MAX_FINITE_LOSS = 700.0
 """Queries treat losses above this as +infinity (pessimistic; keeps e^{-loss} normal)."""
 
 HEAVY_POINTS = 16
-"""Per operand, the heaviest points convolved directly rather than by FFT (see _convolve_arrays)."""
+"""Per operand, at most this many heavy points are convolved directly rather than by FFT."""
+
+HEAVY_MASS = 2.0**-10
+"""A point is heavy if it holds at least this much mass (see _convolve_arrays)."""
 
 _U = 2.0**-53  # unit round-off of float64
 SUM_MARGIN = 2.0**-30
 """Relative margin for sums of at most 2**22 non-negative float64 terms ((n + 16) u < 2^-30)."""
+
+SELF_COMPOSE_MARGIN = 1e-14
+"""Target FFT error bound of one ``self_compose``, per level of squaring (see there)."""
+
+EXTENDED_BELOW_DELTA = 1e-6
+"""Datasets with a smaller budget delta compose in long double (``state_for_budget``)."""
 
 _SPAN_SIGMAS = 9.0  # half-width, in standard deviations, of a Gaussian PLD after truncation
 
@@ -101,6 +110,17 @@ def interval_for_budget(epsilon: float, delta: float) -> float:
     while span / interval > MAX_SUPPORT // 2:
         interval *= 2.0
     return interval
+
+
+def state_for_budget(epsilon: float, delta: float) -> Pld:
+    """The empty state of a new dataset: grid from ``interval_for_budget``, and ``extended``
+    (long double FFTs, about 5 times the CPU per charge) when delta < ``EXTENDED_BELOW_DELTA``.
+
+    In double precision the FFT error bound adds about 1e-12 to the infinity mass per charge
+    (a state of ~1e5 points, entries of ~1e3): a thousand charges cost 1e-9, 0.1 % of a 1e-6
+    budget but a whole 1e-9 one; in long double about 2000 times less.
+    """
+    return Pld.identity(interval_for_budget(epsilon, delta), delta < EXTENDED_BELOW_DELTA)
 
 
 def _readonly(v: Vector) -> Vector:
@@ -158,10 +178,10 @@ class PldPmf:
         """Drop exact zeros at both ends, move the lowest-loss mass (at most ``left``) up onto
         the first kept point and the highest-loss mass (at most ``right``) to +infinity."""
         p = self.probs
-        nz = np.flatnonzero(p)
-        if nz.size == 0:
+        positive = p > 0.0
+        if not positive.any():
             return PldPmf(self.lower, np.zeros(1), self.infinity_mass)
-        first, last = int(nz[0]), int(nz[-1])
+        first, last = int(np.argmax(positive)), p.size - 1 - int(np.argmax(positive[::-1]))
         p = p[first : last + 1]
         lower = self.lower + first
         inf = self.infinity_mass
@@ -225,7 +245,7 @@ class PldPmf:
         if masses.size == 0:
             return min(1.0, inf)
         body = float(np.sum(masses * -np.expm1(eps - losses)))
-        return min(1.0, up(inf + body * (1.0 + SUM_MARGIN), 2))
+        return min(1.0, _up_positive(up(inf + body * (1.0 + SUM_MARGIN))))
 
     def epsilon(self, delta: float, interval: float) -> float:
         """The least eps >= 0 whose ``delta(eps)`` is <= ``delta`` (inf if the infinity mass is
@@ -252,13 +272,17 @@ class PldPmf:
         j = int(np.searchsorted(-at_grid, -target, side="left"))  # first grid point at or below
         j = min(j, losses.size - 1)
         cell_low = float(losses[j - 1]) if j > 0 else 0.0
-        u_k, v_k = float(u_suffix[j]), float(v_suffix[j])
-        if v_k > 0.0 and u_k > target:
-            eps = math.log((u_k - target) / v_k)
+        # inside the cell, with direct (pairwise) sums and the target that ``delta``'s margin
+        # leaves, so that the check below usually passes at once
+        u_k = inf + float(np.sum(masses[j:]))
+        v_k = float(np.sum(masses[j:] * np.exp(-losses[j:])))
+        aim = target / (1.0 + SUM_MARGIN) * (1.0 - 2.0**-40)
+        if v_k > 0.0 and u_k > aim:
+            eps = math.log((u_k - aim) / v_k)
         else:
             eps = float(losses[j])
         eps = min(max(eps, cell_low), float(losses[j]))
-        step = max(abs(eps) * 2.0**-44, 2.0**-60)
+        step = max(abs(eps) * 2.0**-48, 2.0**-60)
         while self.delta(eps, interval) > target:
             eps += step
             step *= 2.0
@@ -268,11 +292,18 @@ class PldPmf:
 
 
 def _l2(p: Vector) -> float:
-    return float(np.sqrt(np.dot(p, p)))
+    # plain ufuncs, not np.dot: a threaded BLAS spins badly on a loaded machine
+    return math.sqrt(float(np.sum(np.square(p))))
 
 
-def _fft_error_bound(a: Vector, b: Vector) -> float:
-    """Upper bound on ||fftconvolve(a, b) - a * b||_1 for non-negative a, b.
+_U_EXTENDED = float(np.finfo(np.longdouble).eps) / 2.0
+"""Unit round-off of numpy's long double (2^-64 with x86 80-bit extended precision; where long
+double is just double, 2^-53 and the extended path gains nothing but stays sound)."""
+
+
+def _fft_error_bound(a: Vector, b: Vector, unit: float = _U) -> float:
+    """Upper bound on ||fftconvolve(a, b) - a * b||_1 for non-negative a, b computed with unit
+    round-off ``unit``.
 
     Higham, Accuracy and Stability of Numerical Algorithms (2nd ed.), Thm 24.2: a computed FFT
     of length N has ||y^ - y||_2 <= g ||y||_2, g = log2(N) eta / (1 - log2(N) eta), eta about
@@ -283,18 +314,37 @@ def _fft_error_bound(a: Vector, b: Vector) -> float:
     """
     m = a.size + b.size - 1
     n_fft = sp_fft.next_fast_len(m, real=True)
-    g = 16.0 * _U * (math.log2(n_fft) + 1.0)
+    g = 16.0 * unit * (math.log2(n_fft) + 1.0)
     mixed = _l2(a) * float(np.sum(b)) + float(np.sum(a)) * _l2(b)
-    return up((2.0 * g + 3.0 * _U) * math.sqrt(m) * mixed)
+    return up((2.0 * g + 3.0 * unit) * math.sqrt(m) * mixed)
+
+
+def _fft_convolve(a: Vector, b: Vector, tolerance: float) -> tuple[Vector, float]:
+    """(c, e): FFT convolution of non-negative a, b, clipped at 0, with an L1 error bound e.
+
+    In double precision when its bound is at most ``tolerance``, else in long double (about 5
+    times slower, a bound about 2000 times smaller); the long double result is rounded up to
+    double (entries below the smallest normal double add at most M 2^-1022 to the bound).
+    """
+    bound = _fft_error_bound(a, b)
+    if bound <= tolerance or _U_EXTENDED >= _U:
+        return np.maximum(signal.fftconvolve(a, b), 0.0), bound
+    wide = signal.fftconvolve(a.astype(np.longdouble), b.astype(np.longdouble))
+    wide = np.maximum(wide, 0.0) * (1.0 + 2.0**-52)
+    out = np.asarray(wide, dtype=np.float64)
+    extended_bound = _fft_error_bound(a, b, _U_EXTENDED) + out.size * 2.0**-1022
+    return out, up(extended_bound)
 
 
 def _heavy(p: Vector) -> npt.NDArray[np.intp]:
-    """Indices of the at most ``HEAVY_POINTS`` largest masses (all non-zeros if that few)."""
-    nz = np.flatnonzero(p)
-    if nz.size <= HEAVY_POINTS:
-        return nz
+    """Indices of the heavy points: every non-zero if there are at most ``HEAVY_POINTS`` of
+    them, else the (at most ``HEAVY_POINTS``) largest masses of at least ``HEAVY_MASS``."""
+    if np.count_nonzero(p) <= HEAVY_POINTS:
+        return np.flatnonzero(p)
+    if float(p.max()) < HEAVY_MASS:
+        return np.flatnonzero(p[:0])
     top = np.argpartition(p, p.size - HEAVY_POINTS)[p.size - HEAVY_POINTS :]
-    return np.sort(top[p[top] > 0])
+    return np.sort(top[p[top] >= HEAVY_MASS])
 
 
 def _shift_add(out: Vector, base: Vector, points: npt.NDArray[np.intp], weights: Vector) -> None:
@@ -302,38 +352,57 @@ def _shift_add(out: Vector, base: Vector, points: npt.NDArray[np.intp], weights:
         out[j : j + base.size] += w * base
 
 
-def _convolve_arrays(a: Vector, b: Vector) -> tuple[Vector, float]:
+def _convolve_arrays(a: Vector, b: Vector, tolerance: float = math.inf) -> tuple[Vector, float]:
     """(c, e): the linear convolution of non-negative ``a`` and ``b`` computed so that
     c >= a * b - (a deficit of L1 norm at most e), entries >= 0.
 
-    The heaviest points of each operand (``_heavy``) are convolved directly, as shifted copies:
+    The heavy points of each operand (``_heavy``) are convolved directly, as shifted copies:
     every output entry is then a sum of at most 2 ``HEAVY_POINTS`` + 1 non-negative products, a
     relative error covered by a multiplicative margin. The light remainders are convolved by FFT
-    with the error bound of ``_fft_error_bound``, which is proportional to their (small) norms:
-    an atom of mass 0.99 (the subsampled Gaussian's "not sampled" loss) never enters the FFT.
+    (``_fft_convolve``, whose error bound is proportional to their norms: an atom of mass 0.99,
+    the subsampled Gaussian's "not sampled" loss, never enters the FFT).
     """
-    out = np.zeros(a.size + b.size - 1)
     ha, hb = _heavy(a), _heavy(b)
+    if ha.size == 0 and hb.size == 0:
+        return _fft_convolve(a, b, tolerance)
+    out = np.zeros(a.size + b.size - 1)
     _shift_add(out, a, hb, b[hb])
-    light_b = np.array(b, dtype=np.float64, copy=True)
-    light_b[hb] = 0.0
+    light_b = b
+    if hb.size:
+        light_b = np.array(b, dtype=np.float64, copy=True)
+        light_b[hb] = 0.0
     _shift_add(out, light_b, ha, a[ha])
     out *= 1.0 + (2 * HEAVY_POINTS + 4) * _U
-    light_a = np.array(a, dtype=np.float64, copy=True)
-    light_a[ha] = 0.0
+    light_a = a
+    if ha.size:
+        light_a = np.array(a, dtype=np.float64, copy=True)
+        light_a[ha] = 0.0
     if not (light_a.any() and light_b.any()):
         return out, 0.0
-    out += np.maximum(signal.fftconvolve(light_a, light_b), 0.0)
+    fft_part, error = _fft_convolve(light_a, light_b, tolerance)
+    out += fft_part
     # the final addition of two non-negative vectors: one more rounding per entry
     out *= 1.0 + 2 * _U
-    return out, _fft_error_bound(light_a, light_b)
+    return out, error
 
 
-def _convolve(a: PldPmf, b: PldPmf) -> PldPmf:
-    """Composition of two pmfs on the same grid (see the soundness invariant), trimmed."""
-    probs, error = _convolve_arrays(a.probs, b.probs)
-    inf = up(a.infinity_mass + b.infinity_mass - a.infinity_mass * b.infinity_mass, 2)
-    return PldPmf(a.lower + b.lower, probs, up(inf + error)).trimmed()
+def _up_positive(x: float) -> float:
+    return x if x == 0.0 else up(x)
+
+
+def _convolve(
+    a: PldPmf,
+    b: PldPmf,
+    tolerance: float = math.inf,
+    tails: tuple[float, float] = (LEFT_TAIL_MASS, RIGHT_TAIL_MASS),
+) -> PldPmf:
+    """Composition of two pmfs on the same grid (see the soundness invariant), trimmed with
+    the (left, right) ``tails``; the FFT runs in long double when its double precision error
+    bound would exceed ``tolerance``."""
+    probs, error = _convolve_arrays(a.probs, b.probs, tolerance)
+    ia, ib = a.infinity_mass, b.infinity_mass
+    inf = _up_positive(_up_positive(ia + ib - ia * ib) + error)
+    return PldPmf(a.lower + b.lower, probs, inf).trimmed(*tails)
 
 
 def _power_of_two_ratio(coarse: float, fine: float) -> int:
@@ -347,11 +416,15 @@ def _power_of_two_ratio(coarse: float, fine: float) -> int:
 @dataclass(frozen=True, eq=False)
 class Pld:
     """A pessimistic privacy loss distribution on the grid ``interval``: the "remove" pmf and,
-    when the two directions differ, the "add" pmf (``None``: the same as "remove")."""
+    when the two directions differ, the "add" pmf (``None``: the same as "remove").
+
+    ``extended``: compositions into it run their FFTs in long double (see ``state_for_budget``).
+    """
 
     interval: float
     remove: PldPmf
     add: PldPmf | None = None
+    extended: bool = False
 
     def __post_init__(self) -> None:
         d = float(self.interval)
@@ -360,9 +433,9 @@ class Pld:
         object.__setattr__(self, "interval", d)
 
     @classmethod
-    def identity(cls, interval: float = BASE_INTERVAL) -> Pld:
+    def identity(cls, interval: float = BASE_INTERVAL, extended: bool = False) -> Pld:
         """The empty composition: loss 0 with probability 1."""
-        return cls(interval, PldPmf(0, np.ones(1), 0.0))
+        return cls(interval, PldPmf(0, np.ones(1), 0.0), None, extended)
 
     @property
     def symmetric(self) -> bool:
@@ -382,6 +455,7 @@ class Pld:
             return NotImplemented
         return (
             self.interval == other.interval
+            and self.extended == other.extended
             and self.remove == other.remove
             and (self.add is None) == (other.add is None)
             and (self.add is None or self.add == other.add)
@@ -396,7 +470,7 @@ class Pld:
         if factor < 1 or factor & (factor - 1):
             raise ValueError(f"factor must be a power of two, got {factor}")
         add = None if self.add is None else self.add.coarsened(factor)
-        return Pld(self.interval * factor, self.remove.coarsened(factor), add)
+        return Pld(self.interval * factor, self.remove.coarsened(factor), add, self.extended)
 
     def at_interval(self, interval: float) -> Pld:
         """This PLD on the grid ``interval`` (equal or coarser by a power of two)."""
@@ -407,7 +481,14 @@ class Pld:
 
         Operands on different grids are brought to the coarser one; if the result could exceed
         ``MAX_SUPPORT`` points, both are first coarsened by factors of two until it cannot.
+        FFTs run in double precision unless either operand is ``extended``.
         """
+        return self._compose(other, 1)
+
+    def _compose(self, other: Pld, repeats: int) -> Pld:
+        """``compose`` for a result that will be repeated ``repeats`` times (``self_compose``):
+        tail budgets are divided by ``repeats``, and for repeats > 1 the FFT runs in long double
+        when its double precision bound exceeds SELF_COMPOSE_MARGIN / repeats."""
         a, b = self, other
         if a.interval < b.interval:
             a = a.at_interval(b.interval)
@@ -415,14 +496,25 @@ class Pld:
             b = b.at_interval(a.interval)
         while max(a.remove.size + b.remove.size, a.add_pmf.size + b.add_pmf.size) - 1 > MAX_SUPPORT:
             a, b = a.coarsened(2), b.coarsened(2)
-        remove = _convolve(a.remove, b.remove)
+        extended = a.extended or b.extended
+        tol = 0.0 if extended else (math.inf if repeats == 1 else SELF_COMPOSE_MARGIN / repeats)
+        tails = (LEFT_TAIL_MASS / repeats, RIGHT_TAIL_MASS / repeats)
+        remove = _convolve(a.remove, b.remove, tol, tails)
         if a.add is None and b.add is None:
-            return Pld(a.interval, remove)
-        return Pld(a.interval, remove, _convolve(a.add_pmf, b.add_pmf))
+            return Pld(a.interval, remove, None, extended)
+        return Pld(a.interval, remove, _convolve(a.add_pmf, b.add_pmf, tol, tails), extended)
 
     def self_compose(self, count: int) -> Pld:
         """``count`` independent repetitions, by repeated squaring (about 2 log2(count)
-        convolutions, each trimmed and bounded as in ``compose``)."""
+        convolutions, each trimmed and bounded as in ``compose``).
+
+        An error made in the power ``2^k`` is repeated in the result about ``count >> k``
+        times, so that squaring gets tail budgets divided by ``count >> k`` and the FFT
+        tolerance ``SELF_COMPOSE_MARGIN / (count >> k)``: the early, small, much repeated
+        squarings run in long double, the late, large ones usually in double. The whole count
+        then adds a few ``SELF_COMPOSE_MARGIN`` and ``RIGHT_TAIL_MASS`` to the infinity mass
+        (double precision and full tails throughout: about count x 1e-12 for a DP-SGD step).
+        """
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError(f"count must be an integer >= 1, got {count!r}")
         result: Pld | None = None
@@ -430,11 +522,11 @@ class Pld:
         n = count
         while True:
             if n & 1:
-                result = base if result is None else result.compose(base)
+                result = base if result is None else result._compose(base, 1)
             n >>= 1
             if not n:
                 break
-            base = base.compose(base)
+            base = base._compose(base, n)
         assert result is not None
         return result
 
@@ -463,7 +555,8 @@ class Pld:
           | n x f64 probabilities
         """
         pmfs = [self.remove] if self.add is None else [self.remove, self.add]
-        parts = [_HEADER.pack(_MAGIC, _FORMAT, 0 if self.add is None else 1, self.interval)]
+        flags = (0 if self.add is None else 1) | (2 if self.extended else 0)
+        parts = [_HEADER.pack(_MAGIC, _FORMAT, flags, self.interval)]
         for pmf in pmfs:
             parts.append(_PMF_HEADER.pack(pmf.lower, pmf.size, pmf.infinity_mass))
             parts.append(np.ascontiguousarray(pmf.probs, dtype="<f8").tobytes())
@@ -477,11 +570,11 @@ class Pld:
         if len(view) < _HEADER.size:
             raise ValueError("not a serialised PLD: too short")
         magic, fmt, flags, interval = _HEADER.unpack_from(view, 0)
-        if magic != _MAGIC or fmt != _FORMAT or flags not in (0, 1):
+        if magic != _MAGIC or fmt != _FORMAT or flags not in (0, 1, 2, 3):
             raise ValueError("not a serialised PLD (format 1)")
         offset = _HEADER.size
         pmfs: list[PldPmf] = []
-        for _ in range(1 + flags):
+        for _ in range(1 + (flags & 1)):
             if len(view) < offset + _PMF_HEADER.size:
                 raise ValueError("serialised PLD is truncated")
             lower, n, inf = _PMF_HEADER.unpack_from(view, offset)
@@ -494,7 +587,7 @@ class Pld:
             offset = end
         if offset != len(view):
             raise ValueError("serialised PLD has trailing bytes")
-        return cls(interval, pmfs[0], pmfs[1] if flags else None)
+        return cls(interval, pmfs[0], pmfs[1] if flags & 1 else None, bool(flags & 2))
 
 
 _MAGIC = b"PLD"
@@ -507,7 +600,9 @@ __all__ = [
     "MAX_SUPPORT",
     "LEFT_TAIL_MASS",
     "RIGHT_TAIL_MASS",
+    "SELF_COMPOSE_MARGIN",
     "Pld",
     "PldPmf",
     "interval_for_budget",
+    "state_for_budget",
 ]

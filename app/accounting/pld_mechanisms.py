@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +90,10 @@ def _unit_interval(span: float, interval: float) -> float:
     return interval
 
 
+UNIT_TAILS = (1e-16, 1e-18)
+"""(left, right) tail budgets when trimming one run's PLD, which ``count`` may repeat many times."""
+
+
 def _pmf(pmf: pld_pmf.PLDPmf) -> PldPmf:
     """dp_accounting's pmf as our ``PldPmf`` (its dense form: first loss index, masses)."""
     dense = pmf.to_dense_pmf()
@@ -98,10 +102,10 @@ def _pmf(pmf: pld_pmf.PLDPmf) -> PldPmf:
 
 
 def _from_dp_accounting(pld: dpl.PrivacyLossDistribution, interval: float) -> Pld:
-    remove = _pmf(pld._pmf_remove).trimmed()  # noqa: SLF001
+    remove = _pmf(pld._pmf_remove).trimmed(*UNIT_TAILS)  # noqa: SLF001
     if pld._symmetric:  # noqa: SLF001
         return Pld(interval, remove)
-    return Pld(interval, remove, _pmf(pld._pmf_add).trimmed())  # noqa: SLF001
+    return Pld(interval, remove, _pmf(pld._pmf_add).trimmed(*UNIT_TAILS))  # noqa: SLF001
 
 
 def _atoms_pmf(
@@ -474,7 +478,7 @@ def exponential(epsilon: float, count: int = 1, *, interval: float = BASE_INTERV
         deltas = np.minimum(1.0, bounded_range_delta(eta, grid) * (1.0 + 64 * _U))
         deltas = np.minimum.accumulate(deltas)
         pmf = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(d, lo, hi, deltas)
-        return Pld(d, _pmf(pmf).trimmed())
+        return Pld(d, _pmf(pmf).trimmed(*UNIT_TAILS))
 
     return _cached(("exponential", eta, d), count, unit)
 
@@ -532,7 +536,7 @@ def for_mechanism(data: Mapping[str, Any], *, interval: float = BASE_INTERVAL) -
         raise ValueError(f"{kind}: {exc}") from None
 
 
-def compose_all(entries: list[Mapping[str, Any]], *, interval: float = BASE_INTERVAL) -> Pld:
+def compose_all(entries: Sequence[Mapping[str, Any]], *, interval: float = BASE_INTERVAL) -> Pld:
     """The PLD of a fixed list of mechanism objects (the stateless compose endpoint)."""
     total = Pld.identity(interval)
     for entry in entries:

@@ -46,6 +46,43 @@ def test_fft_error_bound_covers_the_actual_error() -> None:
         assert bound < 1e-11  # and it is small enough to be harmless
 
 
+def test_long_double_fft_bound_covers_the_actual_error() -> None:
+    rng = np.random.default_rng(11)
+    a = rng.random(300) ** 4
+    a /= a.sum()
+    b = rng.random(120) ** 4
+    b /= b.sum()
+    computed, bound = P._fft_convolve(a, b, tolerance=0.0)
+    assert bound < P._fft_error_bound(a, b) / 100  # the extended path is much tighter
+    exact = [
+        mp.fsum(mp.mpf(a[i]) * mp.mpf(b[k - i]) for i in range(max(0, k - 119), min(k, 299) + 1))
+        for k in range(419)
+    ]
+    deficit = mp.fsum(max(mp.mpf(0), e - mp.mpf(c)) for e, c in zip(exact, computed, strict=True))
+    assert deficit <= bound
+
+
+def test_self_composition_keeps_the_infinity_mass_small() -> None:
+    step = pm.subsampled_gaussian(1.0, 1.0, 0.01, 1)
+    run = pm.subsampled_gaussian(1.0, 1.0, 0.01, 1000)
+    assert max(run.remove.infinity_mass, run.add_pmf.infinity_mass) < 1e-10
+    assert run.epsilon(1e-9) < math.inf
+    assert step.self_compose(1000) == run
+
+
+def test_extended_states_compose_in_long_double(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert P.state_for_budget(3.0, 1e-6).extended is False
+    assert P.state_for_budget(3.0, 1e-9).extended is True
+    entry = pm.gaussian(30.0)
+    plain = Pld.identity().compose(pm.laplace(0.2, 10)).compose(entry)
+    wide = Pld.identity(extended=True).compose(pm.laplace(0.2, 10)).compose(entry)
+    assert wide.extended
+    # what remains is the tail budget (1e-14 per convolution), not the FFT bound
+    assert wide.remove.infinity_mass < plain.remove.infinity_mass / 3
+    assert Pld.from_bytes(wide.to_bytes()) == wide
+    assert plain.epsilon(1e-6) * (1 - 1e-8) <= wide.epsilon(1e-6) <= plain.epsilon(1e-6)
+
+
 def test_convolution_of_atoms_is_exact_up_to_a_relative_margin() -> None:
     a = np.zeros(100)
     a[[3, 50, 99]] = [0.2, 0.5, 0.3]
@@ -228,9 +265,9 @@ def test_one_charge_is_one_convolution_per_direction(monkeypatch: pytest.MonkeyP
     calls: list[tuple[int, int]] = []
     original = P._convolve_arrays
 
-    def counting(a, b):
+    def counting(a, b, *rest):
         calls.append((a.size, b.size))
-        return original(a, b)
+        return original(a, b, *rest)
 
     state = pm.laplace(0.1, 30, interval=COARSE).compose(
         pm.subsampled_gaussian(1.0, 1.0, 0.02, 5, interval=COARSE)
