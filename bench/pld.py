@@ -2,8 +2,9 @@
 
 Run from the repository root: ``.venv/bin/python bench/pld.py`` (prints JSON, about a minute).
 
-(a) Per charge: a dataset with budget (8, 1e-6) (its interval from ``interval_for_budget``)
-    receives 1,000 charges cycling over 20 distinct parameter sets (every kind); each charge
+(a) Per charge: a dataset with budget (8, 1e-6), and one with (8, 1e-9) whose state composes
+    in long double (``state_for_budget``), receives 1,000 charges cycling over 20 distinct
+    parameter sets (every kind); each charge
     builds (or takes from the cache) the entry's PLD and convolves it into the stored state,
     the work the service does inside its transaction. Reported: p50 / p90 / max of that, in
     wall time and in thread CPU time (the machine is shared: CPU time is what to quote when the
@@ -31,11 +32,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.accounting import pld_mechanisms as pm  # noqa: E402
-from app.accounting.pld import Pld, interval_for_budget  # noqa: E402
+from app.accounting.pld import Pld, state_for_budget  # noqa: E402
 from tests.unit import pld_ledgers as L  # noqa: E402
 
 DELTA = 1e-6
-BUDGET = (8.0, 1e-6)
+BUDGETS = ((8.0, 1e-6), (8.0, 1e-9))  # the second composes in long double (extended)
 
 PARAMETER_SETS: list[dict[str, Any]] = [
     *({"mechanism": "gaussian", "sigma": s} for s in (20.0, 30.0, 40.0, 50.0, 60.0, 80.0, 100.0)),
@@ -48,7 +49,7 @@ PARAMETER_SETS: list[dict[str, Any]] = [
     {"mechanism": "subsampled_gaussian", "sigma": 4.0, "sample_rate": 0.02, "steps": 5},
     {"mechanism": "pure_dp", "epsilon": 0.02},
     {"mechanism": "exponential", "epsilon": 0.05},
-    {"mechanism": "approx_dp", "epsilon": 0.02, "delta": 1e-10},
+    {"mechanism": "approx_dp", "epsilon": 0.02, "delta": 1e-12},
     {"mechanism": "gaussian", "sigma": 25.0, "count": 3},
 ]
 
@@ -57,9 +58,9 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000.0, 2)
 
 
-def per_charge() -> dict[str, Any]:
+def per_charge(budget: tuple[float, float]) -> dict[str, Any]:
     pm.clear_cache()
-    state = Pld.identity(interval_for_budget(*BUDGET))
+    state = state_for_budget(*budget)
     charge_s: list[float] = []
     charge_cpu_s: list[float] = []
     for i in range(1000):
@@ -75,9 +76,9 @@ def per_charge() -> dict[str, Any]:
     t1 = time.perf_counter()
     back = Pld.from_bytes(blob)
     t2 = time.perf_counter()
-    admitted = state.delta(BUDGET[0]) <= BUDGET[1]
+    admitted = state.delta(budget[0]) <= budget[1]
     t3 = time.perf_counter()
-    spent = state.epsilon(BUDGET[1])
+    spent = state.epsilon(budget[1])
     t4 = time.perf_counter()
     tracemalloc.start()
     entry = pm.for_mechanism(PARAMETER_SETS[0], interval=state.interval)
@@ -85,6 +86,8 @@ def per_charge() -> dict[str, Any]:
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     return {
+        "budget": {"epsilon": budget[0], "delta": budget[1]},
+        "extended": state.extended,
         "entries": 1000,
         "distinct_parameter_sets": len(PARAMETER_SETS),
         "interval": state.interval,
@@ -161,7 +164,7 @@ def tightness() -> dict[str, Any]:
 
 def main() -> None:
     report = {
-        "per_charge": per_charge(),
+        "per_charge": [per_charge(b) for b in BUDGETS],
         "mu_20_gaussian": big_gaussian(),
         "tightness": tightness(),
     }

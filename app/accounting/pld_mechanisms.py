@@ -83,9 +83,14 @@ def _check_count(count: int) -> int:
     return count
 
 
+UNIT_MAX_SUPPORT = MAX_SUPPORT // 4
+"""Most grid points one run's PLD is built on (2^18): dp_accounting evaluates the hockey stick
+at each, so this bounds a construction's time (a few seconds) as well as its memory."""
+
+
 def _unit_interval(span: float, interval: float) -> float:
-    """``interval`` doubled until a support of ``span`` nats fits in ``MAX_SUPPORT`` points."""
-    while span / interval + 3.0 > MAX_SUPPORT:
+    """``interval`` doubled until a support of ``span`` nats fits in ``UNIT_MAX_SUPPORT`` points."""
+    while span / interval + 3.0 > UNIT_MAX_SUPPORT:
         interval *= 2.0
     return interval
 

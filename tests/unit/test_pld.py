@@ -235,7 +235,7 @@ def test_interval_follows_the_budget() -> None:
 
 def test_a_mu_20_gaussian_stays_within_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     # the construction that took > 8 GB at interval 1e-4: the grid is coarsened first
-    monkeypatch.setattr(pm, "MAX_SUPPORT", 2**16)
+    monkeypatch.setattr(pm, "UNIT_MAX_SUPPORT", 2**16)
     pm.clear_cache()
     try:
         g = pm.gaussian(0.05, 1.0)
