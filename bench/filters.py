@@ -16,6 +16,10 @@ epsilon = 1, 3, 8 and delta = 1e-6. Filters:
 
 Admission is monotone in the prefix (every filter's summary only grows), so the count is found
 by doubling and bisection on prefix totals rather than charge by charge.
+
+A second section sweeps DP-SGD settings (the workload whose best order moves most): steps
+admitted by ``recommended`` against the non-adaptive ``rdp`` filter for six (sigma, q) pairs,
+epsilon 1, 3, 8, 20 and delta 1e-6, 1e-9.
 """
 
 from __future__ import annotations
@@ -48,20 +52,6 @@ TARGETS = {"gaussian": 0.85, "laplace": 0.85, "mixed": 0.85, "dpsgd": 0.60}
 Predicate = Callable[[PrivacyCurve], bool]
 
 
-def total_curve(workload: str, n: int) -> PrivacyCurve:
-    """The composed curve of the first ``n`` charges (Gaussians: rho summed exactly)."""
-    sigmas, others = W.prefix(workload, n)
-    rho = math.fsum((0.5 / sigmas**2).tolist())
-    total = (
-        PrivacyCurve(rho=rho, rdp=ORDERS * rho, pure_eps=math.inf, gaussian_only=True)
-        if sigmas.size
-        else PrivacyCurve.zero()
-    )
-    for params, count in others.items():
-        total = total + mechanism_from_dict(dict(params)).curve().scaled(count)
-    return total
-
-
 def total_pld(workload: str, n: int, interval: float) -> Pld:
     """The PLD of the first ``n`` charges (the Gaussians as one, which is exact)."""
     sigmas, others = W.prefix(workload, n)
@@ -74,24 +64,6 @@ def total_pld(workload: str, n: int, interval: float) -> Pld:
         entry["count"] = count
         total = total.compose(pld_mechanisms.for_mechanism(entry, interval=total.interval))
     return total
-
-
-def count_admitted(admits: Callable[[int], bool], start: int = 1) -> int:
-    """The largest n with admits(n), for a predicate true up to some n and false after."""
-    if not admits(1):
-        return 0
-    lo, hi = 1, max(2, start)
-    while admits(hi):
-        lo, hi = hi, hi * 2
-        if hi > W.MAX_CHARGES:
-            raise RuntimeError("workload too short for this budget")
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if admits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def classic_few_orders(eps: float, delta: float, orders: list[float]) -> Predicate:
@@ -139,12 +111,12 @@ def measure(eps: float, workload: str) -> dict[str, Any]:
     for name, pred in filter_predicates(eps, workload).items():
 
         def admits(n: int, pred: Predicate = pred) -> bool:
-            return pred(total_curve(workload, n))
+            return pred(W.total_curve(workload, n))
 
-        counts[name] = count_admitted(admits)
+        counts[name] = W.count_admitted(admits)
     interval = interval_for_budget(eps, DELTA)
     t0 = time.perf_counter()
-    counts["pld"] = count_admitted(
+    counts["pld"] = W.count_admitted(
         lambda n: total_pld(workload, n, interval).delta(eps) <= DELTA,
         start=max(1, counts["rdp"]),
     )
@@ -164,20 +136,59 @@ def measure(eps: float, workload: str) -> dict[str, Any]:
     }
 
 
+SWEEP_SETTINGS = ((0.7, 0.005), (0.9, 0.001), (1.0, 0.01), (1.5, 0.02), (2.0, 0.05), (4.0, 0.1))
+
+
+def dpsgd_sweep() -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for delta in (1e-6, 1e-9):
+        for eps in (1.0, 3.0, 8.0, 20.0):
+            budget = F.Budget(eps, delta)
+            chosen = adaptive.choose_filter(eps, delta)
+            for sigma, q in SWEEP_SETTINGS:
+                step = mechanism_from_dict(
+                    {"mechanism": "subsampled_gaussian", "sigma": sigma, "sample_rate": q}
+                ).curve()
+
+                def rdp_admits(
+                    n: int, step: PrivacyCurve = step, budget: F.Budget = budget
+                ) -> bool:
+                    return F.admits(F.FilterKind.RDP, budget, step.scaled(n))
+
+                def ours_admits(
+                    n: int, step: PrivacyCurve = step, chosen: adaptive.RenyiFilter = chosen
+                ) -> bool:
+                    total = step.scaled(n)
+                    return chosen.admits(total.rdp, total.pure_eps)
+
+                rdp = W.count_admitted(rdp_admits, limit=10**8)
+                ours = W.count_admitted(ours_admits, limit=10**8)
+                rows.append(
+                    {
+                        "epsilon": eps,
+                        "delta": delta,
+                        "sigma": sigma,
+                        "sample_rate": q,
+                        "order": chosen.orders[0],
+                        "recommended": ours,
+                        "rdp": rdp,
+                        "ratio": ours / rdp if rdp else None,
+                    }
+                )
+    return rows
+
+
 def main() -> None:
     results: dict[str, Any] = {}
     for eps in BUDGETS:
         results[f"epsilon={eps:g}"] = {w: measure(eps, w) for w in W.WORKLOADS}
-    print(
-        json.dumps(
-            {
-                "delta": DELTA,
-                "machine": {"python": platform.python_version(), "cpus": platform.machine()},
-                "results": results,
-            },
-            indent=1,
-        )
-    )
+    report = {
+        "delta": DELTA,
+        "machine": {"python": platform.python_version(), "cpus": platform.machine()},
+        "results": results,
+        "dpsgd_sweep": dpsgd_sweep(),
+    }
+    print(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

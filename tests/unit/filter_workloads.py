@@ -15,10 +15,16 @@ score is the number of charges admitted before the first refusal.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from app.accounting.curve import PrivacyCurve
+from app.accounting.mechanisms import mechanism_from_dict
+from app.accounting.orders import ORDERS
 
 SEED = 20261123
 MAX_CHARGES = 400_000
@@ -82,3 +88,36 @@ def prefix(workload: str, n: int) -> tuple[np.ndarray, Counter[tuple[tuple[str, 
     per_cycle = sum(1 for e in MIXED_CYCLE if e is None)
     n_gauss = per_cycle * cycles + sum(1 for e in MIXED_CYCLE[:rest] if e is None)
     return gaussian_sigmas(n_gauss), others
+
+
+def total_curve(workload: str, n: int) -> PrivacyCurve:
+    """The composed curve of the first ``n`` charges (Gaussians: rho summed exactly)."""
+    sigmas, others = prefix(workload, n)
+    rho = math.fsum((0.5 / sigmas**2).tolist())
+    total = (
+        PrivacyCurve(rho=rho, rdp=ORDERS * rho, pure_eps=math.inf, gaussian_only=True)
+        if sigmas.size
+        else PrivacyCurve.zero()
+    )
+    for params, count in others.items():
+        total = total + mechanism_from_dict(dict(params)).curve().scaled(count)
+    return total
+
+
+def count_admitted(admits: Callable[[int], bool], start: int = 1, limit: int = MAX_CHARGES) -> int:
+    """The largest n with admits(n), for a predicate true up to some n and false after
+    (doubling from ``start``, then bisection)."""
+    if not admits(1):
+        return 0
+    lo, hi = 1, max(2, start)
+    while admits(hi):
+        lo, hi = hi, hi * 2
+        if hi > limit:
+            raise RuntimeError("workload too short for this budget")
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if admits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo

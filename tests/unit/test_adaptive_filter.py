@@ -208,26 +208,9 @@ def _admitted_sequentially(f: adaptive.RenyiFilter, workload: str) -> int:
 
 def _non_adaptive_rdp_count(eps: float, workload: str) -> int:
     budget = F.Budget(eps, DELTA)
-
-    def admits(n: int) -> bool:
-        sigmas, others = W.prefix(workload, n)
-        rho = math.fsum((0.5 / sigmas**2).tolist())
-        c = (
-            PrivacyCurve(rho=rho, rdp=ORDERS * rho, pure_eps=math.inf, gaussian_only=True)
-            if sigmas.size
-            else PrivacyCurve.zero()
-        )
-        for params, count in others.items():
-            c = c + mechanism_from_dict(dict(params)).curve().scaled(count)
-        return F.admits(F.FilterKind.RDP, budget, c)
-
-    lo, hi = 0, 1
-    while admits(hi):
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if admits(mid) else (lo, mid)
-    return lo
+    return W.count_admitted(
+        lambda n: F.admits(F.FilterKind.RDP, budget, W.total_curve(workload, n))
+    )
 
 
 TARGETS = {"gaussian": 0.85, "laplace": 0.85, "mixed": 0.85, "dpsgd": 0.60}
