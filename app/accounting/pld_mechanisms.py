@@ -148,6 +148,8 @@ def _atoms_pmf(
         lo_share = mass * math.exp(-gap) * math.expm1(g_hi - loss) / denom
         points[k + 1] = points.get(k + 1, 0.0) + hi_share
         points[k] = points.get(k, 0.0) + lo_share
+    if not points:  # everything at +infinity (approx_dp with delta = 1)
+        return PldPmf(0, np.zeros(1), infinity_mass)
     lower, upper = min(points), max(points)
     probs = np.zeros(upper - lower + 1)
     for k, v in points.items():

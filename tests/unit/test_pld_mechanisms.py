@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import mpmath as mp
 import numpy as np
@@ -153,6 +154,14 @@ def test_laplace_scale_form_and_bad_input() -> None:
         pm.randomized_response(1.0, k=1)
     with pytest.raises(ValueError):
         pm.subsampled_gaussian(1.0, 1.0, 0.0)
+
+
+def test_degenerate_parameters() -> None:
+    assert pm.approx_dp(1.0, 1.0).epsilon(0.5) == math.inf
+    assert pm.approx_dp(0.0, 0.0, 3).epsilon(1e-9) == 0.0
+    # the pure-DP sum, 2.0, is all there is; delta = 0 itself is not asked (the +inf mass holds
+    # the FFT error bound, ~1e-23 here)
+    assert pm.pure_dp(0.5, 4).epsilon(1e-15) <= 2.0 * (1 + 1e-12)
 
 
 def test_sample_rate_one_is_a_plain_gaussian() -> None:
