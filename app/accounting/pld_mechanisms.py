@@ -1,0 +1,574 @@
+"""Mechanism parameters -> pessimistic privacy loss distribution (``Pld``), cached.
+
+One function per kind, each with its neighbouring relation and parameter convention (the
+same as ``mechanisms.py`` and FORMULAS.md section 1). ``count`` repetitions are composed by
+``Pld.self_compose`` (Gaussians exactly, by scaling the sensitivity with sqrt(count)).
+
+* Continuous additive-noise mechanisms (Gaussian, Laplace, Poisson-subsampled Gaussian) use
+  dp_accounting's ``privacy_loss_distribution`` constructions with the pessimistic
+  connect-the-dots discretisation [Doroshenko, Ghazi, Kamath, Kumar, Manurangsi 2022,
+  arXiv 2207.04380]. Their floating-point error (about 1e-12 per grid point where delta is
+  near 1) is dp_accounting's; it is not covered by a proven margin, and the tests check the
+  results against exact values and dp_accounting's optimistic estimates.
+* Mechanisms whose worst pair has finitely many loss values (k-ary randomized response,
+  RAPPOR, discrete Laplace, any eps-DP or (eps, delta)-DP mechanism) split each loss atom
+  between the grid points around it, preserving both its P-mass and its Q-mass: that is
+  connect-the-dots for atoms (pessimistic: the hockey stick becomes the chord, in e^eps, of a
+  convex curve) and it keeps a genuine pair, computed with a few ulps of relative error that
+  a margin covers.
+* The exponential mechanism uses the supremum of the hockey sticks of all eps-bounded-range
+  pairs, a convex curve in e^eps, through connect-the-dots (``exponential``).
+
+``zcdp`` and ``rdp`` entries describe a mechanism by a divergence bound only; no distribution
+of the privacy loss follows from it, so ``for_mechanism`` raises ``NoPldError`` naming the
+accountings that accept them.
+
+Constructions are cached per (kind, parameters, count, interval) in a byte-bounded LRU, so a
+ledger of 1,000 entries with 20 distinct parameter sets costs 20 constructions.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from dp_accounting.pld import pld_pmf
+from dp_accounting.pld import privacy_loss_distribution as dpl
+from dp_accounting.pld import privacy_loss_mechanism as plm
+
+from app.accounting.pld import BASE_INTERVAL, MAX_SUPPORT, Pld, PldPmf
+from app.accounting.rounding import up
+
+_U = 2.0**-53
+
+
+class NoPldError(ValueError):
+    """A mechanism kind that has no privacy loss distribution (only a divergence bound)."""
+
+    def __init__(self, kind: str, accepted: tuple[str, ...]) -> None:
+        self.kind = kind
+        self.accepted = accepted
+        names = " or ".join(repr(a) for a in accepted)
+        super().__init__(
+            f"a {kind!r} entry states only a divergence bound, from which no privacy loss "
+            f"distribution follows: pld accounting cannot compose it; use accounting {names}"
+        )
+
+
+# --- helpers -----------------------------------------------------------------------------
+
+
+def _down(x: float) -> float:
+    return float(np.nextafter(x, -math.inf))
+
+
+def _check(name: str, value: float, lo: float, hi: float, *, open_lo: bool = False) -> float:
+    v = float(value)
+    ok = math.isfinite(v) and (lo < v if open_lo else lo <= v) and v <= hi
+    if not ok:
+        raise ValueError(
+            f"{name} must be in {'(' if open_lo else '['}{lo:g}, {hi:g}], got {value!r}"
+        )
+    return v
+
+
+def _check_count(count: int) -> int:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be an integer >= 1, got {count!r}")
+    return count
+
+
+UNIT_MAX_SUPPORT = MAX_SUPPORT // 4
+"""Most grid points one run's PLD is built on (2^18): dp_accounting evaluates the hockey stick
+at each, so this bounds a construction's time (a few seconds) as well as its memory."""
+
+
+def _unit_interval(span: float, interval: float) -> float:
+    """``interval`` doubled until a support of ``span`` nats fits in ``UNIT_MAX_SUPPORT`` points."""
+    while span / interval + 3.0 > UNIT_MAX_SUPPORT:
+        interval *= 2.0
+    return interval
+
+
+UNIT_TAILS = (1e-16, 1e-18)
+"""(left, right) tail budgets when trimming one run's PLD, which ``count`` may repeat many times."""
+
+
+def _pmf(pmf: pld_pmf.PLDPmf) -> PldPmf:
+    """dp_accounting's pmf as our ``PldPmf`` (its dense form: first loss index, masses)."""
+    dense = pmf.to_dense_pmf()
+    probs = np.maximum(np.asarray(dense._probs, dtype=np.float64), 0.0)  # noqa: SLF001
+    return PldPmf(int(dense._lower_loss), probs, float(dense._infinity_mass))  # noqa: SLF001
+
+
+def _from_dp_accounting(pld: dpl.PrivacyLossDistribution, interval: float) -> Pld:
+    remove = _pmf(pld._pmf_remove).trimmed(*UNIT_TAILS)  # noqa: SLF001
+    if pld._symmetric:  # noqa: SLF001
+        return Pld(interval, remove)
+    return Pld(interval, remove, _pmf(pld._pmf_add).trimmed(*UNIT_TAILS))  # noqa: SLF001
+
+
+def _atoms_pmf(
+    losses: list[float], masses: list[float], infinity_mass: float, interval: float
+) -> PldPmf:
+    """Connect-the-dots for finitely many loss atoms: the P-mass p of an atom at loss l, with
+    g_lo <= l <= g_hi the grid points around it, goes to g_lo and g_hi in the shares that keep
+    both its P-mass and its Q-mass p e^{-l}:
+
+        at g_hi: p (1 - e^{-(l - g_lo)}) / (1 - e^{-D}),
+        at g_lo: p e^{-D} (e^{g_hi - l} - 1) / (1 - e^{-D}),
+
+    D = g_hi - g_lo. The result is the loss distribution of a genuine pair whose hockey stick
+    is, between grid points, the chord (in e^eps) of the true convex one: it dominates.
+    Losses are moved 2 ulps up first (a computed loss value is never below the true one); every
+    share is computed with a few ulps of relative error, which a 32-ulp margin covers.
+    """
+    points: dict[int, float] = {}
+    for value, mass in zip(losses, masses, strict=True):
+        if mass <= 0.0:
+            continue
+        loss = value + abs(value) * 2.0**-51  # 2 ulps up: a computed loss is never too low
+        k = math.floor(loss / interval)
+        while k * interval > loss:
+            k -= 1
+        while (k + 1) * interval < loss:
+            k += 1
+        g_lo, g_hi = k * interval, (k + 1) * interval
+        if g_lo == loss:
+            points[k] = points.get(k, 0.0) + mass
+            continue
+        gap = g_hi - g_lo
+        denom = -math.expm1(-gap)
+        hi_share = mass * -math.expm1(-(loss - g_lo)) / denom
+        lo_share = mass * math.exp(-gap) * math.expm1(g_hi - loss) / denom
+        points[k + 1] = points.get(k + 1, 0.0) + hi_share
+        points[k] = points.get(k, 0.0) + lo_share
+    if not points:  # everything at +infinity (approx_dp with delta = 1)
+        return PldPmf(0, np.zeros(1), infinity_mass)
+    lower, upper = min(points), max(points)
+    probs = np.zeros(upper - lower + 1)
+    for k, v in points.items():
+        probs[k - lower] = v
+    return PldPmf(lower, probs * (1.0 + 32 * _U), up(infinity_mass))
+
+
+# --- cache -------------------------------------------------------------------------------
+
+CACHE_BYTES = 256 * 2**20
+"""Most bytes of probability arrays the construction cache keeps (least recently used out)."""
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    hits: int
+    misses: int
+    entries: int
+    bytes: int
+
+
+class _Cache:
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._data: OrderedDict[tuple[Any, ...], Pld] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get_or_build(self, key: tuple[Any, ...], build: Callable[[], Pld]) -> Pld:
+        with self._lock:
+            hit = self._data.get(key)
+            if hit is not None:
+                self._data.move_to_end(key)
+                self.hits += 1
+                return hit
+            self.misses += 1
+        value = build()  # outside the lock: constructions may take a while
+        size = 8 * value.size
+        with self._lock:
+            if key not in self._data and size <= self.max_bytes:
+                self._data[key] = value
+                self._bytes += size
+                while self._bytes > self.max_bytes:
+                    _, old = self._data.popitem(last=False)
+                    self._bytes -= 8 * old.size
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self._bytes = 0
+            self.hits = self.misses = 0
+
+    def info(self) -> CacheInfo:
+        with self._lock:
+            return CacheInfo(self.hits, self.misses, len(self._data), self._bytes)
+
+
+_CACHE = _Cache(CACHE_BYTES)
+
+
+def cache_info() -> CacheInfo:
+    """Hits, misses (= constructions), entries and bytes of the construction cache."""
+    return _CACHE.info()
+
+
+def clear_cache() -> None:
+    """Empty the construction cache and reset its counters."""
+    _CACHE.clear()
+
+
+def _cached(key: tuple[Any, ...], count: int, unit: Callable[[], Pld]) -> Pld:
+    """The PLD of ``count`` repetitions of the mechanism whose one-run PLD ``unit`` builds."""
+    if count == 1:
+        return _CACHE.get_or_build(key + (1,), unit)
+    return _CACHE.get_or_build(
+        key + (count,), lambda: _CACHE.get_or_build(key + (1,), unit).self_compose(count)
+    )
+
+
+# --- additive noise (dp_accounting constructions) ------------------------------------------
+
+MIN_SIGMA_RATIO = 1e-6
+"""Smallest sigma / sensitivity accepted (the loss span then is about 2e12 nats)."""
+
+
+def gaussian(
+    sigma: float, sensitivity: float = 1.0, count: int = 1, *, interval: float = BASE_INTERVAL
+) -> Pld:
+    """Gaussian mechanism f(x) + N(0, sigma^2 I), L2 sensitivity ``sensitivity`` under the
+    caller's neighbouring relation (symmetric PLD). ``count`` repetitions are exactly one
+    Gaussian with sensitivity * sqrt(count) (FORMULAS.md 2.3), rounded up."""
+    sigma = _check("sigma", sigma, 0.0, math.inf, open_lo=True)
+    sens = _check("sensitivity", sensitivity, 0.0, math.inf, open_lo=True)
+    count = _check_count(count)
+    sens_total = up(up(sens * up(math.sqrt(count))))
+    if sens_total / sigma > 1.0 / MIN_SIGMA_RATIO:
+        raise ValueError(f"sensitivity / sigma above {1 / MIN_SIGMA_RATIO:g} has no useful PLD")
+    bounds = plm.GaussianPrivacyLoss(sigma, sensitivity=sens_total).connect_dots_bounds()
+    d = _unit_interval(float(bounds.epsilon_upper - bounds.epsilon_lower), interval)
+
+    def build() -> Pld:
+        return _from_dp_accounting(
+            dpl.from_gaussian_mechanism(sigma, sens_total, value_discretization_interval=d), d
+        )
+
+    return _CACHE.get_or_build(("gaussian", sigma, sens_total, d), build)
+
+
+def subsampled_gaussian(
+    sigma: float,
+    sensitivity: float = 1.0,
+    sample_rate: float = 1.0,
+    steps: int = 1,
+    count: int = 1,
+    *,
+    interval: float = BASE_INTERVAL,
+) -> Pld:
+    """Poisson-subsampled Gaussian (DP-SGD): ``steps`` x ``count`` steps, each including every
+    record with probability ``sample_rate`` and adding N(0, sigma^2) to a sum of contributions
+    clipped to L2 norm ``sensitivity`` (noise multiplier sigma / sensitivity). Neighbours: add
+    or remove one record; the PLD keeps both directions. Sample rate 1 is a plain Gaussian."""
+    sigma = _check("sigma", sigma, 0.0, math.inf, open_lo=True)
+    sens = _check("sensitivity", sensitivity, 0.0, math.inf, open_lo=True)
+    q = _check("sample_rate", sample_rate, 0.0, 1.0, open_lo=True)
+    total = _check_count(steps) * _check_count(count)
+    if q == 1.0:
+        return gaussian(sigma, sens, total, interval=interval)
+    span = 0.0
+    for adjacency in (plm.AdjacencyType.ADD, plm.AdjacencyType.REMOVE):
+        b = plm.GaussianPrivacyLoss(
+            sigma, sensitivity=sens, sampling_prob=q, adjacency_type=adjacency
+        ).connect_dots_bounds()
+        span = max(span, float(b.epsilon_upper - b.epsilon_lower))
+    d = _unit_interval(span, interval)
+
+    def unit() -> Pld:
+        return _from_dp_accounting(
+            dpl.from_gaussian_mechanism(
+                sigma, sens, value_discretization_interval=d, sampling_prob=q
+            ),
+            d,
+        )
+
+    return _cached(("subsampled_gaussian", sigma, sens, q, d), total, unit)
+
+
+def laplace(epsilon: float, count: int = 1, *, interval: float = BASE_INTERVAL) -> Pld:
+    """Laplace mechanism with epsilon = L1 sensitivity / scale (caller's relation; symmetric).
+    dp_accounting's parameter is the scale for sensitivity 1, rounded down (more loss)."""
+    eps = _check("epsilon", epsilon, 0.0, math.inf, open_lo=True)
+    count = _check_count(count)
+    scale = _down(1.0 / eps)
+    d = _unit_interval(2.0 / scale, interval)
+
+    def unit() -> Pld:
+        return _from_dp_accounting(
+            dpl.from_laplace_mechanism(scale, 1.0, value_discretization_interval=d), d
+        )
+
+    return _cached(("laplace", scale, d), count, unit)
+
+
+MAX_ATOMS = 10_000
+"""Discrete Laplace with a larger sensitivity uses dp_accounting's construction instead of atoms."""
+
+
+def discrete_laplace(
+    epsilon: float, sensitivity: int = 1, count: int = 1, *, interval: float = BASE_INTERVAL
+) -> Pld:
+    """Discrete Laplace on Z, Pr[Z = z] = tanh(t/2) e^{-t |z|}, t = epsilon / Delta (rounded up),
+    integer L1 sensitivity Delta, worst pair shifted by Delta (FORMULAS.md 1.3; symmetric).
+
+    The loss t(|o - Delta| - |o|) takes Delta + 1 values: t Delta w.p. 1 / (1 + e^-t) (o <= 0),
+    t (Delta - 2 o) w.p. tanh(t/2) e^{-t o} (0 < o < Delta), -t Delta w.p.
+    e^{-t Delta} / (1 + e^-t) (o >= Delta); they are split onto the grid like any atoms.
+    """
+    eps = _check("epsilon", epsilon, 0.0, 700.0, open_lo=True)
+    if isinstance(sensitivity, bool) or not isinstance(sensitivity, int) or sensitivity < 1:
+        raise ValueError(f"sensitivity must be an integer >= 1, got {sensitivity!r}")
+    count = _check_count(count)
+    t = up(eps / sensitivity)
+    if sensitivity > MAX_ATOMS:
+        d = _unit_interval(2.0 * t * sensitivity, interval)
+
+        def unit() -> Pld:
+            return _from_dp_accounting(
+                dpl.from_discrete_laplace_mechanism(
+                    t, sensitivity, value_discretization_interval=d, use_connect_dots=True
+                ),
+                d,
+            )
+
+        return _cached(("discrete_laplace", t, sensitivity, d), count, unit)
+    inner = np.arange(1, sensitivity, dtype=np.float64)
+    losses = [t * sensitivity, *(t * (sensitivity - 2.0 * inner)).tolist(), -t * sensitivity]
+    tail = 1.0 / (1.0 + math.exp(-t))
+    masses = [
+        tail,
+        *(math.tanh(t / 2.0) * np.exp(-t * inner)).tolist(),
+        math.exp(-t * sensitivity) * tail,
+    ]
+    return _atoms_pld(("discrete_laplace", t, sensitivity), losses, masses, 0.0, count, interval)
+
+
+# --- finitely many loss values -----------------------------------------------------------
+
+
+def _atoms_pld(
+    key: tuple[Any, ...],
+    losses: list[float],
+    masses: list[float],
+    infinity_mass: float,
+    count: int,
+    interval: float,
+) -> Pld:
+    span = max(losses) - min(losses)
+    d = _unit_interval(span, interval)
+    return _cached(
+        key + (d,),
+        count,
+        lambda: Pld(d, _atoms_pmf(losses, masses, infinity_mass, d)),
+    )
+
+
+def randomized_response(
+    epsilon: float, k: int = 2, count: int = 1, *, interval: float = BASE_INTERVAL
+) -> Pld:
+    """k-ary randomized response: the true value w.p. e^eps / (e^eps + k - 1), each other w.p.
+    1 / (e^eps + k - 1). Neighbours: the single input changes (replace-one, FORMULAS.md 1.5).
+    Loss +eps, -eps, 0 with those probabilities (symmetric)."""
+    eps = _check("epsilon", epsilon, 0.0, 700.0, open_lo=True)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+        raise ValueError(f"k must be an integer >= 2, got {k!r}")
+    count = _check_count(count)
+    denom = math.exp(eps) + (k - 1)
+    keep = 1.0 / (1.0 + (k - 1) * math.exp(-eps))
+    return _atoms_pld(
+        ("randomized_response", eps, k),
+        [eps, -eps, 0.0],
+        [keep, 1.0 / denom, (k - 2) / denom],
+        0.0,
+        count,
+        interval,
+    )
+
+
+def rappor(epsilon: float, count: int = 1, *, interval: float = BASE_INTERVAL) -> Pld:
+    """Basic one-time RAPPOR, ``epsilon`` the total for one user's value change (two bits
+    differ, each kept w.p. e^{eps/2} / (1 + e^{eps/2}); FORMULAS.md 1.6): two binary
+    randomized responses at eps / 2, composed exactly (loss eps, 0, -eps)."""
+    eps = _check("epsilon", epsilon, 0.0, 700.0, open_lo=True)
+    count = _check_count(count)
+    p = 1.0 / (1.0 + math.exp(-eps / 2.0))
+    q = 1.0 / (1.0 + math.exp(eps / 2.0))
+    return _atoms_pld(
+        ("rappor", eps), [eps, 0.0, -eps], [p * p, 2.0 * p * q, q * q], 0.0, count, interval
+    )
+
+
+def approx_dp(
+    epsilon: float, delta: float, count: int = 1, *, interval: float = BASE_INTERVAL
+) -> Pld:
+    """Any (epsilon, delta)-DP mechanism, by the pair that dominates all of them [Kairouz, Oh,
+    Viswanath 2015; dp_accounting ``from_privacy_parameters``]: loss +inf w.p. delta, +eps w.p.
+    (1 - delta) / (1 + e^-eps), -eps w.p. (1 - delta) / (1 + e^eps) (symmetric)."""
+    eps = _check("epsilon", epsilon, 0.0, 700.0)
+    dlt = _check("delta", delta, 0.0, 1.0)
+    count = _check_count(count)
+    rest = 1.0 - dlt
+    if eps == 0.0:
+        return _atoms_pld(("approx_dp", 0.0, dlt), [0.0], [rest], dlt, count, interval)
+    return _atoms_pld(
+        ("approx_dp", eps, dlt),
+        [eps, -eps],
+        [rest / (1.0 + math.exp(-eps)), rest / (1.0 + math.exp(eps))],
+        dlt,
+        count,
+        interval,
+    )
+
+
+def pure_dp(epsilon: float, count: int = 1, *, interval: float = BASE_INTERVAL) -> Pld:
+    """Any epsilon-DP mechanism: binary randomized response with parameter epsilon, which
+    dominates every epsilon-DP pair [Kairouz, Oh, Viswanath 2015] (= ``approx_dp(eps, 0)``)."""
+    return approx_dp(epsilon, 0.0, count, interval=interval)
+
+
+# --- exponential mechanism (bounded range) -------------------------------------------------
+
+
+def bounded_range_delta(eta: float, epsilon: np.ndarray) -> np.ndarray:
+    """sup over eta-bounded-range pairs of the hockey stick at ``epsilon`` (vectorised).
+
+    A pair is eta-BR if its privacy loss lies in [t, t + eta] (t in [-eta, 0], so that the
+    Q-mass can be 1) [Rogers, Steinke 2021, Def. 1]. For fixed t, E_P[(1 - e^eps e^{-L})_+] is
+    convex in u = e^{-L} and E_P[u] = 1, so the two-point pair with losses t and t + eta is
+    worst; its P-mass at t + eta is a = (1 - e^t) / (1 - e^{-eta}). Then
+    H_t(eps) = 1 - e^eps for eps < t, and a (1 - e^{eps - t - eta}) for t <= eps < t + eta,
+    concave in e^t with maximiser t* = (eps - eta) / 2. Hence
+
+        delta(eps) = 1 - e^eps                           for eps < -eta,
+                   = max(1 - e^eps, B(eps))              for -eta <= eps < 0,
+                   = B(eps)                              for 0 <= eps < eta,
+                   = 0                                   for eps >= eta,
+        B(eps) = (1 - e^{(eps - eta)/2})^2 / (1 - e^{-eta}).
+
+    (At eps = 0 this is tanh(eta / 4), against tanh(eta / 2) for eta-DP.) A supremum of convex
+    functions of e^eps is convex, so connect-the-dots on it gives a dominating PLD.
+    """
+    e = np.asarray(epsilon, dtype=np.float64)
+    br = np.expm1((e - eta) / 2.0) ** 2 / -math.expm1(-eta)
+    left = -np.expm1(e)
+    out = np.where(e >= eta, 0.0, np.where(e >= 0.0, br, np.maximum(left, br)))
+    return np.where(e < -eta, left, out)
+
+
+def exponential(epsilon: float, count: int = 1, *, interval: float = BASE_INTERVAL) -> Pld:
+    """Exponential mechanism Pr[y] proportional to exp(-eps loss(y, x) / (2 Delta)): eps-DP and
+    eps-bounded range [Rogers, Steinke 2021, Lemma 3], so its PLD is dominated by the
+    connect-the-dots PLD of ``bounded_range_delta(eps, .)`` on the grid from floor(-eps/d) to
+    ceil(eps/d) (dp_accounting ``create_pmf_pessimistic_connect_dots_fixed_gap``). Never looser
+    than ``pure_dp(eps)``, whose worst pair has losses +-eps (range 2 eps)."""
+    eta = _check("epsilon", epsilon, 0.0, 700.0, open_lo=True)
+    count = _check_count(count)
+    d = _unit_interval(2.0 * eta, interval)
+
+    def unit() -> Pld:
+        lo, hi = math.floor(-eta / d) - 1, math.ceil(eta / d) + 1
+        grid = np.arange(lo, hi + 1, dtype=np.float64) * d
+        deltas = np.minimum(1.0, bounded_range_delta(eta, grid) * (1.0 + 64 * _U))
+        deltas = np.minimum.accumulate(deltas)
+        pmf = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(d, lo, hi, deltas)
+        return Pld(d, _pmf(pmf).trimmed(*UNIT_TAILS))
+
+    return _cached(("exponential", eta, d), count, unit)
+
+
+# --- dispatch ----------------------------------------------------------------------------
+
+NO_PLD_KINDS: dict[str, tuple[str, ...]] = {"zcdp": ("zcdp", "rdp"), "rdp": ("rdp",)}
+"""Kinds without a PLD, and the accountings that accept them."""
+
+
+def _laplace_from(params: dict[str, Any], interval: float) -> Pld:
+    count = params.pop("count", 1)
+    if "scale" in params:
+        scale = _check("scale", params.pop("scale"), 0.0, math.inf, open_lo=True)
+        sens = _check("sensitivity", params.pop("sensitivity", 1.0), 0.0, math.inf, open_lo=True)
+        eps = up(sens / scale)
+    else:
+        eps = params.pop("epsilon")
+    if params:
+        raise ValueError(f"laplace: unexpected fields {sorted(params)}")
+    return laplace(eps, count, interval=interval)
+
+
+_BUILDERS: dict[str, Callable[..., Pld]] = {
+    "gaussian": gaussian,
+    "subsampled_gaussian": subsampled_gaussian,
+    "discrete_laplace": discrete_laplace,
+    "randomized_response": randomized_response,
+    "rappor": rappor,
+    "pure_dp": pure_dp,
+    "exponential": exponential,
+    "approx_dp": approx_dp,
+}
+
+PLD_KINDS = frozenset(_BUILDERS) | {"laplace"}
+"""Every kind with a PLD."""
+
+
+def for_mechanism(data: Mapping[str, Any], *, interval: float = BASE_INTERVAL) -> Pld:
+    """The PLD of a mechanism object as on the wire (``{"mechanism": kind, ...params,
+    "count": n}``; a ``"v"`` version field is ignored). ``NoPldError`` for zcdp / rdp entries,
+    ``ValueError`` for unknown kinds or fields."""
+    params = dict(data)
+    params.pop("v", None)
+    kind = params.pop("mechanism", None)
+    if isinstance(kind, str) and kind in NO_PLD_KINDS:
+        raise NoPldError(kind, NO_PLD_KINDS[kind])
+    if kind == "laplace":
+        return _laplace_from(params, interval)
+    if not isinstance(kind, str) or kind not in _BUILDERS:
+        raise ValueError(f"unknown mechanism {kind!r}; known: {', '.join(sorted(PLD_KINDS))}")
+    try:
+        return _BUILDERS[kind](**params, interval=interval)
+    except TypeError as exc:
+        raise ValueError(f"{kind}: {exc}") from None
+
+
+def compose_all(entries: Sequence[Mapping[str, Any]], *, interval: float = BASE_INTERVAL) -> Pld:
+    """The PLD of a fixed list of mechanism objects (the stateless compose endpoint)."""
+    total = Pld.identity(interval)
+    for entry in entries:
+        total = total.compose(for_mechanism(entry, interval=total.interval))
+    return total
+
+
+__all__ = [
+    "CACHE_BYTES",
+    "NO_PLD_KINDS",
+    "PLD_KINDS",
+    "CacheInfo",
+    "NoPldError",
+    "approx_dp",
+    "bounded_range_delta",
+    "cache_info",
+    "clear_cache",
+    "compose_all",
+    "discrete_laplace",
+    "exponential",
+    "for_mechanism",
+    "gaussian",
+    "laplace",
+    "pure_dp",
+    "randomized_response",
+    "rappor",
+    "subsampled_gaussian",
+]

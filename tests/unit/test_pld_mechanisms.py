@@ -1,0 +1,174 @@
+"""Mechanism PLDs (app/accounting/pld_mechanisms.py) against dp_accounting and exact values.
+
+* Tightness: on every fixed-parameter ledger of ``pld_ledgers.LEDGERS`` (25 ledgers, every
+  kind), our epsilon is <= 1.01 x dp_accounting's pessimistic PLD at interval 1e-4.
+* Soundness: never below dp_accounting's optimistic PLD at 1e-4 (margin 0), and never below
+  exact values where they exist (k-fold k-RR by multinomial sums, approx-DP by the binomial
+  composition of its dominating pair, a concrete exponential mechanism by enumeration).
+* The bounded-range worst case of the exponential mechanism against a direct maximisation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import mpmath as mp
+import numpy as np
+import pytest
+
+from app.accounting import pld_mechanisms as pm
+from app.accounting.pld import Pld
+from tests.unit import pld_ledgers as L
+
+mp.mp.dps = 50
+DELTA = 1e-6
+
+
+@pytest.mark.parametrize("name", sorted(L.LEDGERS))
+def test_ledger_within_one_percent_of_dp_accounting_and_never_below_optimistic(name: str) -> None:
+    _, entries = L.LEDGERS[name]
+    ours = pm.compose_all(entries).epsilon(DELTA)
+    pessimistic, optimistic = L.epsilons(entries, DELTA)
+    assert ours <= 1.01 * pessimistic, (ours, pessimistic)
+    assert ours >= optimistic, (ours, optimistic)
+    if any(e["mechanism"] == "exponential" for e in entries):
+        e = entries[0]
+        assert ours >= L.exponential_lower_bound(e["epsilon"], e["count"], DELTA)
+
+
+def test_every_kind_is_covered() -> None:
+    kinds = {e["mechanism"] for _, entries in L.LEDGERS.values() for e in entries}
+    assert kinds == pm.PLD_KINDS
+    assert len(L.LEDGERS) >= 20
+
+
+# --- exact values ----------------------------------------------------------------------------
+
+
+def _exact_krr_delta(eps_rr: float, k: int, n: int, eps: float) -> mp.mpf:
+    """n-fold k-RR: the loss is (a - b) eps_rr with (a, b, rest) multinomial."""
+    e = mp.e ** mp.mpf(eps_rr)
+    p_hi, p_lo = e / (e + k - 1), 1 / (e + k - 1)
+    p_zero = 1 - p_hi - p_lo
+    total = mp.mpf(0)
+    for a in range(n + 1):
+        for b in range(n - a + 1):
+            loss = (a - b) * mp.mpf(eps_rr)
+            if loss > eps:
+                w = mp.factorial(n) / (mp.factorial(a) * mp.factorial(b) * mp.factorial(n - a - b))
+                total += w * p_hi**a * p_lo**b * p_zero ** (n - a - b) * (1 - mp.e ** (eps - loss))
+    return total
+
+
+@pytest.mark.parametrize(("eps_rr", "k", "n"), [(1.0, 4, 20), (0.3, 3, 40), (2.0, 10, 6)])
+def test_krr_never_below_the_exact_multinomial(eps_rr: float, k: int, n: int) -> None:
+    ours = pm.randomized_response(eps_rr, k, n)
+    for eps in (0.0, 0.5, 2.0, 0.7 * n * eps_rr):
+        exact = _exact_krr_delta(eps_rr, k, n, eps)
+        assert exact <= ours.delta(eps) <= exact * (1 + 1e-3) + 5e-11
+
+
+@pytest.mark.parametrize(("eps0", "delta0", "n"), [(1.0, 1e-8, 5), (0.1, 1e-9, 30)])
+def test_approx_dp_never_below_its_exact_composition(eps0: float, delta0: float, n: int) -> None:
+    # n-fold composition of the (eps0, delta0) dominating pair [Kairouz, Oh, Viswanath 2015]:
+    # loss +inf unless no entry hit its delta, then a binomial of +-eps0
+    ours = pm.approx_dp(eps0, delta0, n)
+    p = mp.e ** mp.mpf(eps0) / (1 + mp.e ** mp.mpf(eps0))
+    for eps in (0.0, 0.3, 1.0, 2.5):
+        body = mp.fsum(
+            mp.binomial(n, j) * p**j * (1 - p) ** (n - j) * (1 - mp.e ** (eps - (2 * j - n) * eps0))
+            for j in range(n + 1)
+            if (2 * j - n) * eps0 > eps
+        )
+        exact = 1 - (1 - mp.mpf(delta0)) ** n + (1 - mp.mpf(delta0)) ** n * body
+        assert exact <= ours.delta(eps) <= exact * (1 + 1e-3) + 5e-11
+
+
+def test_exponential_mechanism_instance_never_exceeds_our_bound() -> None:
+    # exponential mechanism over 4 outputs, scores of sensitivity 1 on neighbours x, x'
+    eps = 0.8
+    u = np.array([0.0, 1.0, 2.5, 3.0])
+    u_neighbour = u + np.array([1.0, -1.0, 0.5, 0.0])
+    p = np.exp(eps * u / 2) / np.exp(eps * u / 2).sum()
+    q = np.exp(eps * u_neighbour / 2) / np.exp(eps * u_neighbour / 2).sum()
+    n = 3
+    ours = pm.exponential(eps, n)
+    for e in (0.0, 0.2, 0.6, 1.2):
+        for a, b in ((p, q), (q, p)):
+            exact = mp.fsum(
+                max(mp.mpf(0), mp.fprod(a[list(o)]) - mp.e**e * mp.fprod(b[list(o)]))
+                for o in itertools.product(range(4), repeat=n)
+            )
+            assert exact <= ours.delta(e)
+    assert ours.epsilon(DELTA) <= pm.pure_dp(eps, n).epsilon(DELTA)
+
+
+@pytest.mark.parametrize("eta", [0.05, 0.5, 1.0, 4.0])
+def test_bounded_range_worst_case_matches_a_direct_maximisation(eta: float) -> None:
+    def hockey(t: mp.mpf, e: mp.mpf) -> mp.mpf:
+        a = (1 - mp.e**t) / (1 - mp.e ** (-eta))
+        return a * max(0, 1 - mp.e ** (e - t - eta)) + (1 - a) * max(0, 1 - mp.e ** (e - t))
+
+    for e in np.linspace(-1.2 * eta, 1.2 * eta, 13):
+        e_mp = mp.mpf(float(e))
+        ts = [-eta * j / 400 for j in range(401)]
+        direct = max(hockey(mp.mpf(t), e_mp) for t in ts)
+
+        def slope(t: mp.mpf, e_mp: mp.mpf = e_mp) -> mp.mpf:
+            return mp.diff(lambda s: hockey(s, e_mp), t)
+
+        refined = mp.findroot(slope, (e_mp - eta) / 2)
+        if -eta <= refined <= 0:
+            direct = max(direct, hockey(refined, e_mp))
+        closed = pm.bounded_range_delta(eta, np.array([float(e)]))[0]
+        assert closed >= float(direct) * (1 - 1e-12) - 1e-15
+        assert closed <= float(direct) * (1 + 1e-9) + 1e-15
+
+
+# --- dispatch --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("kind", "accepted"), [("zcdp", "'zcdp' or 'rdp'"), ("rdp", "'rdp'")])
+def test_kinds_without_a_pld_are_refused_with_the_accountings_that_take_them(
+    kind: str, accepted: str
+) -> None:
+    with pytest.raises(pm.NoPldError) as info:
+        pm.for_mechanism({"mechanism": kind, "rho": 0.1})
+    assert isinstance(info.value, ValueError)
+    assert accepted in str(info.value)
+    assert info.value.kind == kind
+
+
+def test_laplace_scale_form_and_bad_input() -> None:
+    a = pm.for_mechanism({"mechanism": "laplace", "scale": 4.0, "sensitivity": 2.0, "count": 3})
+    b = pm.laplace(0.5, 3)
+    assert a.epsilon(DELTA) >= b.epsilon(DELTA) * (1 - 1e-12)
+    with pytest.raises(ValueError):
+        pm.for_mechanism({"mechanism": "laplace", "epsilon": 0.5, "bogus": 1})
+    with pytest.raises(ValueError):
+        pm.for_mechanism({"mechanism": "nope"})
+    with pytest.raises(ValueError):
+        pm.gaussian(-1.0)
+    with pytest.raises(ValueError):
+        pm.randomized_response(1.0, k=1)
+    with pytest.raises(ValueError):
+        pm.subsampled_gaussian(1.0, 1.0, 0.0)
+
+
+def test_degenerate_parameters() -> None:
+    assert pm.approx_dp(1.0, 1.0).epsilon(0.5) == math.inf
+    assert pm.approx_dp(0.0, 0.0, 3).epsilon(1e-9) == 0.0
+    # the pure-DP sum, 2.0, is all there is; delta = 0 itself is not asked (the +inf mass holds
+    # the FFT error bound, ~1e-23 here)
+    assert pm.pure_dp(0.5, 4).epsilon(1e-15) <= 2.0 * (1 + 1e-12)
+
+
+def test_sample_rate_one_is_a_plain_gaussian() -> None:
+    assert pm.subsampled_gaussian(2.0, 1.0, 1.0, 5) == pm.gaussian(2.0, 1.0, 5)
+
+
+def test_empty_ledger_composes_to_zero() -> None:
+    p = pm.compose_all([])
+    assert p == Pld.identity()
+    assert p.epsilon(1e-9) == 0.0
