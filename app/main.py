@@ -7,13 +7,15 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__, observability
 from app.api import problems
 from app.api.routes import accounting, admin, dashboard, datasets, health, reservations, web
+from app.api.safe_text import SafeJSONResponse, reject_unsafe_parameters
 from app.asgi import send_problem
 from app.config import Settings, get_settings
 from app.db import migrate
@@ -54,12 +56,12 @@ class BodySizeLimit:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
-                    raise _TooLarge
+                    raise _TooLarge(self.max_bytes)
             return message
 
         try:
             await self.app(scope, limited, send)
-        except _TooLarge:
+        except _TooLarge:  # raised where no exception handler runs (e.g. before routing)
             await self._reject(send)
 
     async def _reject(self, send: Send) -> None:
@@ -72,8 +74,13 @@ class BodySizeLimit:
         )
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(HTTPException):
+    """A streamed (chunked) body passed the limit. An HTTPException, so that FastAPI's body
+    reader lets it through (it turns any other error into 400 "not valid JSON") and the
+    problem handler answers 413."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(413, f"request bodies are limited to {max_bytes} bytes")
 
 
 def _bootstrap_keys(db: Database, settings: Settings) -> None:
@@ -133,6 +140,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "RDP) and refuses, atomically, any charge that would exceed the budget."
         ),
         lifespan=lifespan,
+        dependencies=[Depends(reject_unsafe_parameters)],
+        default_response_class=SafeJSONResponse,
     )
     app.state.settings = settings
     problems.install(app)

@@ -11,7 +11,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Mount
 
+from app.api.safe_text import scrub
 from app.services.errors import PROBLEM_BASE, ProblemError
 
 log = logging.getLogger("privacy_ledger.errors")
@@ -31,6 +33,9 @@ _TITLES = {
     503: "Database unavailable",
     500: "Internal error",
 }
+
+
+_SLUGS = {413: "payload-too-large"}  # as the body-size middleware and PayloadTooLarge say
 
 
 class Problem(BaseModel):
@@ -65,8 +70,10 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def problem_response(body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
+    """The problem as a response; strings echoed from the request (a field name in ``loc``, an
+    unknown id) are scrubbed of lone surrogates so that the answer always renders."""
     return JSONResponse(
-        body, status_code=int(body["status"]), media_type=PROBLEM_JSON, headers=headers
+        scrub(body), status_code=int(body["status"]), media_type=PROBLEM_JSON, headers=headers
     )
 
 
@@ -78,16 +85,22 @@ def _clean_errors(errors: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _allowed_methods(request: Request) -> list[str]:
-    """Every method of every route matching the path (Starlette lists only the first route's)."""
-    from starlette.routing import Match
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route fully matches at this path (the routes of included routers are
+    not listed one by one, so each method is asked for); static files: GET and HEAD."""
     methods: set[str] = set()
     for route in request.app.routes:
-        match, _ = route.matches({**request.scope, "method": "GET"})
-        if match is not Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
-    return sorted(methods)
+        if isinstance(route, Mount):
+            if route.matches(request.scope)[0] is not Match.NONE:
+                methods |= {"GET", "HEAD"}
+            continue
+        for method in _METHODS:
+            if route.matches({**request.scope, "method": method})[0] is Match.FULL:
+                methods.add(method)
+    return [m for m in _METHODS if m in methods]
 
 
 def install(app: FastAPI) -> None:
@@ -121,8 +134,9 @@ def install(app: FastAPI) -> None:
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         if status == 400 and "parsing the body" in detail:
             detail = "the request body is not valid JSON (or nests too deeply)"
+        slug = _SLUGS.get(status) or _TITLES.get(status, "error").lower().replace(" ", "-")
         body = {
-            "type": PROBLEM_BASE + _TITLES.get(status, "error").lower().replace(" ", "-"),
+            "type": PROBLEM_BASE + slug,
             "title": _TITLES.get(status, "Error"),
             "status": status,
             "detail": detail,

@@ -13,8 +13,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from app.accounting import mechanisms as mech
-from app.accounting.filters import MAX_BUDGET_EPSILON
+from app.accounting.filters import MAX_BUDGET_EPSILON, MIN_BUDGET_DELTA
 from app.accounting.mechanisms import MAX_COUNT, Mechanism, mechanism_from_dict
+from app.api.dataset_names import DatasetName
+from app.api.safe_text import SafeText, check_json_tree
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=1, le=MAX_COUNT, description="Repetitions of the mechanism.")]
@@ -155,13 +157,14 @@ def check_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 class _WithLabel(_Strict):
-    label: Annotated[str, Field(max_length=MAX_LABEL)] | None = None
+    label: Annotated[SafeText, Field(max_length=MAX_LABEL)] | None = None
     metadata: dict[str, Any] | None = None
 
     @field_validator("metadata", mode="before")
     @classmethod
     def _no_nan(cls, v: Any) -> Any:
         if v is not None:
+            check_json_tree(v, "metadata")
             try:
                 json.dumps(v, allow_nan=False)
             except ValueError:
@@ -187,14 +190,17 @@ class ReservationIn(_WithLabel):
     ttl_seconds: Annotated[int, Field(ge=1)] = 600
 
 
+Delta = Annotated[float, Field(ge=MIN_BUDGET_DELTA, lt=1, allow_inf_nan=False)]
+
+
 class BudgetIn(_Strict):
     epsilon: Annotated[float, Field(gt=0, le=MAX_BUDGET_EPSILON, allow_inf_nan=False)]
-    delta: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+    delta: Delta
 
 
 class BudgetPatch(_Strict):
     epsilon: Annotated[float, Field(gt=0, le=MAX_BUDGET_EPSILON, allow_inf_nan=False)] | None = None
-    delta: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] | None = None
+    delta: Delta | None = None
 
 
 Kind = Literal[
@@ -205,9 +211,8 @@ Kind = Literal[
     "subsampled_gaussian",
     "discrete_laplace",
 ]
-Name = Annotated[
-    str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/ -]*$")
-]
+Name = DatasetName
+Description = Annotated[SafeText, Field(max_length=2000)]
 
 
 class DatasetIn(_Strict):
@@ -218,7 +223,7 @@ class DatasetIn(_Strict):
     accounting: Literal["rdp", "zcdp"] = "rdp"
     adaptive: bool = True
     allowed_mechanisms: Annotated[list[Kind], Field(min_length=1, max_length=16)] | None = None
-    description: Annotated[str, Field(max_length=2000)] | None = None
+    description: Description | None = None
 
 
 class DatasetPatch(_Strict):
@@ -226,7 +231,7 @@ class DatasetPatch(_Strict):
 
     name: Name | None = None
     budget: BudgetPatch | None = None
-    description: Annotated[str, Field(max_length=2000)] | None = None
+    description: Description | None = None
     accounting: Literal["rdp", "zcdp"] | None = None
     adaptive: bool | None = None
     allowed_mechanisms: Annotated[list[Kind], Field(min_length=1, max_length=16)] | None = None
@@ -236,7 +241,7 @@ class ComposeIn(_Strict):
     """``POST /v1/accounting/compose``."""
 
     mechanisms: Annotated[list[MechanismIn], Field(min_length=1, max_length=10_000)]
-    delta: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+    delta: Delta
     accounting: Literal["rdp", "zcdp"] = "rdp"
 
 
@@ -245,9 +250,9 @@ class KeyIn(_Strict):
 
     role: Literal["admin", "pipeline", "viewer"]
     datasets: (
-        Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=1000)] | None
+        Annotated[list[Annotated[SafeText, Field(max_length=64)]], Field(max_length=1000)] | None
     ) = None
-    label: Annotated[str, Field(max_length=MAX_LABEL)] | None = None
+    label: Annotated[SafeText, Field(max_length=MAX_LABEL)] | None = None
 
 
 __all__ = [

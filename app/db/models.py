@@ -38,6 +38,8 @@ NAMING_CONVENTION = {
 
 # BIGINT autoincrement on PostgreSQL, INTEGER PRIMARY KEY (rowid) on SQLite
 BigId = BigInteger().with_variant(Integer(), "sqlite")
+MAX_BIGINT = 2**63 - 1
+"""Largest id, cursor position or offset both databases can compare against (signed 64 bit)."""
 
 
 def utcnow() -> datetime:
@@ -234,6 +236,7 @@ class AppSetting(Base):
 
 
 __all__ = [
+    "MAX_BIGINT",
     "ApiKey",
     "AppSetting",
     "AuditEvent",

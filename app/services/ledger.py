@@ -20,7 +20,7 @@ from sqlalchemy import select
 from app.accounting.curve import PrivacyCurve
 from app.accounting.mechanisms import mechanism_from_dict
 from app.db.engine import Database
-from app.db.models import Dataset, DatasetTotal, LedgerEntry, Rejection, utcnow
+from app.db.models import MAX_BIGINT, Dataset, DatasetTotal, LedgerEntry, Rejection, utcnow
 from app.services import audit
 from app.services.charges import entry_json
 from app.services.curves import curve_of, iso, rdp_to_bytes, spend_of
@@ -34,12 +34,17 @@ def encode_cursor(last_id: int) -> str:
 
 
 def decode_cursor(cursor: str) -> int:
+    """The row id a cursor continues before; 422 for anything not made by ``encode_cursor``
+    (including positions outside 1..MAX_BIGINT, which no database could compare with)."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         version, value = raw.split(":", 1)
-        if version != "v1":
+        if version != "v1" or not value.isascii() or not value.isdigit():
             raise ValueError(version)
-        return int(value)
+        position = int(value)
+        if not 1 <= position <= MAX_BIGINT:
+            raise ValueError(value)
+        return position
     except (ValueError, UnicodeDecodeError, binascii.Error):
         raise Unprocessable(f"invalid cursor {cursor!r}") from None
 

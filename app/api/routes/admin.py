@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, status
 from app.api.deps import Admin, DbDep
 from app.api.problems import PROBLEM_RESPONSES
 from app.api.schemas import KeyIn
+from app.db.models import MAX_BIGINT
 from app.services import audit, keys, ledger
 
 router = APIRouter(tags=["admin"], responses=PROBLEM_RESPONSES)
@@ -55,7 +56,7 @@ def audit_trail(
     since: datetime | None = None,
     until: datetime | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    before_id: Annotated[int | None, Query(ge=1)] = None,
+    before_id: Annotated[int | None, Query(ge=1, le=MAX_BIGINT)] = None,
 ) -> dict[str, Any]:
     events = audit.list_events(
         db,

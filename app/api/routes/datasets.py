@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Query, Response, status
 
 from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer
 from app.api.problems import PROBLEM_RESPONSES
+from app.api.safe_text import IdempotencyKey
 from app.api.schemas import ChargeIn, DatasetIn, DatasetPatch
+from app.db.models import MAX_BIGINT
 from app.services import calibrate as calibrate_service
 from app.services import charges, datasets, ledger
 
@@ -25,7 +27,7 @@ KindQuery = Annotated[
     ],
     Query(description="Mechanism kind to calibrate."),
 ]
-IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
+IdemKey = IdempotencyKey
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, summary="Create a dataset (admin)")
@@ -48,7 +50,7 @@ def list_(
     db: DbDep,
     p: Viewer,
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_BIGINT)] = 0,
 ) -> dict[str, Any]:
     return datasets.list_datasets(db, p, limit=limit, offset=offset)
 
