@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from app.db.engine import Database
-from app.db.models import AuditEvent, utcnow
+from app.db.models import ApiKey, AuditEvent, utcnow
 from app.services.curves import iso
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ def event_json(e: AuditEvent) -> dict[str, Any]:
 
 def list_events(
     db: Database,
+    principal: Principal | None = None,
     *,
     dataset_id: str | None = None,
     action: str | None = None,
@@ -60,7 +61,8 @@ def list_events(
     limit: int = 100,
     before_id: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Audit events, newest first."""
+    """Audit events, newest first. A scoped ``principal`` sees the events of its datasets and
+    of the keys it covers (``Principal.covers``), nothing else."""
     q = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit)
     if dataset_id is not None:
         q = q.where(AuditEvent.dataset_id == dataset_id)
@@ -73,6 +75,15 @@ def list_events(
     if before_id is not None:
         q = q.where(AuditEvent.id < before_id)
     with db.read() as s:
+        if principal is not None and principal.dataset_ids is not None:
+            keys = s.execute(select(ApiKey.id, ApiKey.dataset_ids)).all()
+            own_keys = [k for k, scope in keys if principal.covers(scope)]
+            q = q.where(
+                or_(
+                    AuditEvent.dataset_id.in_(principal.dataset_ids),
+                    AuditEvent.target_id.in_(own_keys),
+                )
+            )
         return [event_json(e) for e in s.scalars(q)]
 
 

@@ -32,7 +32,7 @@ from app.services.curves import (
     spend_of,
     spent_json,
 )
-from app.services.errors import Conflict, NotFound, Unprocessable
+from app.services.errors import Conflict, Forbidden, NotFound, Unprocessable
 from app.services.keys import Principal
 
 
@@ -155,7 +155,12 @@ def create_dataset(
     allowed_mechanisms: list[str] | None = None,
     description: str | None = None,
 ) -> dict[str, Any]:
-    """Create a dataset with an empty ledger; its filter is fixed here (audited)."""
+    """Create a dataset with an empty ledger; its filter is fixed here (audited). A key scoped
+    to datasets cannot create one (403): it could neither see it nor be given it."""
+    if actor.dataset_ids is not None:
+        raise Forbidden(
+            "a key scoped to datasets cannot create datasets; use an unscoped admin key"
+        )
     try:
         budget = Budget(budget_epsilon, budget_delta)
     except ValueError as exc:
@@ -386,7 +391,10 @@ def update_dataset(
                 dataset_id=ds.id,
                 details={"changes": changed, "spent_epsilon": t.spent_epsilon},
             )
-        s.flush()
+        try:
+            s.flush()
+        except IntegrityError:  # PostgreSQL: a concurrent rename took the name after our check
+            raise Conflict(f"a dataset named {ds.name!r} already exists") from None
         return dataset_json(st)
 
 

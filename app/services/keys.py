@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.db.engine import Database
-from app.db.models import ApiKey, AppSetting, utcnow
+from app.db.models import ApiKey, AppSetting, Dataset, utcnow
 from app.services import audit
 from app.services.curves import iso
 from app.services.errors import Forbidden, NotFound, Unauthorized, Unprocessable
@@ -42,6 +43,13 @@ class Principal:
 
     def can_see(self, dataset_id: str) -> bool:
         return self.dataset_ids is None or dataset_id in self.dataset_ids
+
+    def covers(self, dataset_ids: Sequence[str] | None) -> bool:
+        """Whether a key scoped to ``dataset_ids`` (None = all) reaches nothing this principal
+        cannot see: the keys a scoped admin may mint, list and revoke."""
+        if self.dataset_ids is None:
+            return True
+        return dataset_ids is not None and set(dataset_ids) <= set(self.dataset_ids)
 
 
 SYSTEM = Principal(key_id=None, role="admin")
@@ -110,15 +118,25 @@ def create_key(
     dataset_ids: list[str] | None = None,
     label: str | None = None,
 ) -> dict[str, Any]:
-    """Create a key; the answer is the only time the secret is shown."""
-    from app.db.models import Dataset
+    """Create a key; the answer is the only time the secret is shown.
 
+    A key mints keys only within its own role and scope: a scoped key must give ``datasets``,
+    all of them within its own (ids it cannot see are unknown to it, as they would be
+    anywhere else: 422), and can never mint an unscoped key (403).
+    """
+    if role in _RANK and _RANK[role] > _RANK[actor.role]:
+        raise Forbidden(f"a {actor.role!r} key cannot create a {role!r} key")
+    if actor.dataset_ids is not None and dataset_ids is None:
+        raise Forbidden(
+            "a key scoped to datasets can only create keys scoped to some of them: give "
+            "'datasets' (a subset of this key's datasets)"
+        )
     key = _new_key(role)
     with db.write() as s:
         if dataset_ids is not None:
             dataset_ids = list(dict.fromkeys(dataset_ids))
             found = set(s.scalars(select(Dataset.id).where(Dataset.id.in_(dataset_ids))))
-            missing = [d for d in dataset_ids if d not in found]
+            missing = [d for d in dataset_ids if d not in found or not actor.can_see(d)]
             if missing:
                 raise Unprocessable(f"unknown dataset ids: {missing}", unknown=missing)
         row = _insert_key(s, key, role, dataset_ids, label, actor.key_id)
@@ -132,27 +150,31 @@ def create_key(
         return {**key_json(row), "key": key}
 
 
-def list_keys(db: Database) -> list[dict[str, Any]]:
-    """Every key, newest first, without secrets."""
+def list_keys(db: Database, principal: Principal = SYSTEM) -> list[dict[str, Any]]:
+    """The keys ``principal`` covers (a scoped admin: the keys within its scope), newest
+    first, without secrets."""
     with db.read() as s:
-        return [key_json(k) for k in s.scalars(select(ApiKey).order_by(ApiKey.created_at.desc()))]
+        rows = s.scalars(select(ApiKey).order_by(ApiKey.created_at.desc()))
+        return [key_json(k) for k in rows if principal.covers(k.dataset_ids)]
 
 
 def revoke_key(db: Database, actor: Principal, key_id: str) -> dict[str, Any]:
-    """Revoke a key (idempotent). A key cannot revoke itself if it is the last admin key."""
+    """Revoke a key (idempotent). A key outside the actor's scope is not found (404), as in
+    the listing. The last active unscoped admin key cannot be revoked (403): without it no
+    one could create datasets or manage every key."""
     with db.write() as s:
         row = s.get(ApiKey, key_id)
-        if row is None:
+        if row is None or not actor.covers(row.dataset_ids):
             raise NotFound(f"no key {key_id!r}")
         if row.revoked_at is None:
-            if row.role == "admin":
+            if row.role == "admin" and row.dataset_ids is None:
                 others = s.scalars(
-                    select(ApiKey.id).where(
+                    select(ApiKey.dataset_ids).where(
                         ApiKey.role == "admin", ApiKey.revoked_at.is_(None), ApiKey.id != row.id
                     )
-                ).first()
-                if others is None:
-                    raise Forbidden("refusing to revoke the last active admin key")
+                ).all()
+                if all(scope is not None for scope in others):
+                    raise Forbidden("refusing to revoke the last active unscoped admin key")
             row.revoked_at = utcnow()
             audit.record(s, actor, "key.revoked", target_id=row.id, details={"role": row.role})
         return key_json(row)

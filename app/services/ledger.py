@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from app.accounting.curve import PrivacyCurve
 from app.accounting.mechanisms import mechanism_from_dict
@@ -121,15 +122,10 @@ def list_rejections(
         }
 
 
-def _recompute(
-    db: Database, dataset_id: str
-) -> tuple[PrivacyCurve, int, list[int], dict[str, Any]]:
-    """Sum of stored entry curves in ledger order, count, ids whose curve no longer matches
-    their mechanism, and per-kind counts."""
-    total = PrivacyCurve.zero()
-    n = 0
+def _curve_mismatches(db: Database, dataset_id: str) -> list[int]:
+    """Ids of entries whose stored curve no longer matches the curve of their mechanism (drift
+    in the formulas or the order grid). Entries never change, so this runs outside the lock."""
     mismatched: list[int] = []
-    counts: dict[str, Any] = {}
     with db.read() as s:
         rows = s.execute(
             select(LedgerEntry)
@@ -144,24 +140,47 @@ def _recompute(
                 and np.allclose(fresh.rdp, stored.rdp, rtol=1e-12, atol=0)
             ):
                 mismatched.append(e.id)
-            total = total + stored
-            n += 1
-            c = counts.setdefault(e.kind, {"entries": 0, "count": 0, "rho": 0.0})
-            c["entries"] += 1
-            c["count"] += e.count
-            c["rho"] = c["rho"] + e.rho if c["rho"] is not None and math.isfinite(e.rho) else None
-    return total, n, mismatched, counts
+    return mismatched
 
 
-def verify(db: Database, rebuild: bool = False) -> dict[str, Any]:
-    """Recompute totals from the ledger for every dataset; report drift; optionally rebuild."""
+def _sum_ledger(s: Session, dataset_id: str) -> tuple[PrivacyCurve, int, dict[str, Any]]:
+    """Sum of stored entry curves in ledger order, count and per-kind counts, read in the
+    caller's transaction (which holds the dataset's lock, so the ledger cannot move)."""
+    total = PrivacyCurve.zero()
+    n = 0
+    counts: dict[str, Any] = {}
+    rows = s.execute(
+        select(LedgerEntry).where(LedgerEntry.dataset_id == dataset_id).order_by(LedgerEntry.seq)
+    ).scalars()
+    for e in rows:
+        total = total + curve_of(e)
+        n += 1
+        c = counts.setdefault(e.kind, {"entries": 0, "count": 0, "rho": 0.0})
+        c["entries"] += 1
+        c["count"] += e.count
+        c["rho"] = c["rho"] + e.rho if c["rho"] is not None and math.isfinite(e.rho) else None
+    return total, n, counts
+
+
+def verify(db: Database, rebuild: bool = False, principal: Principal = SYSTEM) -> dict[str, Any]:
+    """Recompute totals from the ledger for every dataset ``principal`` can see; report drift;
+    optionally rebuild.
+
+    Each dataset is read and (on request) rewritten in ONE write transaction that holds its
+    lock, the lock every charge, reservation and budget change takes first: the sum is of the
+    ledger as it stands, and no charge can slip in between reading it and writing the totals.
+    """
     with db.read() as s:
-        ids = list(s.scalars(select(Dataset.id).order_by(Dataset.name)))
+        q = select(Dataset.id).order_by(Dataset.name)
+        if principal.dataset_ids is not None:
+            q = q.where(Dataset.id.in_(principal.dataset_ids))
+        ids = list(s.scalars(q))
     report = []
     for dataset_id in ids:
-        total, n, mismatched, counts = _recompute(db, dataset_id)
+        mismatched = _curve_mismatches(db, dataset_id)
         with db.write() as s:
-            st = find_dataset(s, dataset_id, SYSTEM, lock=True)
+            st = find_dataset(s, dataset_id, principal, lock=True)
+            total, n, counts = _sum_ledger(s, dataset_id)
             stored = st.curve
             drift = {
                 "rho": stored.rho != total.rho,
@@ -190,7 +209,7 @@ def verify(db: Database, rebuild: bool = False) -> dict[str, Any]:
                 t.spent_epsilon, t.spent_method, t.updated_at = sp.epsilon, sp.method, utcnow()
                 audit.record(
                     s,
-                    SYSTEM,
+                    principal,
                     "totals.rebuilt",
                     dataset_id=dataset_id,
                     details={

@@ -22,8 +22,8 @@ def create_key(body: KeyIn, db: DbDep, p: Admin) -> dict[str, Any]:
 
 
 @router.get("/v1/keys", summary="List keys (never the secrets)")
-def list_keys(db: DbDep, _p: Admin) -> dict[str, Any]:
-    return {"keys": keys.list_keys(db)}
+def list_keys(db: DbDep, p: Admin) -> dict[str, Any]:
+    return {"keys": keys.list_keys(db, p)}
 
 
 @router.delete("/v1/keys/{key_id}", summary="Revoke a key")
@@ -50,7 +50,7 @@ def rejections(
 @router.get("/v1/audit", summary="Audit trail, newest first")
 def audit_trail(
     db: DbDep,
-    _p: Admin,
+    p: Admin,
     dataset: Annotated[str | None, Query(max_length=200)] = None,
     action: Annotated[str | None, Query(max_length=64)] = None,
     since: datetime | None = None,
@@ -60,6 +60,7 @@ def audit_trail(
 ) -> dict[str, Any]:
     events = audit.list_events(
         db,
+        p,
         dataset_id=dataset,
         action=action,
         since=since,
@@ -71,5 +72,5 @@ def audit_trail(
 
 
 @router.post("/v1/admin/verify", summary="Recompute totals from the ledger; rebuild on request")
-def verify(db: DbDep, _p: Admin, rebuild: bool = False) -> dict[str, Any]:
-    return ledger.verify(db, rebuild=rebuild)
+def verify(db: DbDep, p: Admin, rebuild: bool = False) -> dict[str, Any]:
+    return ledger.verify(db, rebuild=rebuild, principal=p)
