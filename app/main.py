@@ -17,7 +17,7 @@ from app.api import problems
 from app.api.routes import accounting, admin, dashboard, datasets, health, reservations, web
 from app.api.safe_text import SafeJSONResponse, reject_unsafe_parameters
 from app.asgi import send_problem
-from app.config import Settings, get_settings
+from app.config import Settings, get_settings, settings_or_exit
 from app.db import migrate
 from app.db.engine import Database
 from app.services import keys
@@ -92,7 +92,7 @@ def _bootstrap_keys(db: Database, settings: Settings) -> None:
         banner = (
             "\n" + "=" * 72 + "\n"
             "privacy-ledger: no API key existed, so an admin key was created.\n"
-            "It is shown once and stored only as a salted hash:\n\n"
+            "It is shown once and stored only as a slow salted digest (scrypt):\n\n"
             f"    {key}\n\n"
             "Use it as 'Authorization: Bearer <key>' (or PRIVACY_LEDGER_API_KEY for the CLI).\n"
             + "=" * 72
@@ -161,6 +161,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-app = create_app()
+app = create_app(settings_or_exit())
 
 __all__ = ["app", "create_app"]

@@ -23,7 +23,7 @@ from app.db import migrate
 from app.main import create_app
 
 PG_URL = os.environ.get("PRIVACY_LEDGER_TEST_POSTGRES_URL")
-ADMIN_KEY = "test-admin-key-0123456789"
+ADMIN_KEY = "test-admin-key-0123456789-abcdefghijklmnop"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 BACKENDS = ["sqlite", "postgres"]
 

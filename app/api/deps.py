@@ -6,9 +6,11 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 
 from app.config import Settings
 from app.db.engine import Database
+from app.services.errors import Forbidden
 from app.services.keys import Principal, authenticate, require_role
 
 bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`")
@@ -53,6 +55,18 @@ async def _admin(p: Annotated[Principal, Depends(get_principal)]) -> Principal:
     return p
 
 
+def metrics_access(request: Request, settings: SettingsDep, db: DbDep) -> None:
+    """``/metrics`` is open unless ``PRIVACY_LEDGER_METRICS_KEY_REQUIRED``; then it needs an
+    unscoped key of any role (the metrics name every dataset id). The header is read here,
+    not declared, so that the OpenAPI document shows the default (open) endpoint."""
+    if not settings.metrics_key_required:
+        return
+    scheme, key = get_authorization_scheme_param(request.headers.get("Authorization"))
+    principal = authenticate(db, key if scheme.lower() == "bearer" else None)
+    if principal.dataset_ids is not None:
+        raise Forbidden("/metrics covers every dataset: it needs an unscoped key")
+
+
 Viewer = Annotated[Principal, Depends(_viewer)]
 Pipeline = Annotated[Principal, Depends(_pipeline)]
 Admin = Annotated[Principal, Depends(_admin)]
@@ -66,4 +80,5 @@ __all__ = [
     "bearer",
     "get_db",
     "get_principal",
+    "metrics_access",
 ]

@@ -53,15 +53,16 @@ class Base(DeclarativeBase):
 
 
 class ApiKey(Base):
-    """An API key: shown once, stored as a salted SHA-256 hash; found by a public lookup digest."""
+    """An API key: shown once, stored only as its slow salted lookup digest
+    (``app.services.key_digest``). ``salt`` and ``key_hash`` belong to rows written before that
+    scheme, until their first use rewrites them."""
 
     __tablename__ = "api_key"
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     lookup: Mapped[str] = mapped_column(String(64), unique=True)
-    salt: Mapped[str] = mapped_column(String(64))
-    key_hash: Mapped[str] = mapped_column(String(128))
-    prefix: Mapped[str] = mapped_column(String(32))
+    salt: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    key_hash: Mapped[str | None] = mapped_column(String(128), nullable=True)
     role: Mapped[str] = mapped_column(String(16))
     dataset_ids: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     label: Mapped[str | None] = mapped_column(String(200), nullable=True)

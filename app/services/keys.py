@@ -1,16 +1,14 @@
-"""API keys: creation (shown once), salted-hash storage, constant-time lookup, revocation.
+"""API keys: creation (shown once), digest-only storage, lookup, scopes, revocation.
 
-A key looks like ``pl_<role initial>_<43 url-safe chars>`` (256 random bits). The table stores
-``lookup`` = SHA-256 of the key (a public index: it reveals nothing usable, the key has 256
-bits of entropy), and ``key_hash`` = SHA-256(salt || key) with a per-key random salt, compared
-with ``hmac.compare_digest``. Any string works as a key (``PRIVACY_LEDGER_ADMIN_KEY`` is
-whatever the operator chose), so lookup does not depend on the key's format.
+A generated key looks like ``pl_<role initial>_<43 url-safe chars>`` (256 random bits); any
+string of at least 32 characters works as ``PRIVACY_LEDGER_ADMIN_KEY``, so lookup does not
+depend on the key's format. The table stores only the key's slow salted digest
+(``app.services.key_digest``) and a fixed, non-secret id (``key_...``): nothing of the key
+itself, not even a prefix.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from app.db.engine import Database
 from app.db.models import ApiKey, AppSetting, Dataset, utcnow
-from app.services import audit
+from app.services import audit, key_digest
 from app.services.curves import iso
 from app.services.errors import Forbidden, NotFound, Unauthorized, Unprocessable
 
@@ -56,14 +54,6 @@ SYSTEM = Principal(key_id=None, role="admin")
 """The service itself (CLI commands run on the server, start-up tasks)."""
 
 
-def _lookup(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def _hash(salt: str, key: str) -> str:
-    return hashlib.sha256((salt + key).encode()).hexdigest()
-
-
 def _new_key(role: str) -> str:
     return f"pl_{role[0]}_{secrets.token_urlsafe(32)}"
 
@@ -72,7 +62,6 @@ def key_json(k: ApiKey) -> dict[str, Any]:
     """A key as listed (never the secret)."""
     return {
         "id": k.id,
-        "prefix": k.prefix,
         "role": k.role,
         "datasets": k.dataset_ids,
         "label": k.label,
@@ -85,7 +74,7 @@ def key_json(k: ApiKey) -> dict[str, Any]:
 
 def _insert_key(
     session: Session,
-    key: str,
+    digest: str,
     role: str,
     dataset_ids: list[str] | None,
     label: str | None,
@@ -93,13 +82,9 @@ def _insert_key(
 ) -> ApiKey:
     if role not in ROLES:
         raise Unprocessable(f"role must be one of {', '.join(ROLES)}, got {role!r}")
-    salt = secrets.token_hex(16)
     row = ApiKey(
         id="key_" + secrets.token_hex(8),
-        lookup=_lookup(key),
-        salt=salt,
-        key_hash=_hash(salt, key),
-        prefix=key[:8],
+        lookup=digest,
         role=role,
         dataset_ids=dataset_ids,
         label=label,
@@ -132,6 +117,7 @@ def create_key(
             "'datasets' (a subset of this key's datasets)"
         )
     key = _new_key(role)
+    digest = key_digest.digester(db).digest(key)
     with db.write() as s:
         if dataset_ids is not None:
             dataset_ids = list(dict.fromkeys(dataset_ids))
@@ -139,7 +125,7 @@ def create_key(
             missing = [d for d in dataset_ids if d not in found or not actor.can_see(d)]
             if missing:
                 raise Unprocessable(f"unknown dataset ids: {missing}", unknown=missing)
-        row = _insert_key(s, key, role, dataset_ids, label, actor.key_id)
+        row = _insert_key(s, digest, role, dataset_ids, label, actor.key_id)
         audit.record(
             s,
             actor,
@@ -180,44 +166,74 @@ def revoke_key(db: Database, actor: Principal, key_id: str) -> dict[str, Any]:
         return key_json(row)
 
 
+def _find(db: Database, key: str) -> ApiKey | None:
+    """The row of ``key``: by its scrypt digest, or a legacy row by its SHA-256 lookup (verified
+    with its salted hash, then upgraded to the scrypt digest: once per legacy key)."""
+    digest = key_digest.digester(db).digest(key)
+    legacy = key_digest.legacy_lookup(key)
+    with db.read() as s:
+        row = s.scalars(select(ApiKey).where(ApiKey.lookup.in_((digest, legacy)))).first()
+    if row is None or not key_digest.is_legacy(row):
+        return row
+    if not key_digest.legacy_verifies(row, key):
+        return None
+    with db.write() as s:
+        stored = s.get(ApiKey, row.id)
+        if stored is not None and key_digest.is_legacy(stored):
+            stored.lookup, stored.salt, stored.key_hash = digest, None, None
+    row.lookup, row.salt, row.key_hash = digest, None, None
+    return row
+
+
 def authenticate(db: Database, key: str | None) -> Principal:
-    """The principal for a presented key, or ``Unauthorized``."""
+    """The principal for a presented key, or ``Unauthorized``. In steady state: one keyed
+    BLAKE2b, one dictionary lookup and one indexed query (the scrypt is paid once per key and
+    process)."""
     if not key:
         raise Unauthorized("an API key is required: send 'Authorization: Bearer <key>'")
-    with db.read() as s:
-        row = s.scalars(select(ApiKey).where(ApiKey.lookup == _lookup(key))).first()
-        if row is None or not hmac.compare_digest(row.key_hash, _hash(row.salt, key)):
-            raise Unauthorized("unknown API key")
-        if row.revoked_at is not None:
-            raise Unauthorized("this API key has been revoked")
-        ids = tuple(row.dataset_ids) if row.dataset_ids is not None else None
-        return Principal(key_id=row.id, role=row.role, dataset_ids=ids)
+    row = _find(db, key)
+    if row is None:
+        raise Unauthorized("unknown API key")
+    if row.revoked_at is not None:
+        raise Unauthorized("this API key has been revoked")
+    ids = tuple(row.dataset_ids) if row.dataset_ids is not None else None
+    return Principal(key_id=row.id, role=row.role, dataset_ids=ids)
 
 
 def ensure_admin_key(db: Database, key: str) -> str:
     """Make sure an active admin key with exactly this value exists (for automation)."""
-    with db.write() as s:
-        row = s.scalars(select(ApiKey).where(ApiKey.lookup == _lookup(key))).first()
-        if row is not None and hmac.compare_digest(row.key_hash, _hash(row.salt, key)):
-            if row.revoked_at is None and row.role == "admin":
-                return row.id
-            raise Forbidden(
-                "PRIVACY_LEDGER_ADMIN_KEY matches a revoked or non-admin key; choose another value"
-            )
-        row = _insert_key(s, key, "admin", None, "bootstrap (PRIVACY_LEDGER_ADMIN_KEY)", None)
-        audit.record(
-            s,
-            SYSTEM,
-            "key.created",
-            target_id=row.id,
-            details={"role": "admin", "bootstrap": "env"},
+    row = _find(db, key)
+    if row is not None:
+        if row.revoked_at is None and row.role == "admin" and row.dataset_ids is None:
+            return row.id
+        raise Forbidden(
+            "PRIVACY_LEDGER_ADMIN_KEY matches a revoked, scoped or non-admin key; choose another "
+            "value"
         )
-        return row.id
+    digest = key_digest.digester(db).digest(key)
+    try:
+        with db.write() as s:
+            row = _insert_key(
+                s, digest, "admin", None, "bootstrap (PRIVACY_LEDGER_ADMIN_KEY)", None
+            )
+            audit.record(
+                s,
+                SYSTEM,
+                "key.created",
+                target_id=row.id,
+                details={"role": "admin", "bootstrap": "env"},
+            )
+            return row.id
+    except IntegrityError:  # another replica inserted it first
+        found = _find(db, key)
+        assert found is not None
+        return found.id
 
 
 def bootstrap_first_key(db: Database) -> str | None:
     """On an installation without any key, create one admin key and return it (once, ever)."""
     key = _new_key("admin")
+    digest = key_digest.digester(db).digest(key)
     try:
         with db.write() as s:
             if s.get(AppSetting, "bootstrap_admin") is not None:
@@ -226,7 +242,7 @@ def bootstrap_first_key(db: Database) -> str | None:
                 return None
             s.add(AppSetting(key="bootstrap_admin", value=utcnow().isoformat()))
             s.flush()
-            row = _insert_key(s, key, "admin", None, "bootstrap (first start)", None)
+            row = _insert_key(s, digest, "admin", None, "bootstrap (first start)", None)
             audit.record(
                 s,
                 SYSTEM,
