@@ -27,8 +27,15 @@ from app.accounting.mechanisms import Mechanism
 from app.accounting.orders import ORDERS_VERSION
 from app.db.engine import Database
 from app.db.models import Reservation, utcnow
-from app.services import audit
-from app.services.curves import curve_of, finite_or_none, iso, rdp_to_bytes, spend_of
+from app.services import audit, idempotency
+from app.services.curves import (
+    curve_of,
+    finite_or_none,
+    iso,
+    rdp_to_bytes,
+    request_hash,
+    spend_of,
+)
 from app.services.datasets import DatasetState, find_dataset
 from app.services.errors import BudgetExceeded, Conflict, NotFound, Unprocessable
 from app.services.keys import SYSTEM, Principal
@@ -133,8 +140,10 @@ def reserve(
     label: str | None,
     metadata: dict[str, Any] | None,
     max_ttl_seconds: int,
+    idempotency_key: str | None = None,
 ) -> dict[str, Any]:
-    """Hold budget for a planned invocation: the reservation, or BudgetExceeded (recorded)."""
+    """Hold budget for a planned invocation: the reservation, or BudgetExceeded (recorded).
+    A retry with the same Idempotency-Key answers the first answer and holds nothing more."""
     from app.services.charges import (
         check_allowed,
         current_spent,
@@ -147,9 +156,21 @@ def reserve(
     if not 1 <= ttl_seconds <= max_ttl_seconds:
         raise Unprocessable(f"ttl_seconds must be in [1, {max_ttl_seconds}], got {ttl_seconds}")
     curve = curve_for(mechanism)
+    req_hash = request_hash(
+        {
+            "mechanism": mechanism_json,
+            "ttl_seconds": ttl_seconds,
+            "label": label,
+            "metadata": metadata,
+        }
+    )
     problem: BudgetExceeded | None = None
     with db.write() as s:
         st = find_dataset(s, ref, principal, lock=True)
+        if idempotency_key is not None:
+            first = idempotency.replay(s, st.dataset.id, "reservation", idempotency_key, req_hash)
+            if first is not None:
+                return first[1]
         check_allowed(st, mechanism.kind)
         now = utcnow()
         d = decide(s, st, curve, now)
@@ -192,6 +213,11 @@ def reserve(
                 "spent": current_spent(st),
                 "requested": requested_json(st, mechanism_json, curve),
             }
+        if idempotency_key is not None:
+            status, answer = (409, problem.to_problem()) if problem is not None else (201, body)
+            idempotency.remember(
+                s, st.dataset.id, "reservation", idempotency_key, req_hash, status, answer
+            )
     if problem is not None:
         raise problem
     return body

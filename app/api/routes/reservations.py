@@ -8,6 +8,7 @@ from fastapi import APIRouter, status
 
 from app.api.deps import DbDep, Pipeline, SettingsDep, Viewer
 from app.api.problems import PROBLEM_RESPONSES
+from app.api.safe_text import IdempotencyKey
 from app.api.schemas import ReservationIn
 from app.services import reservations
 
@@ -20,7 +21,12 @@ router = APIRouter(tags=["reservations"], responses=PROBLEM_RESPONSES)
     summary="Hold budget for a planned invocation (409 when it does not fit)",
 )
 def reserve(
-    dataset_id: str, body: ReservationIn, db: DbDep, p: Pipeline, settings: SettingsDep
+    dataset_id: str,
+    body: ReservationIn,
+    db: DbDep,
+    p: Pipeline,
+    settings: SettingsDep,
+    idempotency_key: IdempotencyKey = None,
 ) -> dict[str, Any]:
     return reservations.reserve(
         db,
@@ -32,6 +38,7 @@ def reserve(
         label=body.label,
         metadata=body.metadata,
         max_ttl_seconds=settings.reservation_max_ttl_seconds,
+        idempotency_key=idempotency_key,
     )
 
 
