@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import __version__, observability
 from app.api import problems
 from app.api.routes import accounting, admin, dashboard, datasets, health, reservations, web
-from app.api.safe_text import SafeJSONResponse, reject_unsafe_parameters
+from app.api.safe_text import reject_unsafe_parameters
 from app.asgi import send_problem
 from app.config import Settings, get_settings, settings_or_exit
 from app.db import migrate
@@ -141,7 +141,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ),
         lifespan=lifespan,
         dependencies=[Depends(reject_unsafe_parameters)],
-        default_response_class=SafeJSONResponse,
     )
     app.state.settings = settings
     problems.install(app)

@@ -15,6 +15,8 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field
 from pydantic_core import PydanticCustomError
 
+from app.api.safe_text import unsafe_reason
+
 NAME_MAX_LENGTH = 200
 NAME_PATTERN = r"^[A-Za-z0-9](?:[A-Za-z0-9._: -]*[A-Za-z0-9._:-])?$"
 ID_PREFIX = "ds_"
@@ -29,6 +31,9 @@ _NAME = re.compile(NAME_PATTERN)
 
 def name_problem(name: str) -> str | None:
     """Why ``name`` is not a valid dataset name (None when it is)."""
+    unsafe = unsafe_reason(name)
+    if unsafe is not None:
+        return f"a dataset name {unsafe}; {NAME_RULE}"
     if not 1 <= len(name) <= NAME_MAX_LENGTH or _NAME.fullmatch(name) is None:
         return f"invalid dataset name {ascii(name)[:80]}: {NAME_RULE}"
     if name[: len(ID_PREFIX)].lower() == ID_PREFIX:

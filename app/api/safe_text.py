@@ -10,19 +10,17 @@ anything is written, and a request carrying one is answered 422 naming the field
 * :data:`SafeText` for string fields of request bodies, :func:`check_json_tree` for free-form
   JSON (``metadata``), :data:`IdempotencyKey` for the header.
 * :func:`reject_unsafe_parameters`: an app-wide dependency over path and query parameters.
-* :func:`scrub` and :class:`SafeJSONResponse`: rendering never fails on rows stored before
-  this check existed (a lone surrogate is shown as U+FFFD).
+* :func:`scrub`: problem bodies that echo the request (a field name, an unknown id) always
+  render. Rows stored before this check were repaired by migration 0003.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Annotated, Any
 
 from fastapi import Header, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from pydantic import BeforeValidator
 from pydantic_core import PydanticCustomError
 
@@ -123,23 +121,9 @@ def scrub(value: Any) -> Any:
     return value
 
 
-class SafeJSONResponse(JSONResponse):
-    """JSON that always renders: the ordinary encoding, or (only when it fails on a lone
-    surrogate stored before input was checked) the same content with U+FFFD in its place."""
-
-    def render(self, content: Any) -> bytes:
-        try:
-            return super().render(content)
-        except UnicodeEncodeError:
-            return json.dumps(
-                scrub(content), ensure_ascii=False, allow_nan=False, separators=(",", ":")
-            ).encode("utf-8")
-
-
 __all__ = [
     "IDEMPOTENCY_KEY_PATTERN",
     "IdempotencyKey",
-    "SafeJSONResponse",
     "SafeText",
     "check_json_tree",
     "find_unsafe",
