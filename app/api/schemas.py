@@ -10,7 +10,16 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from app.accounting import mechanisms as mech
 from app.accounting.filters import MAX_BUDGET_EPSILON, MIN_BUDGET_DELTA
@@ -190,7 +199,22 @@ class ReservationIn(_WithLabel):
     ttl_seconds: Annotated[int, Field(ge=1)] = 600
 
 
-Delta = Annotated[float, Field(ge=MIN_BUDGET_DELTA, lt=1, allow_inf_nan=False)]
+def _at_least_min_delta(value: float) -> float:
+    if value < MIN_BUDGET_DELTA:
+        raise PydanticCustomError(
+            "delta_too_small",
+            "delta must be >= {minimum} (the smallest delta whose conversions stay finite and "
+            "sound), got {value}",
+            {"minimum": repr(MIN_BUDGET_DELTA), "value": repr(value)},
+        )
+    return value
+
+
+Delta = Annotated[
+    float,
+    Field(gt=0, lt=1, allow_inf_nan=False, json_schema_extra={"minimum": MIN_BUDGET_DELTA}),
+    AfterValidator(_at_least_min_delta),
+]
 
 
 class BudgetIn(_Strict):

@@ -391,10 +391,11 @@ def update_dataset(
                 dataset_id=ds.id,
                 details={"changes": changed, "spent_epsilon": t.spent_epsilon},
             )
+        name = ds.name  # read before the flush: a failed flush expires the row
         try:
             s.flush()
         except IntegrityError:  # PostgreSQL: a concurrent rename took the name after our check
-            raise Conflict(f"a dataset named {ds.name!r} already exists") from None
+            raise Conflict(f"a dataset named {name!r} already exists") from None
         return dataset_json(st)
 
 
