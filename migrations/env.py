@@ -15,7 +15,9 @@ target_metadata = Base.metadata
 
 
 def _url() -> str:
-    return config.get_main_option("sqlalchemy.url") or get_settings().database_url
+    if config.file_config.has_option(config.config_ini_section, "sqlalchemy.url"):
+        return config.get_main_option("sqlalchemy.url") or get_settings().database_url
+    return get_settings().database_url
 
 
 def run_migrations_offline() -> None:

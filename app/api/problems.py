@@ -91,14 +91,16 @@ _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 def _allowed_methods(request: Request) -> list[str]:
     """Every method some route fully matches at this path (the routes of included routers are
     not listed one by one, so each method is asked for); static files: GET and HEAD."""
+    # match from the application's root (inside a mount, root_path names the mount)
+    scope = {**request.scope, "root_path": request.scope.get("app_root_path", "")}
     methods: set[str] = set()
     for route in request.app.routes:
         if isinstance(route, Mount):
-            if route.matches(request.scope)[0] is not Match.NONE:
+            if route.matches(scope)[0] is not Match.NONE:
                 methods |= {"GET", "HEAD"}
             continue
         for method in _METHODS:
-            if route.matches({**request.scope, "method": method})[0] is Match.FULL:
+            if route.matches({**scope, "method": method})[0] is Match.FULL:
                 methods.add(method)
     return [m for m in _METHODS if m in methods]
 
