@@ -149,3 +149,28 @@ def test_smaller_deltas_are_422_naming_the_minimum(
         assert changed_tables(before, watcher.take()) == []
     finally:
         watcher.close()
+
+
+@pytest.mark.parametrize("rate", [5e-324, 1e-310])
+def test_subnormal_sample_rates_are_422(client: TestClient, ds: dict, rate: float) -> None:
+    """A subnormal sample rate overflowed 1/q in the subsampled-Gaussian series: 13 s of CPU
+    per request (counted here as: refused before any curve is computed)."""
+    mech = {"mechanism": "subsampled_gaussian", "sigma": 1.0, "sample_rate": rate, "steps": 10}
+    for path, body in (
+        (f"/v1/datasets/{ds['id']}/charges", {"mechanism": mech}),
+        ("/v1/accounting/compose", {"mechanisms": [mech], "delta": 1e-6}),
+    ):
+        r = client.post(
+            path, content=json.dumps(body), headers={"content-type": "application/json"}
+        )
+        assert r.status_code == 422 and "2.2250738585072014e-308" in r.json()["detail"], r.text
+    r = client.get(
+        f"/v1/datasets/{ds['id']}/calibrate",
+        params={"mechanism": "subsampled_gaussian", "sample_rate": repr(rate), "steps": 10},
+    )
+    assert r.status_code == 422 and "sample_rate" in r.json()["detail"]
+    ok = client.get(
+        f"/v1/datasets/{ds['id']}/calibrate",
+        params={"mechanism": "subsampled_gaussian", "sample_rate": 0.01, "steps": 10},
+    )
+    assert ok.status_code in (200, 409), ok.text

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Response, status
 from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer
 from app.api.problems import PROBLEM_RESPONSES
 from app.api.safe_text import IdempotencyKey
-from app.api.schemas import ChargeIn, DatasetIn, DatasetPatch
+from app.api.schemas import ChargeIn, DatasetIn, DatasetPatch, SampleRate
 from app.db.models import MAX_BIGINT
 from app.services import calibrate as calibrate_service
 from app.services import charges, datasets, ledger
@@ -146,7 +146,7 @@ def calibrate(
     mechanism: KindQuery,
     parameter: Annotated[str | None, Query(max_length=32)] = None,
     sensitivity: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
-    sample_rate: Annotated[float | None, Query(gt=0, le=1, allow_inf_nan=False)] = None,
+    sample_rate: Annotated[SampleRate | None, Query()] = None,
     steps: Annotated[int | None, Query(ge=1)] = None,
     sigma: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
     k: Annotated[int | None, Query(ge=2)] = None,
