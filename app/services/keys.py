@@ -170,9 +170,11 @@ def _find(db: Database, key: str) -> ApiKey | None:
     """The row of ``key``: by its scrypt digest, or a legacy row by its SHA-256 lookup (verified
     with its salted hash, then upgraded to the scrypt digest: once per legacy key)."""
     digest = key_digest.digester(db).digest(key)
-    legacy = key_digest.legacy_lookup(key)
     with db.read() as s:
-        row = s.scalars(select(ApiKey).where(ApiKey.lookup.in_((digest, legacy)))).first()
+        row = s.scalars(select(ApiKey).where(ApiKey.lookup == digest)).first()
+        if row is None:  # unknown, or stored the old way: one more indexed query
+            legacy = key_digest.legacy_lookup(key)
+            row = s.scalars(select(ApiKey).where(ApiKey.lookup == legacy)).first()
     if row is None or not key_digest.is_legacy(row):
         return row
     if not key_digest.legacy_verifies(row, key):
