@@ -93,18 +93,18 @@ def _bodies(bad: str, ds_id: str) -> dict[str, tuple[str, str, dict[str, Any], s
 CASES = sorted(_bodies("x", "ds").keys())
 
 
-@pytest.mark.parametrize("bad", sorted(BAD))
 @pytest.mark.parametrize("case", CASES)
 def test_stored_strings_are_checked_before_anything_is_written(
-    client: TestClient, ds: dict, watcher: Watcher, case: str, bad: str
+    client: TestClient, ds: dict, watcher: Watcher, case: str
 ) -> None:
-    method, path, body, field = _bodies(BAD[bad], ds["id"])[case]
     before = watcher.take()
-    r = client.request(method, path, content=json.dumps(body), headers=JSON)
-    assert r.status_code == 422, r.text
-    assert r.headers["content-type"].startswith("application/problem+json")
-    detail = r.json()["detail"]
-    assert field in detail and REASON[bad] in detail, detail
+    for bad in sorted(BAD):
+        method, path, body, field = _bodies(BAD[bad], ds["id"])[case]
+        r = client.request(method, path, content=json.dumps(body), headers=JSON)
+        assert r.status_code == 422, (bad, r.text)
+        assert r.headers["content-type"].startswith("application/problem+json")
+        detail = r.json()["detail"]
+        assert field in detail and REASON[bad] in detail, detail
     assert changed_tables(before, watcher.take()) == []
 
 
@@ -167,18 +167,17 @@ def _path_cases(ds_id: str) -> list[tuple[str, str, str]]:
     ]
 
 
-@pytest.mark.parametrize("index", range(len(_path_cases("x"))))
 def test_nul_in_path_and_query_parameters_is_422(
-    client: TestClient, ds: dict, watcher: Watcher, index: int
+    client: TestClient, ds: dict, watcher: Watcher
 ) -> None:
-    method, path, param = _path_cases(ds["id"])[index]
-    body = {"mechanism": LAPLACE} if method == "POST" and "datasets" in path else None
-    if method == "PATCH":
-        body = {"description": "x"}
     before = watcher.take()
-    r = client.request(method, path, json=body)
-    assert r.status_code == 422, r.text
-    assert param in r.json()["detail"] and "NUL" in r.json()["detail"]
+    for method, path, param in _path_cases(ds["id"]):
+        body = {"mechanism": LAPLACE} if method == "POST" and "datasets" in path else None
+        if method == "PATCH":
+            body = {"description": "x"}
+        r = client.request(method, path, json=body)
+        assert r.status_code == 422, (method, path, r.text)
+        assert param in r.json()["detail"] and "NUL" in r.json()["detail"]
     assert changed_tables(before, watcher.take()) == []
 
 
