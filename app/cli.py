@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from alembic.util import CommandError
 from rich.console import Console
 from rich.table import Table
 
@@ -38,11 +39,26 @@ def migrate(
     database_url: Annotated[
         str | None, typer.Option(help="Database URL (default: PRIVACY_LEDGER_DATABASE_URL)")
     ] = None,
+    downgrade: Annotated[
+        str | None,
+        typer.Option(help="Downgrade to this revision instead (e.g. 0001, base): drops data."),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option(help="With --downgrade: go ahead even though the ledger has rows.")
+    ] = False,
 ) -> None:
-    """Bring the database schema to the latest Alembic revision."""
+    """Bring the database schema to the latest Alembic revision (or --downgrade it)."""
     url = database_url or get_settings().database_url
-    m.upgrade(url)
-    typer.echo(f"schema at head: {_redact(url)}")
+    if downgrade is None:
+        m.upgrade(url)
+        typer.echo(f"schema at head: {_redact(url)}")
+        return
+    try:
+        m.downgrade(url, downgrade, force=force)
+    except CommandError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=1) from None
+    typer.echo(f"schema at {downgrade}: {_redact(url)}")
 
 
 @cli.command()
@@ -370,7 +386,7 @@ def keys_create(
     api_key: KEY = None,
     as_json: JSON_OUT = False,
 ) -> None:
-    """Create a key; it is printed once and stored only as a salted hash."""
+    """Create a key; it is printed once and stored only as a slow salted digest."""
     if local:
         db = Database(get_settings().database_url)
         try:
@@ -401,12 +417,11 @@ def keys_list(url: URL = None, api_key: KEY = None, as_json: JSON_OUT = False) -
         typer.echo(json.dumps(items, indent=2))
         return
     table = Table(title="API keys")
-    for col in ("id", "prefix", "role", "datasets", "label", "created", "revoked"):
+    for col in ("id", "role", "datasets", "label", "created", "revoked"):
         table.add_column(col)
     for kk in items:
         table.add_row(
             kk["id"],
-            kk["prefix"] + "...",
             kk["role"],
             ",".join(kk["datasets"] or []) or "all",
             kk["label"] or "",

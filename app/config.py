@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic import Field
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIN_ADMIN_KEY_LENGTH = 32
+"""Shortest ``PRIVACY_LEDGER_ADMIN_KEY`` accepted (generated keys carry 256 random bits)."""
 
 
 class Settings(BaseSettings):
@@ -16,10 +19,20 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///./privacy_ledger.db"
     admin_key: str | None = Field(
         default=None,
-        description="If set, an admin key with exactly this value is ensured at start-up.",
+        description=(
+            "If set, an admin key with exactly this value is ensured at start-up; at least "
+            f"{MIN_ADMIN_KEY_LENGTH} characters (empty: unset)."
+        ),
     )
     auto_migrate: bool = Field(
         default=True, description="Bring the schema to head at start-up (advisory-locked on PG)."
+    )
+    metrics_key_required: bool = Field(
+        default=False,
+        description=(
+            "Require an unscoped API key (any role) for GET /metrics, which names every dataset "
+            "id; off by default so that Prometheus can scrape without one."
+        ),
     )
     max_body_bytes: int = 1_048_576
     max_metadata_bytes: int = 16_384
@@ -31,6 +44,20 @@ class Settings(BaseSettings):
     log_json: bool = True
     reservation_max_ttl_seconds: int = 7 * 24 * 3600
 
+    @field_validator("admin_key")
+    @classmethod
+    def _strong_admin_key(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        if len(value) < MIN_ADMIN_KEY_LENGTH:
+            raise ValueError(
+                f"PRIVACY_LEDGER_ADMIN_KEY must be at least {MIN_ADMIN_KEY_LENGTH} characters, "
+                f"got {len(value)}; generate one with: python -c 'import secrets; "
+                "print(secrets.token_urlsafe(32))' (or leave it unset: the server then creates "
+                "an admin key and prints it once)"
+            )
+        return value
+
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
@@ -38,4 +65,18 @@ def get_settings() -> Settings:
     return Settings()
 
 
-__all__ = ["Settings", "get_settings"]
+def settings_or_exit() -> Settings:
+    """``get_settings()`` at start-up: an invalid setting stops the process with a message
+    naming it (no traceback)."""
+    try:
+        return get_settings()
+    except ValidationError as exc:
+        lines = [
+            f"  PRIVACY_LEDGER_{'_'.join(str(p) for p in e['loc']).upper()}: "
+            f"{e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        ]
+        raise SystemExit("privacy-ledger: invalid configuration\n" + "\n".join(lines)) from None
+
+
+__all__ = ["MIN_ADMIN_KEY_LENGTH", "Settings", "get_settings", "settings_or_exit"]

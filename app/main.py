@@ -7,15 +7,17 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__, api_docs, observability
 from app.api import problems
 from app.api.routes import accounting, admin, dashboard, datasets, health, reservations, web
+from app.api.safe_text import reject_unsafe_parameters
 from app.asgi import send_problem
-from app.config import Settings, get_settings
+from app.config import Settings, get_settings, settings_or_exit
 from app.db import migrate
 from app.db.engine import Database
 from app.services import keys
@@ -54,12 +56,12 @@ class BodySizeLimit:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
-                    raise _TooLarge
+                    raise _TooLarge(self.max_bytes)
             return message
 
         try:
             await self.app(scope, limited, send)
-        except _TooLarge:
+        except _TooLarge:  # raised where no exception handler runs (e.g. before routing)
             await self._reject(send)
 
     async def _reject(self, send: Send) -> None:
@@ -72,8 +74,13 @@ class BodySizeLimit:
         )
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(HTTPException):
+    """A streamed (chunked) body passed the limit. An HTTPException, so that FastAPI's body
+    reader lets it through (it turns any other error into 400 "not valid JSON") and the
+    problem handler answers 413."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(413, f"request bodies are limited to {max_bytes} bytes")
 
 
 def _bootstrap_keys(db: Database, settings: Settings) -> None:
@@ -85,7 +92,7 @@ def _bootstrap_keys(db: Database, settings: Settings) -> None:
         banner = (
             "\n" + "=" * 72 + "\n"
             "privacy-ledger: no API key existed, so an admin key was created.\n"
-            "It is shown once and stored only as a salted hash:\n\n"
+            "It is shown once and stored only as a slow salted digest (scrypt):\n\n"
             f"    {key}\n\n"
             "Use it as 'Authorization: Bearer <key>' (or PRIVACY_LEDGER_API_KEY for the CLI).\n"
             + "=" * 72
@@ -136,6 +143,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         docs_url=None,  # /docs and /redoc come from api_docs: no CDN, they work offline
         redoc_url=None,
+        dependencies=[Depends(reject_unsafe_parameters)],
     )
     api_docs.install(app)
     app.state.settings = settings
@@ -156,6 +164,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-app = create_app()
+app = create_app(settings_or_exit())
 
 __all__ = ["app", "create_app"]

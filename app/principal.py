@@ -8,6 +8,7 @@ own behalf (CLI commands on the server, the reservation sweeper, start-up tasks)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -40,6 +41,13 @@ class Principal:
 
     def can_see(self, dataset_id: str) -> bool:
         return self.dataset_ids is None or dataset_id in self.dataset_ids
+
+    def covers(self, dataset_ids: Sequence[str] | None) -> bool:
+        """Whether a key scoped to ``dataset_ids`` (None = all) reaches nothing this principal
+        cannot see: the keys a scoped admin may mint, list and revoke."""
+        if self.dataset_ids is None:
+            return True
+        return dataset_ids is not None and set(dataset_ids) <= set(self.dataset_ids)
 
 
 @dataclass(frozen=True)

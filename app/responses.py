@@ -179,10 +179,10 @@ class ReservationAnswer(Reservation):
 
 
 class Key(_Answer):
-    """An API key as listed: never the secret."""
+    """An API key as listed: never the secret, nor any part of it (``id`` is not derived from
+    the key)."""
 
     id: str
-    prefix: str
     role: str
     datasets: list[str] | None
     label: str | None

@@ -35,7 +35,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-ADMIN_KEY = "bench-admin-key-0123456789"
+ADMIN_KEY = "bench-admin-key-0123456789-abcdefghijklmnop"
 CONNECTIONS = 16
 # like the baseline (uvicorn --no-access-log), no access line per request: the comparison is
 # of the request path itself

@@ -1,19 +1,28 @@
-"""Alembic environment: runs against ``sqlalchemy.url`` or a connection passed in attributes."""
+"""Alembic environment: runs against a connection passed in attributes, ``sqlalchemy.url``, or
+(plain ``alembic`` from the repository root, configured by ``[tool.alembic]`` in pyproject.toml)
+``PRIVACY_LEDGER_DATABASE_URL``. ``-x force=true`` lets a downgrade drop a populated ledger."""
 
 from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import create_engine, pool
 
+from app.config import get_settings
 from app.db.models import Base
 
 config = context.config
 target_metadata = Base.metadata
 
 
+def _url() -> str:
+    if config.file_config.has_option(config.config_ini_section, "sqlalchemy.url"):
+        return config.get_main_option("sqlalchemy.url") or get_settings().database_url
+    return get_settings().database_url
+
+
 def run_migrations_offline() -> None:
     context.configure(
-        url=config.get_main_option("sqlalchemy.url"),
+        url=_url(),
         target_metadata=target_metadata,
         literal_binds=True,
         render_as_batch=True,
@@ -29,9 +38,7 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    url = config.get_main_option("sqlalchemy.url")
-    assert url is not None
-    engine = create_engine(url, poolclass=pool.NullPool)
+    engine = create_engine(_url(), poolclass=pool.NullPool)
     with engine.connect() as conn:
         context.configure(
             connection=conn,

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import mpmath
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
@@ -24,7 +25,7 @@ from app.db import migrate
 from app.main import create_app
 
 PG_URL = os.environ.get("PRIVACY_LEDGER_TEST_POSTGRES_URL")
-ADMIN_KEY = "test-admin-key-0123456789"
+ADMIN_KEY = "test-admin-key-0123456789-abcdefghijklmnop"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 BACKENDS = ["sqlite", "postgres"]
 
@@ -59,6 +60,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     out = os.environ.get("PRIVACY_LEDGER_PG_REPORT")
     if out:
         Path(out).write_text(str(_pg_passed))
+
+
+@pytest.fixture(autouse=True)
+def _mpmath_precision_is_restored() -> Iterator[None]:
+    """A test that changes mpmath's global working precision must not change the next test's."""
+    dps = mpmath.mp.dps
+    yield
+    mpmath.mp.dps = dps
 
 
 @pytest.fixture(scope="session")

@@ -187,7 +187,7 @@ def rdp_delta_classic(rdp: Vector, epsilon: float, orders: Vector = ORDERS) -> t
     """(delta, order) with delta = min_j exp((alpha_j - 1)(r_j - eps)) [M17 Prop 3]."""
     r, a = _check_curve(rdp, orders)
     epsilon = check_epsilon(epsilon)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # -inf for a huge epsilon: delta 0
         log_d = (a - 1.0) * (r - epsilon)
     log_d = np.where(np.isnan(log_d), np.inf, log_d)
     j = int(np.argmin(log_d))

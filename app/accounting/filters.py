@@ -68,6 +68,14 @@ class FilterKind(StrEnum):
 MAX_BUDGET_EPSILON = 1e6
 """Largest budget epsilon accepted (far beyond any meaningful guarantee; keeps numbers finite)."""
 
+MIN_BUDGET_DELTA = 2.0**-1022
+"""Smallest budget delta accepted: the smallest normal float (``sys.float_info.min``). Below
+2**-1024, ``1 / delta`` overflows and the Bun-Steinke, classic RDP and exact Gaussian conversions
+become infinite (every Gaussian charge would fail); between the two, delta is subnormal, has
+fewer than 53 significant bits, and the ulp margins by which conversions round up stop being
+relative. Every filter kind and mechanism is checked at this value (tests/unit/test_min_delta.py).
+"""
+
 RHO_FILTERS = frozenset({FilterKind.GDP, FilterKind.ZCDP_FILTER, FilterKind.ZCDP})
 
 
@@ -98,7 +106,13 @@ class Budget:
                 f"budget epsilon must be in (0, {MAX_BUDGET_EPSILON:g}], got {self.epsilon!r}"
             )
         object.__setattr__(self, "epsilon", eps)
-        object.__setattr__(self, "delta", conv.check_delta(self.delta))
+        delta = conv.check_delta(self.delta)
+        if delta < MIN_BUDGET_DELTA:
+            raise ValueError(
+                f"budget delta must be >= {MIN_BUDGET_DELTA!r} (the smallest delta whose "
+                f"conversions stay finite and sound), got {self.delta!r}"
+            )
+        object.__setattr__(self, "delta", delta)
 
 
 @dataclass(frozen=True)
@@ -544,6 +558,7 @@ __all__ = [
     "ENTRY_DELTAS_EXCEED",
     "MAX_BUDGET_EPSILON",
     "REFUSES_ENTRY_DELTA",
+    "MIN_BUDGET_DELTA",
     "RHO_FILTERS",
     "Budget",
     "DryRun",

@@ -12,11 +12,13 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 
 from app.config import Settings
 from app.db.engine import Database
-from app.errors import Unauthorized
+from app.errors import Forbidden, Unauthorized
 from app.principal import Credentials, Role
+from app.services.auth import authenticated
 
 bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`")
 
@@ -49,6 +51,21 @@ Viewer = Annotated[Credentials, Depends(_needs(Role.VIEWER))]
 Pipeline = Annotated[Credentials, Depends(_needs(Role.PIPELINE))]
 Admin = Annotated[Credentials, Depends(_needs(Role.ADMIN))]
 
+
+def metrics_access(request: Request, settings: SettingsDep, db: DbDep) -> None:
+    """``/metrics`` is open unless ``PRIVACY_LEDGER_METRICS_KEY_REQUIRED``; then it needs an
+    unscoped key of any role (the metrics name every dataset id). The header is read here,
+    not declared, so that the OpenAPI document shows the default (open) endpoint."""
+    if not settings.metrics_key_required:
+        return
+    scheme, key = get_authorization_scheme_param(request.headers.get("Authorization"))
+    principal = authenticated(
+        db, Credentials(key if scheme.lower() == "bearer" else None, Role.VIEWER)
+    )
+    if principal.dataset_ids is not None:
+        raise Forbidden("/metrics covers every dataset: it needs an unscoped key")
+
+
 __all__ = [
     "Admin",
     "BearerDep",
@@ -59,4 +76,5 @@ __all__ = [
     "bearer",
     "get_db",
     "get_settings_dep",
+    "metrics_access",
 ]

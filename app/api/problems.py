@@ -12,14 +12,18 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
+from starlette.routing import Match, Mount
 
 from app import errors
+from app.api.safe_text import scrub
 from app.errors import ProblemError, problem_body
 
 log = logging.getLogger("privacy_ledger.errors")
 
 PROBLEM_JSON = "application/problem+json"
+
+
+_SLUGS = {413: "payload-too-large"}  # as the body-size middleware and PayloadTooLarge say
 
 
 class Problem(BaseModel):
@@ -76,8 +80,10 @@ def responses(*statuses: int, budget: bool = False) -> dict[int | str, dict[str,
 
 
 def problem_response(body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
+    """The problem as a response; strings echoed from the request (a field name in ``loc``, an
+    unknown id) are scrubbed of lone surrogates so that the answer always renders."""
     return JSONResponse(
-        body, status_code=int(body["status"]), media_type=PROBLEM_JSON, headers=headers
+        scrub(body), status_code=int(body["status"]), media_type=PROBLEM_JSON, headers=headers
     )
 
 
@@ -89,14 +95,24 @@ def _clean_errors(errs: Any) -> list[dict[str, Any]]:
     return out
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
 def _allowed_methods(request: Request) -> list[str]:
-    """Every method of every route matching the path (Starlette lists only the first route's)."""
+    """Every method some route fully matches at this path (the routes of included routers are
+    not listed one by one, so each method is asked for); static files: GET and HEAD."""
+    # match from the application's root (inside a mount, root_path names the mount)
+    scope = {**request.scope, "root_path": request.scope.get("app_root_path", "")}
     methods: set[str] = set()
     for route in request.app.routes:
-        match, _ = route.matches({**request.scope, "method": "GET"})
-        if match is not Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
-    return sorted(methods)
+        if isinstance(route, Mount):
+            if route.matches(scope)[0] is not Match.NONE:
+                methods |= {"GET", "HEAD"}
+            continue
+        for method in _METHODS:
+            if route.matches({**scope, "method": method})[0] is Match.FULL:
+                methods.add(method)
+    return [m for m in _METHODS if m in methods]
 
 
 def install(app: FastAPI) -> None:
@@ -128,7 +144,9 @@ def install(app: FastAPI) -> None:
         headers = dict(exc.headers) if exc.headers else {}
         if status == 405:
             headers["Allow"] = ", ".join(_allowed_methods(request))
-        return problem_response(problem_body(status, detail), headers or None)
+        return problem_response(
+            problem_body(status, detail, slug=_SLUGS.get(status)), headers or None
+        )
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(InterfaceError)

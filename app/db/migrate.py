@@ -1,11 +1,20 @@
-"""Bring the schema to Alembic head (``python -m app.cli migrate`` and app start-up)."""
+"""Bring the schema to Alembic head (``python -m app.cli migrate`` and app start-up), and the
+guard that keeps a downgrade from dropping a populated ledger.
+
+A downgrade below head drops what the newer schema holds (the first revision's downgrade drops
+the ledger itself), so every revision's ``downgrade()`` first calls
+:func:`refuse_populated_downgrade`: while ``ledger_entry`` has rows it refuses, unless forced
+with ``alembic -x force=true downgrade <rev>``, ``privacy-ledger migrate --downgrade <rev>
+--force`` or ``downgrade(url, rev, force=True)``.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from alembic import command
+from alembic import command, context, op
 from alembic.config import Config
+from alembic.util import CommandError
 from sqlalchemy import create_engine, inspect, text
 
 _APP_DIR = Path(__file__).resolve().parent.parent
@@ -53,9 +62,34 @@ def upgrade(url: str, revision: str = "head") -> None:
         engine.dispose()
 
 
-def downgrade(url: str, revision: str = "base") -> None:
-    """Downgrade the database at ``url`` (used by the reversibility test)."""
-    command.downgrade(alembic_config(url), revision)
+def downgrade(url: str, revision: str = "base", *, force: bool = False) -> None:
+    """Downgrade the database at ``url`` to ``revision``; refused (``CommandError``) while the
+    ledger has rows unless ``force``."""
+    cfg = alembic_config(url)
+    cfg.attributes["force"] = force
+    command.downgrade(cfg, revision)
+
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+def refuse_populated_downgrade() -> None:
+    """Called first by every migration's ``downgrade()``: ``CommandError`` while the ledger has
+    rows, unless forced (``-x force=true`` or ``Config.attributes["force"]``). Offline (``--sql``)
+    runs only print SQL and are not checked."""
+    if context.is_offline_mode():
+        return
+    x_force = context.get_x_argument(as_dictionary=True).get("force", "")
+    if context.config.attributes.get("force") is True or x_force.lower() in _TRUE:
+        return
+    rows = op.get_bind().execute(text("SELECT count(*) FROM ledger_entry")).scalar_one()
+    if rows:
+        raise CommandError(
+            f"refusing to downgrade: the ledger has {rows} entries and a downgrade below head "
+            "drops data; back the database up, then force it with "
+            "'alembic -x force=true downgrade <revision>' or "
+            "'privacy-ledger migrate --downgrade <revision> --force'"
+        )
 
 
 def is_at_head(url: str) -> bool:
@@ -68,4 +102,11 @@ def is_at_head(url: str) -> bool:
         engine.dispose()
 
 
-__all__ = ["alembic_config", "downgrade", "is_at_head", "migrations_dir", "upgrade"]
+__all__ = [
+    "alembic_config",
+    "downgrade",
+    "is_at_head",
+    "migrations_dir",
+    "refuse_populated_downgrade",
+    "upgrade",
+]

@@ -42,6 +42,8 @@ NAMING_CONVENTION = {
 
 # BIGINT autoincrement on PostgreSQL, INTEGER PRIMARY KEY (rowid) on SQLite
 BigId = BigInteger().with_variant(Integer(), "sqlite")
+MAX_BIGINT = 2**63 - 1
+"""Largest id, cursor position or offset both databases can compare against (signed 64 bit)."""
 
 
 class ReservationStatus(StrEnum):
@@ -83,15 +85,16 @@ class Base(DeclarativeBase):
 
 
 class ApiKey(Base):
-    """An API key: shown once, stored as a salted SHA-256 hash; found by a public lookup digest."""
+    """An API key: shown once, stored only as its slow salted lookup digest
+    (``app.services.key_digest``). ``salt`` and ``key_hash`` belong to rows written before that
+    scheme, until their first use rewrites them."""
 
     __tablename__ = "api_key"
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     lookup: Mapped[str] = mapped_column(String(64), unique=True)
-    salt: Mapped[str] = mapped_column(String(64))
-    key_hash: Mapped[str] = mapped_column(String(128))
-    prefix: Mapped[str] = mapped_column(String(32))
+    salt: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    key_hash: Mapped[str | None] = mapped_column(String(128), nullable=True)
     role: Mapped[Role] = mapped_column(_stored(Role, 16))
     dataset_ids: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     label: Mapped[str | None] = mapped_column(String(200), nullable=True)
@@ -284,6 +287,7 @@ class AppSetting(Base):
 
 
 __all__ = [
+    "MAX_BIGINT",
     "ApiKey",
     "AppSetting",
     "AuditEvent",

@@ -5,14 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from app import responses as r
 from app.db.engine import Database
-from app.db.models import AuditEvent, utcnow
+from app.db.models import ApiKey, AuditEvent, utcnow
 from app.principal import Caller, Principal
-from app.services.auth import authenticate
+from app.services.auth import authenticated
 
 
 def record(
@@ -60,7 +60,9 @@ def list_events(
     limit: int = 100,
     before_id: int | None = None,
 ) -> r.AuditPage:
-    """Audit events, newest first."""
+    """Audit events, newest first. A scoped caller sees the events of its datasets and of the
+    keys it covers (``Principal.covers``), nothing else."""
+    principal = authenticated(db, caller)
     q = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit)
     if dataset_id is not None:
         q = q.where(AuditEvent.dataset_id == dataset_id)
@@ -73,7 +75,15 @@ def list_events(
     if before_id is not None:
         q = q.where(AuditEvent.id < before_id)
     with db.read() as s:
-        authenticate(s, caller)
+        if principal.dataset_ids is not None:
+            keys = s.execute(select(ApiKey.id, ApiKey.dataset_ids)).all()
+            own_keys = [k for k, scope in keys if principal.covers(scope)]
+            q = q.where(
+                or_(
+                    AuditEvent.dataset_id.in_(principal.dataset_ids),
+                    AuditEvent.target_id.in_(own_keys),
+                )
+            )
         return r.AuditPage(events=[event_answer(e) for e in s.scalars(q)])
 
 

@@ -1,35 +1,44 @@
-"""Authentication: the principal behind a presented API key, checked inside the transaction of
-the work it guards (one worker thread and one transaction per request).
+"""Authentication: the principal behind a presented API key, checked in the worker thread of the
+work it guards (one thread hop per request), before that work opens its transaction.
 
-Keys are found by ``lookup`` = SHA-256 of the key and verified against ``key_hash`` =
-SHA-256(salt || key) with ``hmac.compare_digest`` (see ``keys`` for how they are made).
+Keys are found by their slow salted lookup digest (``key_digest``: one scrypt per key and
+process, then a dictionary lookup and one indexed query). A row stored the old way (unsalted
+SHA-256 lookup) is verified with its salted hash and rewritten to the scrypt digest on its first
+successful use, in a short write transaction of its own.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-
-from sqlalchemy import bindparam, select
-from sqlalchemy.orm import Session
+from sqlalchemy import select
 
 from app.db.engine import Database
 from app.db.models import ApiKey
 from app.errors import Forbidden, Unauthorized
 from app.principal import Caller, Principal, Role
+from app.services import key_digest
 
 _K = ApiKey.__table__.c
-_BY_LOOKUP = select(_K.id, _K.salt, _K.key_hash, _K.role, _K.dataset_ids, _K.revoked_at).where(
-    _K.lookup == bindparam("lookup")
-)
 
 
-def lookup_digest(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def key_digest(salt: str, key: str) -> str:
-    return hashlib.sha256((salt + key).encode()).hexdigest()
+def find_key(db: Database, key: str) -> ApiKey | None:
+    """The row of ``key``: by its scrypt digest, or a legacy row by its SHA-256 lookup (verified
+    with its salted hash, then upgraded to the scrypt digest: once per legacy key)."""
+    digest = key_digest.digester(db).digest(key)
+    with db.read() as s:
+        row = s.scalars(select(ApiKey).where(_K.lookup == digest)).first()
+        if row is None:  # unknown, or stored the old way: one more indexed query
+            legacy = key_digest.legacy_lookup(key)
+            row = s.scalars(select(ApiKey).where(_K.lookup == legacy)).first()
+    if row is None or not key_digest.is_legacy(row):
+        return row
+    if not key_digest.legacy_verifies(row, key):
+        return None
+    with db.write() as s:
+        stored = s.get(ApiKey, row.id)
+        if stored is not None and key_digest.is_legacy(stored):
+            stored.lookup, stored.salt, stored.key_hash = digest, None, None
+    row.lookup, row.salt, row.key_hash = digest, None, None
+    return row
 
 
 def require_role(principal: Principal, role: Role) -> None:
@@ -41,25 +50,18 @@ def require_role(principal: Principal, role: Role) -> None:
 
 
 def authenticated(db: Database, caller: Caller) -> Principal:
-    """``authenticate`` in a read transaction of its own (for work that runs in a group
-    transaction, where another thread holds the lock)."""
-    if isinstance(caller, Principal):
-        return caller
-    with db.read() as s:
-        return authenticate(s, caller)
-
-
-def authenticate(session: Session, caller: Caller) -> Principal:
-    """The principal for the caller's key (401 unknown or revoked, 403 role too low).
+    """The principal for the caller's key (401 missing, unknown or revoked; 403 role too low).
 
     A ``Principal`` (the service itself, a CLI command on the server) is trusted as given.
+    Call it before opening the transaction of the work it guards (it may write once, to
+    upgrade a legacy key row).
     """
     if isinstance(caller, Principal):
         return caller
     if not caller.token:
         raise Unauthorized("an API key is required: send 'Authorization: Bearer <key>'")
-    row = session.connection().execute(_BY_LOOKUP, {"lookup": lookup_digest(caller.token)}).first()
-    if row is None or not hmac.compare_digest(row.key_hash, key_digest(row.salt, caller.token)):
+    row = find_key(db, caller.token)
+    if row is None:
         raise Unauthorized("unknown API key")
     if row.revoked_at is not None:
         raise Unauthorized("this API key has been revoked")
@@ -69,4 +71,4 @@ def authenticate(session: Session, caller: Caller) -> Principal:
     return principal
 
 
-__all__ = ["authenticate", "authenticated", "key_digest", "lookup_digest", "require_role"]
+__all__ = ["authenticated", "find_key", "require_role"]

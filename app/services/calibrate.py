@@ -10,7 +10,7 @@ from app.db.engine import Database
 from app.errors import BudgetExceeded, Unprocessable
 from app.principal import Caller
 from app.services import answers, state
-from app.services.auth import authenticate
+from app.services.auth import authenticated
 
 _FIELDS = {
     "gaussian": {"sensitivity", "count"},
@@ -50,8 +50,9 @@ def calibrate_next(
         if float(s) != int(s):
             raise Unprocessable(f"discrete_laplace sensitivity must be an integer, got {s}")
         fixed["sensitivity"] = int(s)
+    principal = authenticated(db, caller)
     with db.read() as s:
-        st = state.load(s, ref, authenticate(s, caller))
+        st = state.load(s, ref, principal)
     if st.allowed_mechanisms is not None and kind not in st.allowed_mechanisms:
         raise Unprocessable(f"mechanism {kind!r} is not allowed on dataset {st.name!r}")
     held = st.held_curve

@@ -13,7 +13,7 @@ from app.db.engine import Database
 from app.errors import Unprocessable
 from app.principal import Caller
 from app.services.answers import finite_or_none
-from app.services.auth import authenticate
+from app.services.auth import authenticated
 
 
 def compose(
@@ -25,8 +25,7 @@ def compose(
     conversions, the pure-DP sum and (Gaussian-only) the exact conversion; ``zcdp``: the zCDP
     conversions and, Gaussian-only, the exact one. ``conversions`` lists every candidate.
     """
-    with db.read() as s:
-        authenticate(s, caller)
+    authenticated(db, caller)
     try:
         total = PrivacyCurve.zero()
         for m in mechanisms:

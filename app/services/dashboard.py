@@ -18,7 +18,7 @@ from app.db.models import LedgerEntry
 from app.principal import Caller
 from app.services import answers, state
 from app.services.answers import finite_or_none
-from app.services.auth import authenticate
+from app.services.auth import authenticated
 
 MAX_SERIES_POINTS = 5000
 TRADEOFF_DELTAS = tuple(float(10.0**-k) for k in np.arange(15.0, 0.75, -0.5))
@@ -36,8 +36,9 @@ def sample_seqs(n: int, points: int) -> list[int]:
 
 def series(db: Database, caller: Caller, ref: str, points: int) -> r.Series:
     """Spend after each ledger entry (downsampled to ``points``), with the budget."""
+    principal = authenticated(db, caller)
     with db.read() as s:
-        st = state.load(s, ref, authenticate(s, caller))
+        st = state.load(s, ref, principal)
         n = st.entry_count
         seqs = sample_seqs(n, points)
         rows = (
@@ -70,8 +71,9 @@ def series(db: Database, caller: Caller, ref: str, points: int) -> r.Series:
 
 def curves(db: Database, caller: Caller, ref: str) -> r.Curves:
     """The composed RDP curve against the budget's, and the (epsilon, delta) trade-off."""
+    principal = authenticated(db, caller)
     with db.read() as s:
-        st = state.load(s, ref, authenticate(s, caller))
+        st = state.load(s, ref, principal)
     f, curve = st.filter, st.committed
     at_budget = f.spend(curve)
     limit = f.budget_curve()

@@ -19,10 +19,10 @@ from app.accounting.mechanisms import MECHANISMS
 from app.db.codec import curve_columns
 from app.db.engine import Database
 from app.db.models import Dataset, DatasetTotal, Reservation, utcnow
-from app.errors import Conflict, Unprocessable
+from app.errors import Conflict, Forbidden, Unprocessable
 from app.principal import Caller
 from app.services import admission, answers, audit, state
-from app.services.auth import authenticate
+from app.services.auth import authenticated
 
 
 def _filter(accounting: str, adaptive: bool, allowed: list[str] | None, budget: Budget) -> Filter:
@@ -59,7 +59,13 @@ def create_dataset(
     allowed_mechanisms: list[str] | None = None,
     description: str | None = None,
 ) -> r.Dataset:
-    """Create a dataset with an empty ledger; its filter is fixed here (audited)."""
+    """Create a dataset with an empty ledger; its filter is fixed here (audited). A key scoped
+    to datasets cannot create one (403): it could neither see it nor be given it."""
+    actor = authenticated(db, caller)
+    if actor.dataset_ids is not None:
+        raise Forbidden(
+            "a key scoped to datasets cannot create datasets; use an unscoped admin key"
+        )
     budget = _budget(budget_epsilon, budget_delta)
     if allowed_mechanisms is not None:
         allowed_mechanisms = sorted(set(allowed_mechanisms))
@@ -96,7 +102,6 @@ def create_dataset(
     )
     try:
         with db.write() as s:
-            actor = authenticate(s, caller)
             if s.scalars(select(Dataset.id).where(Dataset.name == name)).first() is not None:
                 raise Conflict(f"a dataset named {name!r} already exists")
             s.add(ds)
@@ -126,8 +131,8 @@ def list_datasets(
     db: Database, caller: Caller, limit: int = 1000, offset: int = 0
 ) -> r.DatasetList:
     """Datasets visible to the caller with their spend, by name."""
+    principal = authenticated(db, caller)
     with db.read() as s:
-        principal = authenticate(s, caller)
         q = state.columns()
         if principal.dataset_ids is not None:
             q = q.where(Dataset.id.in_(principal.dataset_ids))
@@ -139,14 +144,16 @@ def list_datasets(
 
 def get_dataset(db: Database, caller: Caller, ref: str) -> r.Dataset:
     """One dataset with its current spend."""
+    principal = authenticated(db, caller)
     with db.read() as s:
-        return answers.dataset(state.load(s, ref, authenticate(s, caller)))
+        return answers.dataset(state.load(s, ref, principal))
 
 
 def budget_view(db: Database, caller: Caller, ref: str) -> r.BudgetView:
     """``GET /budget``: budget, spent, remaining, exhausted, entries (O(1) in ledger length)."""
+    principal = authenticated(db, caller)
     with db.read() as s:
-        return answers.budget_view(state.load(s, ref, authenticate(s, caller)))
+        return answers.budget_view(state.load(s, ref, principal))
 
 
 def spend_query(
@@ -155,8 +162,9 @@ def spend_query(
     """epsilon at another delta, or delta at an epsilon, under the dataset's filter."""
     if (delta is None) == (epsilon is None):
         raise Unprocessable("give exactly one of the query parameters 'delta' or 'epsilon'")
+    principal = authenticated(db, caller)
     with db.read() as s:
-        st = state.load(s, ref, authenticate(s, caller))
+        st = state.load(s, ref, principal)
     f = st.filter
     try:
         if delta is not None and delta == st.budget.delta:
@@ -210,8 +218,8 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
     while a reservation exists) is refused with 409: it would rewrite history. Lowering the
     budget below the current spend is allowed and leaves the dataset exhausted.
     """
+    actor = authenticated(db, caller)
     with db.write() as s:
-        actor = authenticate(s, caller)
         with admission.locked(s, ref, actor) as st:
             ds = s.get(Dataset, st.id)
             assert ds is not None
@@ -234,6 +242,10 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
                 if clash is not None:
                     raise Conflict(f"a dataset named {changes['name']!r} already exists")
                 ds.name = changes["name"]
+                try:
+                    s.flush()
+                except IntegrityError:  # PostgreSQL: a concurrent rename took it after our check
+                    raise Conflict(f"a dataset named {changes['name']!r} already exists") from None
             if "description" in changes:
                 ds.description = changes["description"]
             budget_in = changes.get("budget") or {}

@@ -1,8 +1,10 @@
 """Idempotency-Key: a retried request with the same key answers what the first one answered.
 
-Records are per dataset and per operation (``charge`` or ``reservation``), written in the same
-transaction as the work they describe, so a retry after a crash either finds the answer or
-finds nothing was done. The same key with a different body is refused (422).
+A key names one request on one dataset, whatever the operation (``scope``: ``charge`` or
+``reservation``): reusing it for another body, or for a reservation after a charge, is 422.
+Records are written in the transaction that holds the dataset's lock, with the work they
+describe, so concurrent retries wait for the first and replay it, and a retry after a crash
+either finds the answer or finds that nothing was done.
 """
 
 from __future__ import annotations
@@ -33,15 +35,13 @@ def replay(
     """The first answer given to ``key`` (None if there was none); raises the stored problem
     when the first request was refused, 422 when the body differs."""
     rec = session.scalars(
-        select(IdempotencyRecord).where(
-            _T.dataset_id == dataset_id, _T.key == key, _T.scope == scope
-        )
+        select(IdempotencyRecord).where(_T.dataset_id == dataset_id, _T.key == key)
     ).first()
     if rec is None:
         return None
-    if rec.request_hash != req_hash:
+    if rec.scope != scope or rec.request_hash != req_hash:
         raise Unprocessable(
-            "this Idempotency-Key was already used with a different request body",
+            f"this Idempotency-Key was already used with a different request ({rec.scope})",
             idempotency_key=key,
         )
     if rec.status_code >= 400:

@@ -1,15 +1,14 @@
-"""API keys: creation (shown once), salted-hash storage, constant-time lookup, revocation.
+"""API keys: creation (shown once), digest-only storage, scopes, revocation.
 
-A key looks like ``pl_<role initial>_<43 url-safe chars>`` (256 random bits). The table stores
-``lookup`` = SHA-256 of the key (a public index: it reveals nothing usable, the key has 256
-bits of entropy), and ``key_hash`` = SHA-256(salt || key) with a per-key random salt, compared
-with ``hmac.compare_digest``. Any string works as a key (``PRIVACY_LEDGER_ADMIN_KEY`` is
-whatever the operator chose), so lookup does not depend on the key's format.
+A generated key looks like ``pl_<role initial>_<43 url-safe chars>`` (256 random bits); any
+string of at least 32 characters works as ``PRIVACY_LEDGER_ADMIN_KEY``, so lookup does not
+depend on the key's format. The table stores only the key's slow salted digest
+(``app.services.key_digest``) and a fixed, non-secret id (``key_...``): nothing of the key
+itself, not even a prefix. Finding a key: ``app.services.auth``.
 """
 
 from __future__ import annotations
 
-import hmac
 import secrets
 
 from sqlalchemy import select
@@ -21,8 +20,8 @@ from app.db.engine import Database
 from app.db.models import ApiKey, AppSetting, Dataset, utcnow
 from app.errors import Forbidden, NotFound, Unprocessable
 from app.principal import SYSTEM, Caller, Role
-from app.services import audit
-from app.services.auth import authenticate, key_digest, lookup_digest
+from app.services import audit, key_digest
+from app.services.auth import authenticated, find_key
 
 _K = ApiKey.__table__.c
 
@@ -32,10 +31,9 @@ def _new_key(role: Role) -> str:
 
 
 def key_answer(k: ApiKey) -> r.Key:
-    """A key as listed (never the secret)."""
+    """A key as listed (never the secret, nor any part of it)."""
     return r.Key(
         id=k.id,
-        prefix=k.prefix,
         role=k.role.value,
         datasets=k.dataset_ids,
         label=k.label,
@@ -48,19 +46,15 @@ def key_answer(k: ApiKey) -> r.Key:
 
 def _insert_key(
     session: Session,
-    key: str,
+    digest: str,
     role: Role,
     dataset_ids: list[str] | None,
     label: str | None,
     created_by: str | None,
 ) -> ApiKey:
-    salt = secrets.token_hex(16)
     row = ApiKey(
         id="key_" + secrets.token_hex(8),
-        lookup=lookup_digest(key),
-        salt=salt,
-        key_hash=key_digest(salt, key),
-        prefix=key[:8],
+        lookup=digest,
         role=role,
         dataset_ids=dataset_ids,
         label=label,
@@ -79,17 +73,30 @@ def create_key(
     dataset_ids: list[str] | None = None,
     label: str | None = None,
 ) -> r.KeyCreated:
-    """Create a key; the answer is the only time the secret is shown."""
+    """Create a key; the answer is the only time the secret is shown.
+
+    A key mints keys only within its own role and scope: a scoped key must give ``datasets``,
+    all of them within its own (ids it cannot see are unknown to it, as they would be
+    anywhere else: 422), and can never mint an unscoped key (403).
+    """
+    actor = authenticated(db, caller)
+    if role.rank > actor.role.rank:
+        raise Forbidden(f"a {actor.role.value!r} key cannot create a {role.value!r} key")
+    if actor.dataset_ids is not None and dataset_ids is None:
+        raise Forbidden(
+            "a key scoped to datasets can only create keys scoped to some of them: give "
+            "'datasets' (a subset of this key's datasets)"
+        )
     key = _new_key(role)
+    digest = key_digest.digester(db).digest(key)
     with db.write() as s:
-        actor = authenticate(s, caller)
         if dataset_ids is not None:
             dataset_ids = list(dict.fromkeys(dataset_ids))
             found = set(s.scalars(select(Dataset.id).where(Dataset.id.in_(dataset_ids))))
-            missing = [d for d in dataset_ids if d not in found]
+            missing = [d for d in dataset_ids if d not in found or not actor.can_see(d)]
             if missing:
                 raise Unprocessable(f"unknown dataset ids: {missing}", unknown=missing)
-        row = _insert_key(s, key, role, dataset_ids, label, actor.key_id)
+        row = _insert_key(s, digest, role, dataset_ids, label, actor.key_id)
         audit.record(
             s,
             actor,
@@ -101,29 +108,32 @@ def create_key(
 
 
 def list_keys(db: Database, caller: Caller) -> r.KeyList:
-    """Every key, newest first, without secrets."""
+    """The keys the caller covers (a scoped admin: the keys within its scope), newest first,
+    without secrets."""
+    principal = authenticated(db, caller)
     with db.read() as s:
-        authenticate(s, caller)
-        rows = s.scalars(select(ApiKey).order_by(ApiKey.created_at.desc()))
-        return r.KeyList(keys=[key_answer(k) for k in rows])
+        rows = s.scalars(select(ApiKey).order_by(_K.created_at.desc()))
+        return r.KeyList(keys=[key_answer(k) for k in rows if principal.covers(k.dataset_ids)])
 
 
 def revoke_key(db: Database, caller: Caller, key_id: str) -> r.Key:
-    """Revoke a key (idempotent). The last active admin key cannot be revoked."""
+    """Revoke a key (idempotent). A key outside the actor's scope is not found (404), as in
+    the listing. The last active unscoped admin key cannot be revoked (403): without it no
+    one could create datasets or manage every key."""
+    actor = authenticated(db, caller)
     with db.write() as s:
-        actor = authenticate(s, caller)
         row = s.get(ApiKey, key_id)
-        if row is None:
+        if row is None or not actor.covers(row.dataset_ids):
             raise NotFound(f"no key {key_id!r}")
         if row.revoked_at is None:
-            if row.role is Role.ADMIN:
+            if row.role is Role.ADMIN and row.dataset_ids is None:
                 others = s.scalars(
-                    select(ApiKey.id).where(
+                    select(_K.dataset_ids).where(
                         _K.role == Role.ADMIN, _K.revoked_at.is_(None), _K.id != row.id
                     )
-                ).first()
-                if others is None:
-                    raise Forbidden("refusing to revoke the last active admin key")
+                ).all()
+                if all(scope is not None for scope in others):
+                    raise Forbidden("refusing to revoke the last active unscoped admin key")
             row.revoked_at = utcnow()
             audit.record(
                 s, actor, "key.revoked", target_id=row.id, details={"role": row.role.value}
@@ -132,39 +142,42 @@ def revoke_key(db: Database, caller: Caller, key_id: str) -> r.Key:
 
 
 def ensure_admin_key(db: Database, key: str) -> str:
-    """Make sure an active admin key with exactly this value exists (for automation).
+    """Make sure an active unscoped admin key with exactly this value exists (for automation).
 
     Several workers or replicas start at once: when another one inserts the key first, the
     unique index refuses our insert and we read theirs."""
-    try:
-        return _ensure_admin_key(db, key)
-    except IntegrityError:
-        return _ensure_admin_key(db, key)
-
-
-def _ensure_admin_key(db: Database, key: str) -> str:
-    with db.write() as s:
-        row = s.scalars(select(ApiKey).where(_K.lookup == lookup_digest(key))).first()
-        if row is not None and hmac.compare_digest(row.key_hash, key_digest(row.salt, key)):
-            if row.revoked_at is None and row.role is Role.ADMIN:
-                return row.id
-            raise Forbidden(
-                "PRIVACY_LEDGER_ADMIN_KEY matches a revoked or non-admin key; choose another value"
-            )
-        row = _insert_key(s, key, Role.ADMIN, None, "bootstrap (PRIVACY_LEDGER_ADMIN_KEY)", None)
-        audit.record(
-            s,
-            SYSTEM,
-            "key.created",
-            target_id=row.id,
-            details={"role": "admin", "bootstrap": "env"},
+    row = find_key(db, key)
+    if row is not None:
+        if row.revoked_at is None and row.role is Role.ADMIN and row.dataset_ids is None:
+            return row.id
+        raise Forbidden(
+            "PRIVACY_LEDGER_ADMIN_KEY matches a revoked, scoped or non-admin key; choose another "
+            "value"
         )
-        return row.id
+    digest = key_digest.digester(db).digest(key)
+    try:
+        with db.write() as s:
+            row = _insert_key(
+                s, digest, Role.ADMIN, None, "bootstrap (PRIVACY_LEDGER_ADMIN_KEY)", None
+            )
+            audit.record(
+                s,
+                SYSTEM,
+                "key.created",
+                target_id=row.id,
+                details={"role": "admin", "bootstrap": "env"},
+            )
+            return row.id
+    except IntegrityError:  # another replica inserted it first
+        found = find_key(db, key)
+        assert found is not None
+        return found.id
 
 
 def bootstrap_first_key(db: Database) -> str | None:
     """On an installation without any key, create one admin key and return it (once, ever)."""
     key = _new_key(Role.ADMIN)
+    digest = key_digest.digester(db).digest(key)
     try:
         with db.write() as s:
             if s.get(AppSetting, "bootstrap_admin") is not None:
@@ -173,7 +186,7 @@ def bootstrap_first_key(db: Database) -> str | None:
                 return None
             s.add(AppSetting(key="bootstrap_admin", value=utcnow().isoformat()))
             s.flush()
-            row = _insert_key(s, key, Role.ADMIN, None, "bootstrap (first start)", None)
+            row = _insert_key(s, digest, Role.ADMIN, None, "bootstrap (first start)", None)
             audit.record(
                 s,
                 SYSTEM,

@@ -25,11 +25,18 @@ from app.accounting.mechanisms import mechanism_from_dict
 from app.accounting.running import RunningSum
 from app.db.codec import curve_of
 from app.db.engine import Database
-from app.db.models import Dataset, LedgerEntry, Rejection, Reservation, ReservationStatus
+from app.db.models import (
+    MAX_BIGINT,
+    Dataset,
+    LedgerEntry,
+    Rejection,
+    Reservation,
+    ReservationStatus,
+)
 from app.errors import Unprocessable
 from app.principal import SYSTEM, Caller
 from app.services import admission, answers, audit, state
-from app.services.auth import authenticate
+from app.services.auth import authenticated
 from app.services.state import DatasetState
 
 _L = LedgerEntry.__table__.c
@@ -58,12 +65,17 @@ def encode_cursor(last_id: int) -> str:
 
 
 def decode_cursor(cursor: str) -> int:
+    """The row id a cursor continues before; 422 for anything not made by ``encode_cursor``
+    (including positions outside 1..MAX_BIGINT, which no database could compare with)."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         version, value = raw.split(":", 1)
-        if version != "v1":
+        if version != "v1" or not value.isascii() or not value.isdigit():
             raise ValueError(version)
-        return int(value)
+        position = int(value)
+        if not 1 <= position <= MAX_BIGINT:
+            raise ValueError(value)
+        return position
     except (ValueError, UnicodeDecodeError, binascii.Error):
         raise Unprocessable(f"invalid cursor {cursor!r}") from None
 
@@ -73,8 +85,9 @@ def list_entries(
 ) -> r.LedgerPage:
     """Entries newest first; ``next_cursor`` continues after the last one returned."""
     before = decode_cursor(cursor) if cursor else None
+    principal = authenticated(db, caller)
     with db.read() as s:
-        st = state.load(s, ref, authenticate(s, caller))
+        st = state.load(s, ref, principal)
         q = select(*_ENTRY_COLUMNS).where(_L.dataset_id == st.id)
         if before is not None:
             q = q.where(_L.id < before)
@@ -118,8 +131,8 @@ def list_rejections(
 ) -> r.RejectionPage:
     """Refused charges and reservations, newest first."""
     before = decode_cursor(cursor) if cursor else None
+    principal = authenticated(db, caller)
     with db.read() as s:
-        principal = authenticate(s, caller)
         q = select(Rejection)
         if dataset is not None:
             q = q.where(Rejection.dataset_id == state.load(s, dataset, principal).id)
@@ -140,26 +153,35 @@ def list_rejections(
         )
 
 
-def _recomputed(
-    s: Any, st: DatasetState
-) -> tuple[PrivacyCurve, int, list[int], dict[str, Any], RunningSum]:
-    """From the ledger: the sum of stored entry curves in ledger order, the entry count, the
-    ids whose curve no longer matches their mechanism, per-kind counts; and the held sum of
-    the active reservations."""
+def _curve_mismatches(db: Database, dataset_id: str) -> list[int]:
+    """Ids of entries whose stored curve no longer matches the curve of their mechanism (drift
+    in the formulas or the order grid). Entries never change, so this runs outside the lock."""
+    mismatched: list[int] = []
+    with db.read() as s:
+        rows = s.execute(
+            select(LedgerEntry).where(_L.dataset_id == dataset_id).order_by(_L.seq)
+        ).scalars()
+        for e in rows:
+            stored = curve_of(e)
+            fresh = mechanism_from_dict(e.mechanism).curve()
+            if not (
+                math.isclose(fresh.rho, stored.rho, rel_tol=1e-12)
+                and np.allclose(fresh.rdp, stored.rdp, rtol=1e-12, atol=0)
+            ):
+                mismatched.append(e.id)
+    return mismatched
+
+
+def _recomputed(s: Any, st: DatasetState) -> tuple[PrivacyCurve, int, dict[str, Any], RunningSum]:
+    """From the ledger, read in the caller's transaction (which holds the dataset's lock, so the
+    ledger cannot move): the sum of stored entry curves in ledger order, the entry count and
+    per-kind counts; and the held sum of the active reservations."""
     total = PrivacyCurve.zero()
     n = 0
-    mismatched: list[int] = []
     counts: dict[str, Any] = {}
     rows = s.execute(select(LedgerEntry).where(_L.dataset_id == st.id).order_by(_L.seq)).scalars()
     for e in rows:
-        stored = curve_of(e)
-        fresh = mechanism_from_dict(e.mechanism).curve()
-        if not (
-            math.isclose(fresh.rho, stored.rho, rel_tol=1e-12)
-            and np.allclose(fresh.rdp, stored.rdp, rtol=1e-12, atol=0)
-        ):
-            mismatched.append(e.id)
-        total = total + stored
+        total = total + curve_of(e)
         n += 1
         c = counts.setdefault(e.kind, {"entries": 0, "count": 0, "rho": 0.0})
         c["entries"] += 1
@@ -172,7 +194,7 @@ def _recomputed(
         .order_by(_R.created_at, _R.id)
     ):
         held = held.add(curve_of(h))
-    return total, n, mismatched, counts, held
+    return total, n, counts, held
 
 
 def _held_drift(stored: RunningSum, fresh: RunningSum) -> bool:
@@ -190,17 +212,24 @@ def _held_drift(stored: RunningSum, fresh: RunningSum) -> bool:
 
 
 def verify(db: Database, caller: Caller = SYSTEM, rebuild: bool = False) -> r.VerifyReport:
-    """Recompute totals from the ledger for every dataset; report drift; optionally rebuild."""
+    """Recompute totals from the ledger for every dataset the caller can see; report drift;
+    optionally rebuild.
+
+    Each dataset is read and (on request) rewritten in ONE write transaction that holds its
+    lock, the lock every charge, reservation and budget change takes first: the sum is of the
+    ledger as it stands, and no charge can slip in between reading it and writing the totals.
+    """
+    principal = authenticated(db, caller)
     with db.read() as s:
-        principal = authenticate(s, caller)
         q = select(Dataset.id).order_by(Dataset.name)
         if principal.dataset_ids is not None:
             q = q.where(Dataset.id.in_(principal.dataset_ids))
         ids = list(s.scalars(q))
     report = []
     for dataset_id in ids:
+        mismatched = _curve_mismatches(db, dataset_id)
         with db.write() as s, admission.locked(s, dataset_id, principal) as st:
-            total, n, mismatched, counts, held = _recomputed(s, st)
+            total, n, counts, held = _recomputed(s, st)
             stored = st.committed
             drift = {
                 "rho": stored.rho != total.rho,

@@ -26,11 +26,12 @@ from app.db.engine import Database
 from app.db.models import EntrySource, Reservation, ReservationStatus, utcnow
 from app.errors import BudgetExceeded, Conflict, NotFound, Unprocessable
 from app.principal import SYSTEM, Caller, Principal
-from app.services import admission, answers
-from app.services.auth import authenticate, authenticated
+from app.services import admission, answers, idempotency
+from app.services.auth import authenticated
 from app.services.state import DatasetState
 
 _R = Reservation.__table__.c
+SCOPE = "reservation"
 
 
 def reservation_answer(row: Reservation) -> r.Reservation:
@@ -78,23 +79,42 @@ def reserve(
     label: str | None,
     metadata: dict[str, Any] | None,
     max_ttl_seconds: int,
+    idempotency_key: str | None = None,
 ) -> r.ReservationAnswer:
-    """Hold budget for a planned invocation: the reservation, or BudgetExceeded (recorded)."""
+    """Hold budget for a planned invocation: the reservation, or BudgetExceeded (recorded).
+    A retry with the same Idempotency-Key answers the first answer and holds nothing more."""
     if not 1 <= ttl_seconds <= max_ttl_seconds:
         raise Unprocessable(f"ttl_seconds must be in [1, {max_ttl_seconds}], got {ttl_seconds}")
     principal = authenticated(db, caller)
     ask = admission.Ask.of(mechanism, wire, label, metadata, principal.key_id)
+    req_hash = idempotency.request_hash(
+        {"mechanism": wire, "ttl_seconds": ttl_seconds, "label": label, "metadata": metadata}
+    )
 
     def work(s: Session, st: DatasetState) -> r.ReservationAnswer | BudgetExceeded:
+        if idempotency_key is not None:
+            first = idempotency.replay(s, st.id, SCOPE, idempotency_key, req_hash)
+            if first is not None:
+                return r.ReservationAnswer.model_validate(first)
         admission.check_allowed(st, ask.kind)
         dry = admission.decide(st, ask.curve)
-        if not dry.admitted:
+        outcome: r.ReservationAnswer | BudgetExceeded
+        if dry.admitted:
+            row = admission.hold(s, st, ask, ttl_seconds, utcnow())
+            s.flush()
+            _count(s, st.id, ask.kind, "reserved")
+            outcome = _answer(row, st, answers.requested(st, wire, ask.curve))
+        else:
             _count(s, st.id, ask.kind, "refused")
-            return admission.refuse(s, st, ask, dry, "reservation")
-        row = admission.hold(s, st, ask, ttl_seconds, utcnow())
-        s.flush()
-        _count(s, st.id, ask.kind, "reserved")
-        return _answer(row, st, answers.requested(st, wire, ask.curve))
+            outcome = admission.refuse(s, st, ask, dry, "reservation")
+        if idempotency_key is not None:
+            status, body = (
+                (201, outcome.model_dump(mode="json"))
+                if isinstance(outcome, r.ReservationAnswer)
+                else (409, outcome.to_problem())
+            )
+            idempotency.remember(s, st.id, SCOPE, idempotency_key, req_hash, status, body)
+        return outcome
 
     outcome = admission.run_locked(db, ref, principal, work)
     if isinstance(outcome, BudgetExceeded):
@@ -106,8 +126,8 @@ def _resolve(
     db: Database, caller: Caller, reservation_id: str, to: ReservationStatus
 ) -> r.ReservationAnswer:
     """Commit or release an active reservation under its dataset's lock."""
+    principal = authenticated(db, caller)
     with db.read() as s:
-        principal = authenticate(s, caller)
         dataset_id = _visible_dataset(s, principal, reservation_id)
 
     def work(s: Session, st: DatasetState) -> r.ReservationAnswer:
@@ -161,8 +181,8 @@ def _visible_dataset(s: Session, principal: Principal, reservation_id: str) -> s
 
 
 def get_reservation(db: Database, caller: Caller, reservation_id: str) -> r.Reservation:
+    principal = authenticated(db, caller)
     with db.read() as s:
-        principal = authenticate(s, caller)
         _visible_dataset(s, principal, reservation_id)
         row = s.get(Reservation, reservation_id)
         assert row is not None

@@ -50,7 +50,7 @@ ENDPOINTS = [
     Endpoint("DELETE", "/v1/reservations/{reservation_id}", PIPELINE, True, 200),
     Endpoint("POST", "/v1/keys", ADMIN_ROLE, False, 201),
     Endpoint("GET", "/v1/keys", ADMIN_ROLE, False, 200),
-    Endpoint("DELETE", "/v1/keys/{key_id}", ADMIN_ROLE, False, 200),
+    Endpoint("DELETE", "/v1/keys/{key_id}", ADMIN_ROLE, True, 200),  # a key scoped to the dataset
     Endpoint("GET", "/v1/rejections", ADMIN_ROLE, False, 200),
     Endpoint("GET", "/v1/audit", ADMIN_ROLE, False, 200),
     Endpoint("POST", "/v1/admin/verify", ADMIN_ROLE, False, 200),
@@ -91,6 +91,7 @@ class World:
             ADMIN_ROLE: self._key("admin"),
             "scoped_a": self._key("pipeline", [self.a["id"]]),
             "scoped_viewer_a": self._key("viewer", [self.a["id"]]),
+            "scoped_admin_a": self._key("admin", [self.a["id"]]),
         }
         revoked = self.client.post("/v1/keys", json={"role": "admin"}).json()
         assert self.client.delete(f"/v1/keys/{revoked['id']}").status_code == 200
@@ -119,7 +120,9 @@ class World:
         if "{reservation_id}" in path:
             path = path.replace("{reservation_id}", self.reservation(dataset))
         if "{key_id}" in path:
-            victim = self.client.post("/v1/keys", json={"role": "viewer"}, headers=ADMIN).json()
+            victim = self.client.post(
+                "/v1/keys", json={"role": "viewer", "datasets": [dataset["id"]]}, headers=ADMIN
+            ).json()
             path = path.replace("{key_id}", victim["id"])
         if e.path.endswith("/compose"):
             body = {"mechanisms": [{"mechanism": "gaussian", "sigma": 5.0}], "delta": 1e-6}
@@ -145,13 +148,20 @@ class World:
         return r.status_code
 
 
+SCOPED_ROLES = {"scoped_a": PIPELINE, "scoped_viewer_a": VIEWER, "scoped_admin_a": ADMIN_ROLE}
+# what a scoped admin may never do: create a dataset, or mint an unscoped key (the matrix's body)
+SCOPED_ADMIN_FORBIDDEN = {("POST", "/v1/datasets"), ("POST", "/v1/keys")}
+
+
 def _expected(e: Endpoint, caller: str, same_dataset: bool) -> int:
     if e.role == NONE:
         return e.ok
     if caller in ("no_key", "bad_key", "revoked"):
         return 401
-    role = {"scoped_a": PIPELINE, "scoped_viewer_a": VIEWER}.get(caller, caller)
+    role = SCOPED_ROLES.get(caller, caller)
     if RANK[role] < RANK[e.role]:
+        return 403
+    if caller == "scoped_admin_a" and (e.method, e.path) in SCOPED_ADMIN_FORBIDDEN:
         return 403
     if caller.startswith("scoped") and e.scoped and not same_dataset:
         return 404
@@ -167,6 +177,7 @@ CALLERS = [
     ADMIN_ROLE,
     "scoped_a",
     "scoped_viewer_a",
+    "scoped_admin_a",
 ]
 
 

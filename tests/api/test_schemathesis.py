@@ -10,11 +10,13 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
 from app.db import migrate
@@ -36,6 +38,63 @@ def _app():  # the schema is loaded at import time, the database at first use
 
 
 schema = schemathesis.openapi.from_asgi("/openapi.json", _app())
+
+# Schemathesis never draws lone surrogates (they cannot be encoded for the wire as they are),
+# so one string of each generated body is sometimes made hostile here: a lone surrogate or a
+# NUL (JSON carries both as escapes); path and query values get NUL (a surrogate in a URL
+# arrives as U+FFFD). Hostile strings must answer 4xx, never 5xx.
+BODY_TAINTS = ("\ud800", "\udfff", "\x00")
+URL_TAINTS = ("\x00",)
+
+
+def _string_paths(value: Any, keys: bool, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Where the strings are; with ``keys``, dict keys too (not for parameter names)."""
+    if isinstance(value, str):
+        return [path]
+    if isinstance(value, dict):
+        found = [p for k, v in value.items() for p in _string_paths(v, keys, (*path, k))]
+        return found + ([(*path, ("key", k)) for k in value] if keys else [])
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _string_paths(v, keys, (*path, i))]
+    return []
+
+
+def _tainted(value: Any, path: tuple[Any, ...], taint: str) -> Any:
+    if not path:
+        return value + taint if isinstance(value, str) else value
+    step, rest = path[0], path[1:]
+    if isinstance(step, tuple):  # a dict key
+        return {(k + taint if k == step[1] else k): v for k, v in value.items()}
+    if isinstance(value, dict):
+        return {k: (_tainted(v, rest, taint) if k == step else v) for k, v in value.items()}
+    return [(_tainted(v, rest, taint) if i == step else v) for i, v in enumerate(value)]
+
+
+def _taint(value: Any, taints: tuple[str, ...], keys: bool = False) -> st.SearchStrategy[Any]:
+    paths = _string_paths(value, keys)
+    if not paths:
+        return st.just(value)
+    return st.one_of(
+        st.just(value),
+        st.builds(
+            lambda p, t: _tainted(value, p, t), st.sampled_from(paths), st.sampled_from(taints)
+        ),
+    )
+
+
+@schema.hooks.hook
+def flatmap_body(_ctx: Any, body: Any) -> st.SearchStrategy[Any]:
+    return _taint(body, BODY_TAINTS, keys=True)
+
+
+@schema.hooks.hook
+def flatmap_query(_ctx: Any, query: Any) -> st.SearchStrategy[Any]:
+    return _taint(query, URL_TAINTS)
+
+
+@schema.hooks.hook
+def flatmap_path_parameters(_ctx: Any, path: Any) -> st.SearchStrategy[Any]:
+    return _taint(path, URL_TAINTS)
 
 
 @pytest.fixture(scope="module")

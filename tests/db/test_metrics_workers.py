@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.live import running
 
-ADMIN_KEY = "metrics-admin-key-0123456789"
+ADMIN_KEY = "metrics-admin-key-0123456789-abcdefghijklmnop"
 
 
 def _admitted(text: str, dataset: str) -> float:

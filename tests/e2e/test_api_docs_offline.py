@@ -19,7 +19,7 @@ from tests.live import Server, running
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-ADMIN_KEY = "docs-admin-key-0123456789"
+ADMIN_KEY = "docs-admin-key-0123456789-abcdefghijklmnop"
 LOCAL = {"127.0.0.1", "localhost"}
 
 

@@ -22,7 +22,7 @@ import pytest
 from tests.live import running
 
 CHROMIUM = os.environ.get("PRIVACY_LEDGER_CHROMIUM", "/usr/bin/chromium")
-ADMIN_KEY = "e2e-admin-key-0123456789"
+ADMIN_KEY = "e2e-admin-key-0123456789-abcdefghijklmnop"
 
 
 def _browser_path() -> str:

@@ -26,7 +26,7 @@ from tests.packaging.venvs import ROOT, clean_env, create_venv, run
 
 pytestmark = pytest.mark.slow
 
-ADMIN_KEY = "wheel-admin-key-0123456789"
+ADMIN_KEY = "wheel-admin-key-0123456789-abcdefghijklmnop"
 _SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist")
 
 

@@ -12,6 +12,7 @@ from app.api.answer import send
 from app.api.deps import Admin, DbDep
 from app.api.problems import responses
 from app.api.schemas import KeyIn
+from app.db.models import MAX_BIGINT
 from app.principal import Role
 from app.services import audit, keys, ledger
 
@@ -92,7 +93,7 @@ def audit_trail(
     since: datetime | None = None,
     until: datetime | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    before_id: Annotated[int | None, Query(ge=1)] = None,
+    before_id: Annotated[int | None, Query(ge=1, le=MAX_BIGINT)] = None,
 ) -> Response:
     page = audit.list_events(
         db,

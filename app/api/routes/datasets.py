@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Query, Response, status
 
 from app import responses as r
 from app.api.answer import send
 from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer
 from app.api.problems import responses
-from app.api.schemas import ChargeIn, DatasetIn, DatasetPatch
+from app.api.safe_text import IdempotencyKey
+from app.api.schemas import ChargeIn, DatasetIn, DatasetPatch, SampleRate
+from app.db.models import MAX_BIGINT
 from app.services import calibrate as calibrate_service
 from app.services import charges, datasets, ledger
 
@@ -27,7 +29,7 @@ KindQuery = Annotated[
     ],
     Query(description="Mechanism kind to calibrate."),
 ]
-IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
+IdemKey = IdempotencyKey
 
 
 @router.post(
@@ -62,7 +64,7 @@ def list_(
     db: DbDep,
     caller: Viewer,
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_BIGINT)] = 0,
 ) -> Response:
     return send(datasets.list_datasets(db, caller, limit=limit, offset=offset))
 
@@ -188,7 +190,7 @@ def calibrate(
     mechanism: KindQuery,
     parameter: Annotated[str | None, Query(max_length=32)] = None,
     sensitivity: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
-    sample_rate: Annotated[float | None, Query(gt=0, le=1, allow_inf_nan=False)] = None,
+    sample_rate: Annotated[SampleRate | None, Query()] = None,
     steps: Annotated[int | None, Query(ge=1)] = None,
     sigma: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
     k: Annotated[int | None, Query(ge=2)] = None,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 
 from app import __version__, observability
-from app.api.deps import DbDep
+from app.api.deps import DbDep, metrics_access
 
 router = APIRouter(tags=["health"])
 
@@ -33,8 +33,9 @@ def readyz(db: DbDep) -> JSONResponse:
 
 @router.get(
     "/metrics",
-    summary="Prometheus metrics (text exposition format)",
+    summary="Prometheus metrics (text exposition format; a key only if the server requires one)",
     response_class=Response,
+    dependencies=[Depends(metrics_access)],
     responses={
         200: {
             "description": "Prometheus text exposition format 0.0.4",

@@ -8,6 +8,7 @@ from app import responses as r
 from app.api.answer import send
 from app.api.deps import DbDep, Pipeline, SettingsDep, Viewer
 from app.api.problems import responses
+from app.api.safe_text import IdempotencyKey
 from app.api.schemas import ReservationIn
 from app.services import reservations
 
@@ -22,7 +23,12 @@ router = APIRouter(tags=["reservations"])
     summary="Hold budget for a planned invocation (409 when it does not fit)",
 )
 def reserve(
-    dataset_id: str, body: ReservationIn, db: DbDep, caller: Pipeline, settings: SettingsDep
+    dataset_id: str,
+    body: ReservationIn,
+    db: DbDep,
+    caller: Pipeline,
+    settings: SettingsDep,
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
     answer = reservations.reserve(
         db,
@@ -34,6 +40,7 @@ def reserve(
         label=body.label,
         metadata=body.metadata,
         max_ttl_seconds=settings.reservation_max_ttl_seconds,
+        idempotency_key=idempotency_key,
     )
     return send(answer, status.HTTP_201_CREATED)
 

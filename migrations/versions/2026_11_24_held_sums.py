@@ -5,8 +5,8 @@ Active reservations are summed into ``dataset_total`` (``held_count``, ``held``,
 holds are found through indexes on ``expires_at``. Existing active reservations are summed
 here from their stored curves.
 
-Revision ID: 0002
-Revises: 0001
+Revision ID: 0004
+Revises: 0003
 Create Date: 2026-11-23
 """
 
@@ -17,9 +17,10 @@ from alembic import op
 
 from app.accounting.running import RunningSum
 from app.db.codec import curve_of, held_to_bytes
+from app.db.migrate import refuse_populated_downgrade
 
-revision = "0002"
-down_revision = "0001"
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
@@ -88,6 +89,7 @@ def _sum_active_holds() -> None:
 
 
 def downgrade() -> None:
+    refuse_populated_downgrade()
     with op.batch_alter_table("ledger_entry", schema=None) as batch_op:
         batch_op.create_index("ix_ledger_entry_dataset_id", ["dataset_id"])
     with op.batch_alter_table("reservation", schema=None) as batch_op:
