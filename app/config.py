@@ -34,12 +34,13 @@ class Settings(BaseSettings):
             "id; off by default so that Prometheus can scrape without one."
         ),
     )
-    max_body_bytes: int = 1_048_576
-    max_metadata_bytes: int = 16_384
-    max_metadata_depth: int = 8
-    max_label_length: int = 200
-    max_page_size: int = 1000
-    default_page_size: int = 50
+    max_body_bytes: int = Field(
+        default=1_048_576, description="Largest request body (declared or streamed): else 413."
+    )
+    max_page_size: int = Field(default=1000, description="Most ledger entries in one page.")
+    default_page_size: int = Field(
+        default=50, description="Ledger entries in a page when the request gives no limit."
+    )
     log_level: str = "INFO"
     log_json: bool = True
     reservation_max_ttl_seconds: int = 7 * 24 * 3600

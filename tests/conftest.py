@@ -18,11 +18,16 @@ from typing import Any
 import mpmath
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import settings
 from sqlalchemy import create_engine, text
 
 from app.config import Settings
 from app.db import migrate
 from app.main import create_app
+
+# no deadline anywhere: an example's outcome never depends on how busy the machine is
+settings.register_profile("ledger", deadline=None)
+settings.load_profile("ledger")
 
 PG_URL = os.environ.get("PRIVACY_LEDGER_TEST_POSTGRES_URL")
 ADMIN_KEY = "test-admin-key-0123456789-abcdefghijklmnop"

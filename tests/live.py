@@ -43,7 +43,7 @@ class Server:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = ROOT / f".server-{self.port}.log"
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 180.0) -> None:
         env = {
             **os.environ,
             "PRIVACY_LEDGER_DATABASE_URL": self.database_url,

@@ -10,12 +10,15 @@ with ``alembic -x force=true downgrade <rev>``, ``privacy-ledger migrate --downg
 
 from __future__ import annotations
 
+import fcntl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command, context, op
 from alembic.config import Config
 from alembic.util import CommandError
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import create_engine, inspect, make_url, text
 
 _APP_DIR = Path(__file__).resolve().parent.parent
 _ADVISORY_LOCK_ID = 0x70726976  # "priv": one migrator at a time across replicas
@@ -41,11 +44,29 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
+@contextmanager
+def _sqlite_migration_lock(url: str) -> Iterator[None]:
+    """One migrator at a time on a SQLite file (several workers start at once): an exclusive
+    ``flock`` on ``<database>.migrate-lock`` beside it; nothing for an in-memory database."""
+    path = make_url(url).database
+    if not path or path == ":memory:":
+        yield
+        return
+    with open(f"{path}.migrate-lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def upgrade(url: str, revision: str = "head") -> None:
-    """Upgrade the database at ``url`` to ``revision``; PostgreSQL holds an advisory lock."""
+    """Upgrade the database at ``url`` to ``revision``, one migrator at a time: a file lock on
+    SQLite, an advisory lock on PostgreSQL (the others then find the schema at head)."""
     cfg = alembic_config(url)
     if url.startswith("sqlite"):
-        command.upgrade(cfg, revision)
+        with _sqlite_migration_lock(url):
+            command.upgrade(cfg, revision)
         return
     engine = create_engine(url)
     try:

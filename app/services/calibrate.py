@@ -50,8 +50,8 @@ def calibrate_next(
         if float(s) != int(s):
             raise Unprocessable(f"discrete_laplace sensitivity must be an integer, got {s}")
         fixed["sensitivity"] = int(s)
-    principal = authenticated(db, caller)
     with db.read() as s:
+        principal = authenticated(db, caller, s)
         st = state.load(s, ref, principal)
     if st.allowed_mechanisms is not None and kind not in st.allowed_mechanisms:
         raise Unprocessable(f"mechanism {kind!r} is not allowed on dataset {st.name!r}")

@@ -36,8 +36,8 @@ def sample_seqs(n: int, points: int) -> list[int]:
 
 def series(db: Database, caller: Caller, ref: str, points: int) -> r.Series:
     """Spend after each ledger entry (downsampled to ``points``), with the budget."""
-    principal = authenticated(db, caller)
     with db.read() as s:
+        principal = authenticated(db, caller, s)
         st = state.load(s, ref, principal)
         n = st.entry_count
         seqs = sample_seqs(n, points)
@@ -71,8 +71,8 @@ def series(db: Database, caller: Caller, ref: str, points: int) -> r.Series:
 
 def curves(db: Database, caller: Caller, ref: str) -> r.Curves:
     """The composed RDP curve against the budget's, and the (epsilon, delta) trade-off."""
-    principal = authenticated(db, caller)
     with db.read() as s:
+        principal = authenticated(db, caller, s)
         st = state.load(s, ref, principal)
     f, curve = st.filter, st.committed
     at_budget = f.spend(curve)

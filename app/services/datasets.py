@@ -131,8 +131,8 @@ def list_datasets(
     db: Database, caller: Caller, limit: int = 1000, offset: int = 0
 ) -> r.DatasetList:
     """Datasets visible to the caller with their spend, by name."""
-    principal = authenticated(db, caller)
     with db.read() as s:
+        principal = authenticated(db, caller, s)
         q = state.columns()
         if principal.dataset_ids is not None:
             q = q.where(Dataset.id.in_(principal.dataset_ids))
@@ -144,15 +144,15 @@ def list_datasets(
 
 def get_dataset(db: Database, caller: Caller, ref: str) -> r.Dataset:
     """One dataset with its current spend."""
-    principal = authenticated(db, caller)
     with db.read() as s:
+        principal = authenticated(db, caller, s)
         return answers.dataset(state.load(s, ref, principal))
 
 
 def budget_view(db: Database, caller: Caller, ref: str) -> r.BudgetView:
     """``GET /budget``: budget, spent, remaining, exhausted, entries (O(1) in ledger length)."""
-    principal = authenticated(db, caller)
     with db.read() as s:
+        principal = authenticated(db, caller, s)
         return answers.budget_view(state.load(s, ref, principal))
 
 
@@ -162,8 +162,8 @@ def spend_query(
     """epsilon at another delta, or delta at an epsilon, under the dataset's filter."""
     if (delta is None) == (epsilon is None):
         raise Unprocessable("give exactly one of the query parameters 'delta' or 'epsilon'")
-    principal = authenticated(db, caller)
     with db.read() as s:
+        principal = authenticated(db, caller, s)
         st = state.load(s, ref, principal)
     f = st.filter
     try:

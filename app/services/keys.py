@@ -110,8 +110,8 @@ def create_key(
 def list_keys(db: Database, caller: Caller) -> r.KeyList:
     """The keys the caller covers (a scoped admin: the keys within its scope), newest first,
     without secrets."""
-    principal = authenticated(db, caller)
     with db.read() as s:
+        principal = authenticated(db, caller, s)
         rows = s.scalars(select(ApiKey).order_by(_K.created_at.desc()))
         return r.KeyList(keys=[key_answer(k) for k in rows if principal.covers(k.dataset_ids)])
 

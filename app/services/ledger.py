@@ -85,8 +85,8 @@ def list_entries(
 ) -> r.LedgerPage:
     """Entries newest first; ``next_cursor`` continues after the last one returned."""
     before = decode_cursor(cursor) if cursor else None
-    principal = authenticated(db, caller)
     with db.read() as s:
+        principal = authenticated(db, caller, s)
         st = state.load(s, ref, principal)
         q = select(*_ENTRY_COLUMNS).where(_L.dataset_id == st.id)
         if before is not None:
@@ -131,8 +131,8 @@ def list_rejections(
 ) -> r.RejectionPage:
     """Refused charges and reservations, newest first."""
     before = decode_cursor(cursor) if cursor else None
-    principal = authenticated(db, caller)
     with db.read() as s:
+        principal = authenticated(db, caller, s)
         q = select(Rejection)
         if dataset is not None:
             q = q.where(Rejection.dataset_id == state.load(s, dataset, principal).id)
@@ -219,8 +219,8 @@ def verify(db: Database, caller: Caller = SYSTEM, rebuild: bool = False) -> r.Ve
     lock, the lock every charge, reservation and budget change takes first: the sum is of the
     ledger as it stands, and no charge can slip in between reading it and writing the totals.
     """
-    principal = authenticated(db, caller)
     with db.read() as s:
+        principal = authenticated(db, caller, s)
         q = select(Dataset.id).order_by(Dataset.name)
         if principal.dataset_ids is not None:
             q = q.where(Dataset.id.in_(principal.dataset_ids))

@@ -126,8 +126,8 @@ def _resolve(
     db: Database, caller: Caller, reservation_id: str, to: ReservationStatus
 ) -> r.ReservationAnswer:
     """Commit or release an active reservation under its dataset's lock."""
-    principal = authenticated(db, caller)
     with db.read() as s:
+        principal = authenticated(db, caller, s)
         dataset_id = _visible_dataset(s, principal, reservation_id)
 
     def work(s: Session, st: DatasetState) -> r.ReservationAnswer:
@@ -181,8 +181,8 @@ def _visible_dataset(s: Session, principal: Principal, reservation_id: str) -> s
 
 
 def get_reservation(db: Database, caller: Caller, reservation_id: str) -> r.Reservation:
-    principal = authenticated(db, caller)
     with db.read() as s:
+        principal = authenticated(db, caller, s)
         _visible_dataset(s, principal, reservation_id)
         row = s.get(Reservation, reservation_id)
         assert row is not None

@@ -92,6 +92,8 @@ def test_the_installed_client_talks_to_a_live_server(
     assert out == {**out, "charged_sigma": 8.0, "hold": "committed", "refused_budget": 1.0}
     assert out["entries"] == 2
     ledger = httpx.get(
-        f"{server.url}/v1/datasets/fresh/ledger", headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+        f"{server.url}/v1/datasets/fresh/ledger",
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+        timeout=120,
     ).json()
     assert sorted(e["mechanism"]["sigma"] for e in ledger["entries"]) == [8.0, 10.0]

@@ -67,7 +67,9 @@ def test_the_quickstart_runs_as_written(
     assert len(noisy) == 8 and abs(sum(noisy) - 10_000) < 8 * 8 * 6  # 8 bands, sigma 8 each
 
     budget_out = python("budget.py", pipeline_key)
-    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as api:
+    with httpx.Client(
+        base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120
+    ) as api:
         budget = api.get("/v1/datasets/visits/budget").json()
         (entry,) = api.get("/v1/datasets/visits/ledger").json()["entries"]
         keys = api.get("/v1/keys").json()["keys"]

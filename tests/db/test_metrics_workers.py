@@ -36,15 +36,17 @@ def test_two_workers_report_one_sum(tmp_path: Path) -> None:
             server.url + "/v1/datasets",
             json={"name": "w", "budget": {"epsilon": 10.0, "delta": 1e-6}},
             headers=h,
+            timeout=120,
         ).json()
         for _ in range(20):
             r = httpx.post(
                 server.url + f"/v1/datasets/{ds['id']}/charges",
                 json={"mechanism": {"mechanism": "laplace", "epsilon": 0.01}},
                 headers=h,
+                timeout=120,
             )
             assert r.status_code == 201
         # whichever worker answers the scrape, it reports all 20
         for _ in range(6):
-            assert _admitted(httpx.get(server.url + "/metrics").text, ds["id"]) == 20
+            assert _admitted(httpx.get(server.url + "/metrics", timeout=120).text, ds["id"]) == 20
     assert any(metrics_dir.iterdir())  # the workers wrote their counters there

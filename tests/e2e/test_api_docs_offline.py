@@ -61,7 +61,7 @@ def test_swagger_ui_and_redoc_render_without_a_network(server: Server) -> None:
     executable = _browser_path()
     from playwright.sync_api import sync_playwright
 
-    spec = httpx.get(f"{server.url}/openapi.json").json()
+    spec = httpx.get(f"{server.url}/openapi.json", timeout=120).json()
     operations = [
         (method, path, op)
         for path, item in spec["paths"].items()

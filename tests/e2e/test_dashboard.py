@@ -40,7 +40,7 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """A running server with two datasets: one in use with a refusal, one exhausted."""
     with running(f"sqlite:///{tmp_path / 'e2e.db'}", ADMIN_KEY) as server:
         api = httpx.Client(
-            base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=30
+            base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120
         )
         census = api.post(
             "/v1/datasets",

@@ -157,7 +157,9 @@ def served(installed: Path, workdir: Path) -> Iterator[str]:
 
 
 def test_the_installed_wheel_serves_a_charge(served: str) -> None:
-    with httpx.Client(base_url=served, headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as api:
+    with httpx.Client(
+        base_url=served, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120
+    ) as api:
         ds = api.post("/v1/datasets", json={"name": "w", "budget": {"epsilon": 1, "delta": 1e-6}})
         assert ds.status_code == 201, ds.text
         charge = api.post(

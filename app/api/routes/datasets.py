@@ -142,11 +142,15 @@ def ledger_(
     db: DbDep,
     caller: Viewer,
     settings: SettingsDep,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> Response:
     page = ledger.list_entries(
-        db, caller, dataset_id, limit=min(limit, settings.max_page_size), cursor=cursor
+        db,
+        caller,
+        dataset_id,
+        limit=min(limit or settings.default_page_size, settings.max_page_size),
+        cursor=cursor,
     )
     return send(page)
 
