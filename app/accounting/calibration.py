@@ -23,7 +23,6 @@ from app.accounting import registry
 from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import RHO_FILTERS, Budget, FilterKind, admits, spend
 from app.accounting.orders import ORDERS
-from app.accounting.subsampled_gaussian import subsampled_gaussian_rdp_window
 
 
 class Fits(Protocol):
@@ -216,7 +215,6 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
     repeats. The returned value fits on the full grid.
     """
     q = float(params.get("sample_rate", 0.0))
-    steps = int(params.get("steps", 1)) * int(params.get("count", 1))
     sens = float(params.get("sensitivity", 1.0))
     base = {k: v for k, v in params.items() if k != "sigma"}
     # validates q and the sensitivity; the search is over the noise multiplier nm = sigma / sens
@@ -230,11 +228,8 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
         return m
 
     def curve(nm: float, mask: np.ndarray | None) -> PrivacyCurve:
-        if mask is None:
-            return build(nm).curve()
-        rdp = subsampled_gaussian_rdp_window(q, nm, mask)
-        rho = 0.5 / (nm * nm)
-        return PrivacyCurve(rho=rho, rdp=rdp, pure_eps=math.inf, gaussian_only=False).scaled(steps)
+        m = build(nm)
+        return m.curve() if mask is None else m.curve_on(mask)
 
     coarse = np.zeros(ORDERS.shape, dtype=bool)
     coarse[:: max(1, ORDERS.size // 24)] = True

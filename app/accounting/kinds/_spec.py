@@ -291,10 +291,11 @@ class Mechanism:
         return cls(**fields)
 
 
-def finish(curve: PrivacyCurve, mechanism: Mechanism) -> PrivacyCurve:
-    """A unit curve as stored: finite unless the kind says otherwise, its RDP values raised by
-    ``RDP_EVAL_MARGIN`` so that values evaluated to a few ulps stay upper bounds."""
-    if mechanism.finite_curve and not curve.is_finite():
+def finish(curve: PrivacyCurve, mechanism: Mechanism, *, partial: bool = False) -> PrivacyCurve:
+    """A unit curve as stored: finite unless the kind says otherwise (or ``partial``: evaluated
+    at some orders only), its RDP values raised by ``RDP_EVAL_MARGIN`` so that values evaluated
+    to a few ulps stay upper bounds."""
+    if mechanism.finite_curve and not partial and not curve.is_finite():
         raise ValueError(f"{mechanism.kind}: the privacy loss of these parameters overflows")
     return dataclasses.replace(curve, rdp=curve.rdp * (1.0 + RDP_EVAL_MARGIN))
 
