@@ -209,10 +209,10 @@ def _most_steps(params: dict[str, Any], fits: Fits) -> Calibration | None:
 def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration | None:
     """Least noise multiplier for DP-SGD, searching on a window of orders.
 
-    The exact series costs ~1 ms per order, so the search evaluates the curve only on a window
-    of orders (others set to +inf: sound, only looser), then checks the full grid at the end;
-    if the full grid's optimal order falls outside the window, the window moves and the search
-    repeats. The returned value fits on the full grid.
+    The search evaluates the curve only on a window of orders (others +inf: sound, only
+    looser), then checks the full grid at the end; if the full grid's optimal order falls
+    outside the window, the window moves and the search repeats. The returned value fits on the
+    full grid.
     """
     q = float(params.get("sample_rate", 0.0))
     sens = float(params.get("sensitivity", 1.0))

@@ -43,7 +43,7 @@ def gaussian_rho(sigma: float, sensitivity: float) -> float:
 # --- k-ary randomized response (M17 Table II; HM25; FORMULAS.md 1.4-1.5) -----------------
 
 
-def rr_rdp(alpha: Vector, eps: float, k: int = 2) -> Vector:
+def rr_rdp(alpha: Vector, eps: float | Vector, k: int | Vector = 2) -> Vector:
     """Exact RDP of k-ary randomized response with parameter eps, raised by its rounding bound.
 
     e^{(a-1) eps(a)} = (e^{a e} + e^{(1-a) e} + k - 2) / (e^e + k - 1). Subtracting the
@@ -57,12 +57,12 @@ def rr_rdp(alpha: Vector, eps: float, k: int = 2) -> Vector:
     """
     a = np.asarray(alpha, dtype=np.float64)
     x = (a - 1.0) * eps
-    log_den = float(np.logaddexp(eps, math.log(k - 1))) if k > 1 else eps
+    log_den = np.logaddexp(eps, np.log(np.asarray(k, dtype=np.float64) - 1.0))
     log_x, log_ae = log_expm1(x), log_expm1(a * eps)
     log_t = log_x + log_ae - x - log_den
     log1p_t = np.logaddexp(0.0, log_t)
     with np.errstate(invalid="ignore", divide="ignore"):
-        size = np.abs(log_x) + np.abs(log_ae) + x + abs(log_den) + 4.0
+        size = np.abs(log_x) + np.abs(log_ae) + x + np.abs(log_den) + 4.0
         damp = np.where(log1p_t > 0, special.expit(log_t) / log1p_t, 1.0)
     error = 4.0 * ULP_HALF * np.where(np.isfinite(size), size, 0.0) * np.minimum(damp, 1.0)
     return log1p_t / (a - 1.0) * (1.0 + error + 4.0 * ULP_HALF)
@@ -76,13 +76,20 @@ def rr_kl(eps: float, k: int = 2) -> float:
 
 def binary_rr_rho(eps: float) -> float:
     """Tight zCDP of any eps-DP mechanism / binary RR: eps tanh(eps/2) (S24 Thm 5; HM25 Prop 8)."""
-    return eps * math.tanh(eps / 2.0)
+    return float(binary_rr_rho_array(np.array([eps]))[0])
+
+
+def binary_rr_rho_array(eps: Vector) -> Vector:
+    """``binary_rr_rho`` of each element."""
+    e = np.asarray(eps, dtype=np.float64)
+    out: Vector = e * np.tanh(e / 2.0)
+    return out
 
 
 # --- Laplace (M17 Prop 6; HM25 main theorem) ----------------------------------------------
 
 
-def laplace_rdp(alpha: Vector, eps: float) -> Vector:
+def laplace_rdp(alpha: Vector, eps: float | Vector) -> Vector:
     """Mironov's exact Laplace RDP, stable form (as dp_accounting ``_laplace_rdp``).
 
     eps(a) = eps + log1p((a-1) expm1((1-2a) eps) / (2a-1)) / (a-1), eps = Delta / b.
@@ -93,20 +100,26 @@ def laplace_rdp(alpha: Vector, eps: float) -> Vector:
 
 def laplace_rho(eps: float) -> float:
     """Tight zCDP of Laplace: eps + e^{-eps} - 1 (HM25), by series below 0.1 (no cancellation)."""
-    if eps < 0.1:
-        # sum_{k>=2} (-eps)^k / k!, alternating with decreasing terms: 20 terms reach 1e-40.
-        total, term = 0.0, -eps
-        for k in range(2, 22):
-            term *= -eps / k
-            total += term
-        return total
-    return eps + math.expm1(-eps)
+    return float(laplace_rho_array(np.array([eps]))[0])
+
+
+def laplace_rho_array(eps: Vector) -> Vector:
+    """``laplace_rho`` of each element."""
+    e = np.asarray(eps, dtype=np.float64)
+    # sum_{k>=2} (-eps)^k / k!, alternating with decreasing terms: 20 terms reach 1e-40.
+    small = np.minimum(e, 0.1)
+    total, term = np.zeros_like(e), -small
+    for k in range(2, 22):
+        term = term * (-small / k)
+        total = total + term
+    out: Vector = np.where(e < 0.1, total, e + np.expm1(-e))
+    return out
 
 
 # --- RAPPOR (CH24 Thm 1, Thm 4; FORMULAS.md 1.6) -------------------------------------------
 
 
-def rappor_rdp(alpha: Vector, eps: float) -> Vector:
+def rappor_rdp(alpha: Vector, eps: float | Vector) -> Vector:
     """One-time RAPPOR with total epsilon eps: twice the binary-RR curve at eps / 2."""
     return 2.0 * rr_rdp(alpha, eps / 2.0, 2)
 
@@ -250,12 +263,14 @@ def rho_from_curve(
 
 __all__ = [
     "binary_rr_rho",
+    "binary_rr_rho_array",
     "bounded_range_rho",
     "discrete_laplace_kl",
     "discrete_laplace_rdp",
     "gaussian_rho",
     "laplace_rdp",
     "laplace_rho",
+    "laplace_rho_array",
     "log_expm1",
     "rappor_rdp",
     "rappor_rho",

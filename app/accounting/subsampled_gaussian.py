@@ -130,9 +130,12 @@ class _Rows:
     alpha: IntVector
 
     def f(self, i: IntVector, sel: IntVector | slice = slice(None)) -> Vector:
-        """log of the term i of A (before the expm1 refinement): log w_i + a (i^2 - i)."""
+        """log of the term i of A (before the expm1 refinement): log w_i + a (i^2 - i); i is
+        clipped to [0, alpha] (bisections evaluate their predicates everywhere, the value only
+        matters inside)."""
         lf = _log_factorials()
         al = self.alpha[sel]
+        i = np.clip(i, 0, al)
         fi = i.astype(np.float64)
         out: Vector = (
             lf[al]
@@ -145,8 +148,9 @@ class _Rows:
         return out
 
     def ratio(self, i: IntVector, sel: IntVector | slice = slice(None)) -> Vector:
-        """lambda(i) = f(i + 1) - f(i), for 0 <= i < alpha."""
+        """lambda(i) = f(i + 1) - f(i), for 0 <= i < alpha (i clipped to that range)."""
         al = self.alpha[sel]
+        i = np.clip(i, 0, al - 1)
         with np.errstate(divide="ignore"):
             return (
                 np.log((al - i).astype(np.float64))
@@ -159,16 +163,14 @@ class _Rows:
 def _first_true(lo: IntVector, hi: IntVector, pred, work: Work) -> IntVector:  # type: ignore[no-untyped-def]
     """Smallest i in [lo, hi] with pred(i) true, for a predicate that is monotone (false then
     true) on that range and true at hi (bisection, vectorised)."""
-    lo, hi = lo.copy(), hi.copy()
-    while True:
-        active = np.flatnonzero(lo < hi)
-        if active.size == 0:
-            return hi
-        mid = (lo[active] + hi[active]) // 2
-        work.evaluations += active.size
-        ok = pred(mid, active)
-        hi[active] = np.where(ok, mid, hi[active])
-        lo[active] = np.where(ok, lo[active], mid + 1)
+    every = np.arange(lo.size)
+    for _ in range(int(np.max(hi - lo, initial=0)).bit_length()):
+        mid = (lo + hi) // 2
+        work.evaluations += lo.size
+        ok = pred(mid, every)
+        hi = np.where(ok, mid, hi)
+        lo = np.where(ok, lo, mid + 1)
+    return hi
 
 
 def _pieces(rows: _Rows) -> list[tuple[str, IntVector, IntVector]]:
@@ -223,12 +225,18 @@ class _Windows:
 
 
 def _unimodal(
-    rows: _Rows, s: IntVector, e: IntVector, out: _Windows, work: Work, width: IntVector
+    rows: _Rows,
+    ids: IntVector,
+    s: IntVector,
+    e: IntVector,
+    out: _Windows,
+    work: Work,
+    width: IntVector,
 ) -> None:
-    idx = np.flatnonzero(s <= e)
-    if idx.size == 0:
+    keep = np.flatnonzero(s <= e)
+    if keep.size == 0:
         return
-    s, e = s[idx], e[idx]
+    idx, s, e = ids[keep], s[keep], e[keep]
     # peak: first i with lambda(i) <= 0 (lambda decreases on the piece), else the last index
     peak = _first_true(s, e, lambda i, a: (i >= e[a]) | (rows.ratio(i, idx[a]) <= 0.0), work)
     top = rows.f(peak, idx)
@@ -253,12 +261,18 @@ def _unimodal(
 
 
 def _quasi_convex(
-    rows: _Rows, s: IntVector, e: IntVector, out: _Windows, work: Work, width: IntVector
+    rows: _Rows,
+    ids: IntVector,
+    s: IntVector,
+    e: IntVector,
+    out: _Windows,
+    work: Work,
+    width: IntVector,
 ) -> None:
-    idx = np.flatnonzero(s <= e)
-    if idx.size == 0:
+    keep = np.flatnonzero(s <= e)
+    if keep.size == 0:
         return
-    s, e = s[idx], e[idx]
+    idx, s, e = ids[keep], s[keep], e[keep]
     # valley: first i with lambda(i) > 0 (lambda increases on the piece), else the last index
     valley = _first_true(s, e, lambda i, a: (i >= e[a]) | (rows.ratio(i, idx[a]) > 0.0), work)
     f_s, f_e = rows.f(s, idx), rows.f(e, idx)
@@ -286,12 +300,22 @@ def _windows(rows: _Rows, work: Work, width: IntVector) -> _Windows:
     """The exact windows and bounded remainders of every row, windows at most ``width`` (per
     row) terms on each side of a peak or end."""
     out = _Windows([], [], [], [], [])
-    for kind, first, last in _pieces(rows):
-        if kind == "unimodal":
-            _unimodal(rows, first, last, out, work, width)
-        elif kind == "quasi_convex":
-            _quasi_convex(rows, first, last, out, work, width)
-        else:
+    ids = np.arange(rows.alpha.size)
+    pieces = _pieces(rows)
+    unimodal = [(first, last) for kind, first, last in pieces if kind == "unimodal"]
+    _unimodal(
+        rows,
+        np.concatenate([ids] * len(unimodal)),
+        np.concatenate([f for f, _ in unimodal]),
+        np.concatenate([last for _, last in unimodal]),
+        out,
+        work,
+        width,
+    )
+    for kind, first, last in pieces:
+        if kind == "quasi_convex":
+            _quasi_convex(rows, ids, first, last, out, work, width)
+        elif kind == "exact":
             keep = np.flatnonzero(first <= last)
             out.window(keep, first[keep], last[keep])
     return out
@@ -323,62 +347,66 @@ def _integer_log_am1(rows: _Rows, curve: IntVector, work: Work) -> Vector:
         width = np.where(over[curve], np.maximum(16, width // 4), width)
         out = _windows(rows, work, width)
     owner = np.concatenate(out.owner)
-    first = np.concatenate(out.first)
+    first = np.maximum(np.concatenate(out.first), 2)  # A - 1 starts at i = 2
     last = np.concatenate(out.last)
-    # exact terms of A - 1 (i >= 2), flattened
-    first = np.maximum(first, 2)
-    size = np.maximum(last - first + 1, 0)
+    keep = last >= first
+    owner, first, last = owner[keep], first[keep], last[keep]
+    size = last - first + 1
     total = int(size.sum())
     work.terms += total
-    term_owner = np.repeat(owner, size)
-    starts = np.repeat(first - np.cumsum(size) + size, size)
-    i = np.arange(total, dtype=np.int64) + starts
+    # the exact terms of every window, flattened window after window
+    offsets = np.cumsum(size) - size
+    term_window = np.repeat(np.arange(size.size), size)
+    i = np.arange(total, dtype=np.int64) - offsets[term_window] + first[term_window]
+    term_row = owner[term_window]
     lf = _log_factorials()
-    al = rows.alpha[term_owner]
+    al = rows.alpha[term_row]
     fi = i.astype(np.float64)
-    c = rows.a[term_owner] * (fi * fi - fi)
-    log_w = lf[al] - lf[i] - lf[al - i] + fi * rows.lq[term_owner] + (al - i) * rows.l1q[term_owner]
+    c = rows.a[term_row] * (fi * fi - fi)
     le = _log_expm1(c)
-    log_terms = log_w + le
+    log_terms = lf[al] - lf[i] - lf[al - i] + fi * rows.lq[term_row] + (al - i) * rows.l1q[term_row]
+    log_terms += le
     # rounding: each term's log errs by a few ulps of the magnitudes that make it up
     err = U * (
         16.0 * (lf[al] + lf[i] + lf[al - i])
-        + 4.0 * (fi * np.abs(rows.lq[term_owner]) + (al - i) * np.abs(rows.l1q[term_owner]))
+        + 4.0 * (fi * np.abs(rows.lq[term_row]) + (al - i) * np.abs(rows.l1q[term_row]))
         + 4.0 * (c + np.abs(le))
         + 16.0
     )
-    n_rows = rows.alpha.size
+    # per window: log sum exp and the largest error (contiguous segments)
+    if size.size:
+        win_max = np.maximum.reduceat(log_terms, offsets)
+        shift = np.where(np.isfinite(win_max), win_max, 0.0)
+        with np.errstate(divide="ignore"):
+            win_log = shift + np.log(
+                np.add.reduceat(np.exp(log_terms - shift[term_window]), offsets)
+            )
+        win_log += np.maximum.reduceat(err, offsets) + np.log1p((size + 4) * 2.0 * U)
+    else:
+        win_log = np.zeros(0)
     rem_owner = np.concatenate(out.rem_owner) if out.rem_owner else np.zeros(0, np.int64)
     rem_log = np.concatenate(out.rem_log) if out.rem_log else np.zeros(0)
     if rem_owner.size:
         ral = rows.alpha[rem_owner]
-        rem_err = U * (
+        rem_log = rem_log + U * (
             48.0 * lf[ral]
             + 4.0 * ral * (np.abs(rows.lq[rem_owner]) + np.abs(rows.l1q[rem_owner]))
             + 4.0 * rows.a[rem_owner] * ral.astype(np.float64) ** 2
             + 16.0
         )
-        rem_log = rem_log + rem_err
-    all_owner = np.concatenate([term_owner, rem_owner])
-    all_log = np.concatenate([log_terms, rem_log])
-    all_err = np.concatenate([err, np.zeros(rem_owner.size)])
-    # per row: log sum exp, plus the largest relative error and the summation error
-    order = np.argsort(all_owner, kind="stable")
-    all_owner, all_log, all_err = all_owner[order], all_log[order], all_err[order]
-    counts = np.bincount(all_owner, minlength=n_rows)
-    starts_r = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    nonempty = counts > 0
+    # per row: log sum exp of its windows and remainders (a few each), with a summation margin
+    parts_owner = np.concatenate([owner, rem_owner])
+    parts_log = np.concatenate([win_log, rem_log])
+    n_rows = rows.alpha.size
     peak = np.full(n_rows, -np.inf)
-    peak[nonempty] = np.maximum.reduceat(all_log, starts_r[nonempty])
-    shift = np.where(np.isfinite(peak), peak, 0.0)
-    with np.errstate(invalid="ignore"):
-        scaled = np.exp(all_log - shift[all_owner])
+    np.maximum.at(peak, parts_owner, parts_log)
+    shift_r = np.where(np.isfinite(peak), peak, 0.0)
     sums = np.zeros(n_rows)
-    sums[nonempty] = np.add.reduceat(scaled, starts_r[nonempty])
-    max_err = np.zeros(n_rows)
-    max_err[nonempty] = np.maximum.reduceat(all_err, starts_r[nonempty])
+    with np.errstate(invalid="ignore"):
+        np.add.at(sums, parts_owner, np.exp(parts_log - shift_r[parts_owner]))
+    counts = np.bincount(parts_owner, minlength=n_rows)
     with np.errstate(divide="ignore"):
-        log_sum: Vector = shift + np.log(sums) + max_err + np.log1p((counts + 4) * U * 2.0)
+        log_sum: Vector = shift_r + np.log(sums) + np.log1p((counts + 4) * 2.0 * U)
     return log_sum
 
 
@@ -506,7 +534,7 @@ def _moments(a: Vector, work: Work) -> tuple[Vector, Vector]:
     if series.size:
         aa = a[series, None]
         # terms of the series per row (each row's own count: a batch gives the same bounds)
-        big_n = (40 + np.ceil(3.0 * b_max[series])).astype(np.int64)[:, None]
+        big_n = (TAYLOR_K // 2 + 12 + np.ceil(3.0 * b_max[series])).astype(np.int64)[:, None]
         v = np.zeros((series.size, k.size))
         v[:, 0] = 1.0
         acc = np.zeros_like(v)
