@@ -41,7 +41,8 @@ class Rappor(Mechanism):
     @classmethod
     def _raw_curves(cls, units: Sequence[Rappor]) -> UnitCurves:
         eps = np.array([u.epsilon for u in units])
-        return UnitCurves.of(eps * np.tanh(eps / 4.0), rappor_rdp(ORDERS, eps[:, None]), eps)
+        rho = eps * np.tanh(eps / 4.0) * (1.0 + 2.0**-50)  # tight rho, raised by its rounding
+        return UnitCurves.of(rho, rappor_rdp(ORDERS, eps[:, None]), eps)
 
 
 SPEC = KindSpec(
