@@ -79,8 +79,8 @@ WINDOW_BUDGET = 100_000
 """Exact terms per curve for the integer orders (about); wider windows are narrowed until they
 fit, what they leave out bounded instead of summed."""
 
-SERIES_HEAD = 16
-SERIES_TERMS = 48
+SERIES_HEAD = 12
+SERIES_TERMS = 32
 """Signed-series terms per fractional order: ``SERIES_HEAD`` summed, the next ones bound the
 alternating rest by Euler's transform (to about 2^-39 of the first term left out)."""
 
@@ -135,7 +135,7 @@ class _Rows:
         matters inside)."""
         lf = _log_factorials()
         al = self.alpha[sel]
-        i = np.clip(i, 0, al)
+        i = np.minimum(np.maximum(i, 0), al)
         fi = i.astype(np.float64)
         out: Vector = (
             lf[al]
@@ -150,7 +150,7 @@ class _Rows:
     def ratio(self, i: IntVector, sel: IntVector | slice = slice(None)) -> Vector:
         """lambda(i) = f(i + 1) - f(i), for 0 <= i < alpha (i clipped to that range)."""
         al = self.alpha[sel]
-        i = np.clip(i, 0, al - 1)
+        i = np.minimum(np.maximum(i, 0), al - 1)
         with np.errstate(divide="ignore"):
             return (
                 np.log((al - i).astype(np.float64))
@@ -414,9 +414,13 @@ def _integer_log_am1(rows: _Rows, curve: IntVector, work: Work) -> Vector:
 
 
 def _tree_sum(x: Vector) -> Vector:
-    """Sum along the last axis (length a power of two) by explicit pairwise halving, so that the
-    rounding error is at most log2(length) u times the sum of |x| (Higham, Accuracy and
-    Stability of Numerical Algorithms, 2nd ed., section 4.2)."""
+    """Sum along the last axis by explicit pairwise halving (zero-padded to a power of two), so
+    that the rounding error is at most ceil(log2(length)) u times the sum of |x| (Higham,
+    Accuracy and Stability of Numerical Algorithms, 2nd ed., section 4.2)."""
+    width = 1 << max(0, (x.shape[-1] - 1).bit_length())
+    if width != x.shape[-1]:
+        pad = np.zeros((*x.shape[:-1], width - x.shape[-1]))
+        x = np.concatenate([x, pad], axis=-1)
     while x.shape[-1] > 1:
         x = x[..., 0::2] + x[..., 1::2]
     return x[..., 0]
@@ -436,10 +440,13 @@ def _sum2(x: Vector) -> tuple[Vector, Vector]:
     return hi, lo
 
 
-def _mtz_log_a(lq: Vector, l1q: Vector, sigma: Vector, alpha: Vector, work: Work) -> Vector:
+def _mtz_log_a(
+    lq: Vector, l1q: Vector, sigma: Vector, alpha: Vector, work: Work
+) -> tuple[Vector, Mask]:
     """Upper bounds on log A for fractional orders (alpha < 11) by the signed series of MTZ19
     case II: the terms i < ``SERIES_HEAD`` summed, the alternating rest bounded by Euler's
-    transform (module docstring); +inf where cancellation leaves no usable bound.
+    transform (module docstring); +inf where cancellation leaves no usable bound. Also whether
+    each bound is tight to 1e-12 of A - 1 (then no other bound is tried).
 
     For i > alpha, a_i = |C(alpha, i)| (X_i + Y_i) is a Hausdorff moment sequence in i
     (|C(alpha, i)| = Gamma(i - alpha) / (|Gamma(-alpha)| Gamma(i + 1)) is a Beta integral, X_i and
@@ -470,12 +477,10 @@ def _mtz_log_a(lq: Vector, l1q: Vector, sigma: Vector, alpha: Vector, work: Work
     # a term's relative rounding: an ulp of the recurrence's running value per step, a few ulps
     # of every other part's magnitude
     w2 = special.expit(t2 - t1)  # the share of the second half in the term
+    # (log |C(alpha, 0)| = 0 exactly; each recurrence step adds two logs and a sum)
     err = U * (
-        4.0 * (i + 2.0) * (np.abs(log_c) + 4.0)
-        + 8.0 * ((1.0 - w2) * np.abs(t1) + w2 * np.abs(t2))
-        + 16.0
+        4.0 * i * (np.abs(log_c) + 1.0) + 8.0 * ((1.0 - w2) * np.abs(t1) + w2 * np.abs(t2)) + 4.0
     )
-    # the largest term is among the first ones (a_i decreases for i > alpha, alpha < 11)
     # scaled to the largest term, which is among the first ones (a_i decreases for i > alpha)
     # unless A is near 1, where the scale 1 keeps A - 1 = (hi - 1) + lo free of cancellation
     scale = np.max(log_term[:, :16], axis=1)
@@ -495,18 +500,22 @@ def _mtz_log_a(lq: Vector, l1q: Vector, sigma: Vector, alpha: Vector, work: Work
     a_n = rel[:, head]
     euler_err = (tail + 2.0) * a_n * (np.max(err[:, head:], axis=1) + tail * U) * 2.0
     rest = np.where(sign[:, head] > 0, euler + euler_tail, -euler) + euler_err
-    slack = errors * 1.01 + (head * U) ** 2 * 4.0 * absolute + 4.0 * U * np.abs(hi)
-    # log of hi + lo + rest + slack; relative to 1 when the scale is 1 (no cancellation in A - 1)
+    slack = errors * 1.01 + (head * U) ** 2 * 4.0 * absolute + euler_err
+    # log of hi + lo + rest + slack; relative to 1 when the scale is 1 (no cancellation in A - 1:
+    # hi - 1 is exact there, Sterbenz)
     with np.errstate(divide="ignore", invalid="ignore"):
         near_one = scale == 0.0
-        am1 = (hi - 1.0) + (lo + rest + slack)
-        upper = hi + (lo + rest + slack)
+        am1 = ((hi - 1.0) + (lo + rest + slack)) * (1.0 + 4.0 * U)
+        upper = (hi + (lo + rest + slack)) * (1.0 + 4.0 * U)
         log_a = np.where(
             near_one,
             np.where(am1 > -1.0, np.log1p(np.maximum(am1, -1.0)), -np.inf),
             scale + np.log(upper),
         )
-        return np.where(upper > 0, log_a, np.inf)
+        # how far below the bound A can be: the slack and the Euler bracket's width
+        width = slack + euler_tail + 8.0 * U * np.abs(hi)
+        tight = np.where(near_one, width <= 1e-12 * am1, width <= 1e-12 * upper)
+        return np.where(upper > 0, log_a, np.inf), tight & (upper > 0)
 
 
 # --- fractional orders: the Taylor bound ------------------------------------------------------
@@ -710,29 +719,24 @@ def _rdp_chunk(q: Vector, sigma: Vector, mask: Mask, work: Work) -> Vector:
         r_of = np.repeat(np.arange(rows), frac_idx.size)
         o_of = np.tile(frac_idx, rows)
         al = ORDERS[o_of]
+        log_a, tight = _mtz_log_a(lq[r_of], l1q[r_of], sigma[r_of], al, work)
+        eps_mtz = np.where(
+            np.isfinite(log_a), np.maximum(log_a, 0.0) / (al - 1.0) * (1 + 8 * U), np.inf
+        )
+        # where the series is not tight (large sigma: A - 1 tiny), the Taylor bound, which needs
+        # q e^{2 a k} < 1 for its first terms to decrease
         eps_taylor = np.full(al.shape, np.inf)
-        tight = np.zeros(al.shape, dtype=bool)
-        # the Taylor bound needs q e^{2 a k} < 1 for its first terms to decrease
         useful = q * np.exp(np.minimum(8.0 * 0.5 / sigma**2, 700.0)) < 1.0
-        if useful.any():
-            m_lo, m_hi = _moments(0.5 / sigma[useful] ** 2, work)
-            sel = np.flatnonzero(useful[r_of])
-            row_in = np.cumsum(useful) - 1
-            log_am1, tight[sel] = _taylor_log_am1(
-                lq[r_of[sel]],
-                l1q[r_of[sel]],
-                al[sel],
-                (m_lo[row_in[r_of[sel]]], m_hi[row_in[r_of[sel]]]),
+        sel = np.flatnonzero(useful[r_of] & ~tight)
+        if sel.size:
+            rows_needed = np.unique(r_of[sel])
+            m_lo, m_hi = _moments(0.5 / sigma[rows_needed] ** 2, work)
+            row_in = np.searchsorted(rows_needed, r_of[sel])
+            log_am1, _ = _taylor_log_am1(
+                lq[r_of[sel]], l1q[r_of[sel]], al[sel], (m_lo[row_in], m_hi[row_in])
             )
             eps_taylor[sel] = np.where(
                 np.isfinite(log_am1), _eps_from_log_am1(log_am1, al[sel]), np.inf
-            )
-        eps_mtz = np.full(al.shape, np.inf)
-        rest = np.flatnonzero(~tight)
-        if rest.size:
-            log_a = _mtz_log_a(lq[r_of[rest]], l1q[r_of[rest]], sigma[r_of[rest]], al[rest], work)
-            eps_mtz[rest] = np.where(
-                np.isfinite(log_a), np.maximum(log_a, 0.0) / (al[rest] - 1.0) * (1 + 8 * U), np.inf
             )
         best = np.minimum(eps_mtz, eps_taylor)
         # the chord of (alpha - 1) eps(alpha) between the neighbouring integer orders
