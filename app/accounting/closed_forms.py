@@ -92,30 +92,25 @@ def binary_rr_rho_array(eps: Vector) -> Vector:
 # --- Laplace (M17 Prop 6; HM25 main theorem) ----------------------------------------------
 
 
-def _log_expm1_minus_x(x: Vector) -> tuple[Vector, Vector]:
-    """log(e^x - 1 - x) (>= 0 terms: -inf at 0) and a bound on its absolute rounding error, for
-    any real x: a Horner series below |x| = 0.5 (where e^x - 1 - x = x^2/2 + ... cancels), the
-    direct form between, x + log1p(-(1 + x) e^-x) above 30."""
+def _expm1_minus_x_array(x: Vector) -> Vector:
+    """e^x - 1 - x for any real x (inf above ~709): a Horner series below |x| = 2^-6 (8 terms
+    leave < 1e-15 of it), elsewhere the closed form, whose two terms cancel by at most a factor
+    4 / |x| <= 256 there. Relative error below 2^-44."""
     x = np.asarray(x, dtype=np.float64)
-    small = np.abs(x) < 0.5
-    xs = np.where(small, x, 0.0)
+    small = np.abs(x) < 2.0**-6
+    with np.errstate(over="ignore"):
+        out = np.expm1(x) - x
+    xs = x[small]
     series = np.ones_like(xs)
-    for k in range(22, 2, -1):  # 1 + x/3 (1 + x/4 (1 + ...)): 20 terms, |x| < 0.5
+    for k in range(8, 2, -1):  # 1 + x/3 (1 + x/4 (1 + ... x/8))
         series = 1.0 + xs / k * series
-    big = x > 30.0
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        mid = np.where(small | big, 1.0, x)
-        direct = np.log(np.expm1(mid) - mid)
-        large = x + np.log1p(-(1.0 + x) * np.exp(-np.where(big, x, 30.0)))
-        value = np.where(
-            small, np.log(xs * xs / 2.0) + np.log(series), np.where(big, large, direct)
-        )
-        # relative error of the argument of the log: ~4u in the series, up to ~60u in the direct
-        # form (its terms cancel by at most a factor 15 above |x| = 0.5), ~u x above 30
-        error = np.where(
-            small, 16.0 * ULP_HALF, np.where(big, 4.0 * ULP_HALF * x, 128.0 * ULP_HALF)
-        )
-    return value, error
+    out[small] = xs * xs / 2.0 * series
+    return out
+
+
+LAPLACE_ERROR = 2.0**-42
+"""Relative rounding bound of ``laplace_rdp`` while e^{(a-1) eps} does not overflow: the two
+e^x - 1 - x within 2^-44 each, then a weighted sum, log1p and a division (a few ulps)."""
 
 
 def laplace_rdp(alpha: Vector, eps: float | Vector) -> Vector:
@@ -124,25 +119,27 @@ def laplace_rdp(alpha: Vector, eps: float | Vector) -> Vector:
     eps(a) = log(p e^{(a-1) eps} + (1-p) e^{-a eps}) / (a - 1), p = a / (2a - 1). The exponents
     x1 = (a-1) eps and x2 = -a eps have p x1 + (1-p) x2 = 0, so the argument of the log is
     1 + S with S = p (e^{x1} - 1 - x1) + (1-p) (e^{x2} - 1 - x2), a sum of two non-negative
-    terms (``_log_expm1_minus_x``): eps(a) = log1p(S) / (a - 1). (The earlier form
-    eps + log1p(...) / (a-1) cancels to a relative error of u / eps: 5.7e-8 at eps = 1e-9.) The
-    result is raised by the rounding bound of log S, damped through log1p as in ``rr_rdp``."""
+    terms: eps(a) = log1p(S) / (a - 1). (The earlier form eps + log1p(...) / (a-1) cancels to a
+    relative error of u / eps: 5.7e-8 at eps = 1e-9.) The relative error of S carries through
+    log1p undiminished at most, so the result is raised by ``LAPLACE_ERROR``. Where
+    e^{(a-1) eps} overflows, log S = log p + x1 + log1p(-(1 + x1) e^{-x1}) + log1p(tiny) is
+    taken in log space, its rounding bounded by a few ulps of x1."""
     a = np.asarray(alpha, dtype=np.float64)
     x1 = (a - 1.0) * eps
     x2 = -a * eps
-    l1, e1 = _log_expm1_minus_x(x1)
-    l2, e2 = _log_expm1_minus_x(x2)
-    log_p = np.log(a / (2.0 * a - 1.0))
-    log_q = np.log((a - 1.0) / (2.0 * a - 1.0))
-    log_s = np.logaddexp(log_p + l1, log_q + l2)
-    log1p_s = np.logaddexp(0.0, log_s)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        logs = np.abs(np.where(np.isfinite(l1), l1, 0.0)) + np.abs(
-            np.where(np.isfinite(l2), l2, 0.0)
-        )
-        error = np.maximum(e1, e2) + 4.0 * ULP_HALF * (logs + np.abs(log_p) + np.abs(log_q) + 4.0)
-        damp = np.where(log1p_s > 0, special.expit(log_s) / log1p_s, 1.0)
-    out: Vector = log1p_s / (a - 1.0) * (1.0 + error * np.minimum(damp, 1.0) + 4.0 * ULP_HALF)
+    p = a / (2.0 * a - 1.0)
+    e1 = _expm1_minus_x_array(x1)
+    e2 = _expm1_minus_x_array(x2)
+    s = p * e1 + (1.0 - p) * e2
+    out: Vector = np.log1p(s) / (a - 1.0) * (1.0 + LAPLACE_ERROR)
+    huge = ~np.isfinite(s)
+    if huge.any():
+        xb = np.broadcast_to(x1, huge.shape)[huge]
+        pb = np.broadcast_to(p, huge.shape)[huge]
+        ab = np.broadcast_to(a, huge.shape)[huge]
+        log_s = np.log(pb) + xb + np.log1p(-(1.0 + xb) * np.exp(-xb))
+        # log1p(S) = log S + log1p(1/S) <= log S + 1/S, and 1/S < e^-700 here
+        out[huge] = (log_s * (1.0 + 8.0 * ULP_HALF) + np.exp(-log_s)) / (ab - 1.0)
     return out
 
 

@@ -46,7 +46,7 @@ def _raise(total: Vector, terms: int) -> Vector:
     return np.where(total == 0.0, 0.0, raised)
 
 
-CHUNK = 4096
+CHUNK = 128
 """Distinct curves computed and summed per chunk (bounded memory)."""
 
 
@@ -108,11 +108,21 @@ def _groups(cls: type[Mechanism], ms: list[Mechanism]) -> tuple[list[Mechanism],
     repetitions of each: by one sort of their parameters when they are all scalars, else by a
     dictionary of their keys."""
     keys = [p for p in params_of(cls) if p.name not in cls.repetition_params]
-    reps = np.array([m.repetitions() for m in ms], dtype=np.float64)
+    if cls.repetition_params == ("count",):
+        reps = np.array([m.count for m in ms], dtype=np.float64)
+    else:
+        reps = np.array([m.repetitions() for m in ms], dtype=np.float64)
+    if reps.size and reps.max() > MAX_COUNT:
+        ms[int(np.argmax(reps))].curve()  # raises the per-entry error
     if all(p.type != "float_list" for p in keys):
         get = operator.attrgetter(*(p.name for p in keys))
         table = np.array([get(m) for m in ms], dtype=np.float64).reshape(len(ms), len(keys))
-        _, first, inverse = np.unique(table, axis=0, return_index=True, return_inverse=True)
+        varying = table[:, (table != table[:1]).any(axis=0)] if len(ms) else table
+        if varying.shape[1] <= 1:  # one varying parameter (or none): a plain sort
+            column = varying[:, 0] if varying.shape[1] else np.zeros(len(ms))
+            _, first, inverse = np.unique(column, return_index=True, return_inverse=True)
+        else:
+            _, first, inverse = np.unique(varying, axis=0, return_index=True, return_inverse=True)
         totals: Vector = np.bincount(inverse.ravel(), weights=reps).astype(np.float64)
         return [ms[i].unit() for i in first], totals
     index: dict[tuple[Any, ...], int] = {}
@@ -134,12 +144,13 @@ def compose_many(mechanisms: Iterable[Mechanism]) -> PrivacyCurve:
     when a mechanism's curve overflows or its repetitions exceed the per-entry limit."""
     by_kind: dict[type[Mechanism], list[Mechanism]] = {}
     for m in mechanisms:
-        by_kind.setdefault(type(m), []).append(m)
+        group = by_kind.get(m.__class__)
+        if group is None:
+            by_kind[m.__class__] = [m]
+        else:
+            group.append(m)
     total = PrivacyCurve.zero()
     for cls, ms in sorted(by_kind.items(), key=lambda kv: kv[0].kind):
-        for m in ms:
-            if m.repetitions() > MAX_COUNT:
-                m.curve()  # raises the per-entry error
         units, weights = _groups(cls, ms)
         affine = cls._affine(units)
         if affine is not None:

@@ -719,24 +719,31 @@ def _rdp_chunk(q: Vector, sigma: Vector, mask: Mask, work: Work) -> Vector:
         r_of = np.repeat(np.arange(rows), frac_idx.size)
         o_of = np.tile(frac_idx, rows)
         al = ORDERS[o_of]
-        log_a, tight = _mtz_log_a(lq[r_of], l1q[r_of], sigma[r_of], al, work)
-        eps_mtz = np.where(
-            np.isfinite(log_a), np.maximum(log_a, 0.0) / (al - 1.0) * (1 + 8 * U), np.inf
-        )
-        # where the series is not tight (large sigma: A - 1 tiny), the Taylor bound, which needs
-        # q e^{2 a k} < 1 for its first terms to decrease
+        # the Taylor bound first where it can work (q e^{2 a k} < 1 for its first terms to
+        # decrease: small q or large sigma, where A - 1 is tiny and the series below loses
+        # digits), the signed series wherever the Taylor bound is not tight to 1e-12
         eps_taylor = np.full(al.shape, np.inf)
+        taylor_tight = np.zeros(al.shape, dtype=bool)
         useful = q * np.exp(np.minimum(8.0 * 0.5 / sigma**2, 700.0)) < 1.0
-        sel = np.flatnonzero(useful[r_of] & ~tight)
+        sel = np.flatnonzero(useful[r_of])
         if sel.size:
             rows_needed = np.unique(r_of[sel])
             m_lo, m_hi = _moments(0.5 / sigma[rows_needed] ** 2, work)
             row_in = np.searchsorted(rows_needed, r_of[sel])
-            log_am1, _ = _taylor_log_am1(
+            log_am1, taylor_tight[sel] = _taylor_log_am1(
                 lq[r_of[sel]], l1q[r_of[sel]], al[sel], (m_lo[row_in], m_hi[row_in])
             )
             eps_taylor[sel] = np.where(
                 np.isfinite(log_am1), _eps_from_log_am1(log_am1, al[sel]), np.inf
+            )
+        eps_mtz = np.full(al.shape, np.inf)
+        rest = np.flatnonzero(~taylor_tight)
+        if rest.size:
+            log_a, _ = _mtz_log_a(
+                lq[r_of[rest]], l1q[r_of[rest]], sigma[r_of[rest]], al[rest], work
+            )
+            eps_mtz[rest] = np.where(
+                np.isfinite(log_a), np.maximum(log_a, 0.0) / (al[rest] - 1.0) * (1 + 8 * U), np.inf
             )
         best = np.minimum(eps_mtz, eps_taylor)
         # the chord of (alpha - 1) eps(alpha) between the neighbouring integer orders
