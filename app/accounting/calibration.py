@@ -21,7 +21,7 @@ from scipy import optimize
 from app.accounting import mechanisms as mech
 from app.accounting import registry
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import RHO_FILTERS, Budget, FilterKind, admits, spend
+from app.accounting.filters import RHO_FILTERS, Budget, Filter, FilterKind, admits, spend
 from app.accounting.orders import ORDERS
 
 
@@ -310,6 +310,11 @@ def filter_fits(
     return FilterFit(kind, total, Budget(epsilon_budget, delta_budget), rho_bound)
 
 
+def fits_under(f: Filter, total: PrivacyCurve) -> FilterFit:
+    """The ``Fits`` of a dataset under ``Filter`` ``f`` whose ledger (with holds) is ``total``."""
+    return FilterFit(f.kind, total, f.budget, f.bound)
+
+
 __all__ = [
     "PARAMETERS",
     "REL_TOL",
@@ -319,4 +324,5 @@ __all__ = [
     "calibrate",
     "default_parameter",
     "filter_fits",
+    "fits_under",
 ]
