@@ -1,28 +1,46 @@
-"""Accounting benchmark: speed from running sums vs dp_accounting, and a tightness table.
+"""Accounting benchmark: bounded compute, composition at scale against dp_accounting, tightness.
 
-Run from the repository root: ``.venv/bin/python bench/accounting.py`` (prints JSON).
+Run from the repository root: ``.venv/bin/python bench/accounting.py`` (prints JSON; about two
+minutes on a 2-core machine). One run measures everything; quote ratios, not absolute times.
 
-(a) Speed. A 100,000-entry mixed ledger (Gaussian, Laplace, DP-SGD runs with distinct
-    parameters). Ours: per-entry curves (cached per distinct parameter set, as the service
-    stores them) added into running sums with round-up arithmetic, then one ``spend()``; a
-    budget query afterwards is one conversion of the stored sum. dp_accounting's
-    ``RdpAccountant`` composes the same 100,000 events and converts once. Both measured in
-    this run on this machine; the ratio is what to quote.
-(b) Tightness at delta = 1e-6: our epsilon (non-adaptive RDP filter, method named) against
-    dp_accounting's RDP and PLD accountants for several ledgers.
+(a) ``curves``: the slowest single curve per kind over adversarial parameters (extremes of
+    every range; for the subsampled Gaussian also 60 random (q, sigma) over their whole range),
+    median of 3, caches cleared; with the work counted for the subsampled Gaussian.
+(b) ``calibration``: the slowest ``calibrate`` over every kind's parameters, four filters and
+    adversarial fixed parameters.
+(c) ``compose_10k``: ``compose_many`` of 10,000 mixed entries whose parameters all differ, plus
+    one conversion.
+(d) ``compose_100k``: two 100,000-entry mixed ledgers (dp_accounting's add/remove relation):
+    ``realistic`` (60 parameter sets repeated, as a query workload with a few DP-SGD runs) and
+    ``all_distinct`` (every entry its own parameters: 70 % Gaussian, 20 % Laplace, 9.8 % zCDP,
+    0.2 % DP-SGD runs). Ours from the mechanisms (``compose_many`` + one conversion: every
+    distinct curve computed) and from the stored entry curves (``compose_arrays`` + one
+    conversion: what a ledger rebuild does); dp_accounting's ``RdpAccountant`` composes the
+    same events and converts once (a full run for both ledgers).
+(e) ``tightness`` at delta = 1e-6: our epsilon (non-adaptive RDP filter, method named) against
+    dp_accounting's RDP and PLD accountants.
+
+Times are CPU seconds of this process (``time.process_time``), medians where repeated: the
+machine is shared, and wall time would mostly measure the other processes. ``load_average``
+is printed beside them.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import platform
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace as dataclass_replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -30,8 +48,13 @@ from dp_accounting import dp_event  # noqa: E402
 from dp_accounting.pld import pld_privacy_accountant as plda  # noqa: E402
 from dp_accounting.rdp import rdp_privacy_accountant as rdpa  # noqa: E402
 
+from app.accounting import subsampled_gaussian as sgm  # noqa: E402
+from app.accounting.calibration import calibrate, filter_fits  # noqa: E402
+from app.accounting.compose import compose_arrays, compose_many  # noqa: E402
 from app.accounting.curve import PrivacyCurve, compose  # noqa: E402
-from app.accounting.filters import FilterKind, spend  # noqa: E402
+from app.accounting.filters import Budget, FilterKind, filter_bound, spend  # noqa: E402
+from app.accounting.kinds import KINDS  # noqa: E402
+from app.accounting.kinds._spec import UnitCurves, unit_curve  # noqa: E402
 from app.accounting.mechanisms import (  # noqa: E402
     Gaussian,
     Laplace,
@@ -39,11 +62,32 @@ from app.accounting.mechanisms import (  # noqa: E402
     RandomizedResponse,
     Rappor,
     SubsampledGaussian,
+    mechanism_from_dict,
 )
+from app.accounting.orders import ORDERS  # noqa: E402
 
 DELTA = 1e-6
 N_ENTRIES = 100_000
 REL = rdpa.NeighborRel
+logging.getLogger("absl").setLevel(logging.ERROR)  # dp_accounting's series warnings
+
+
+def _m(kind: str, **params: Any) -> Mechanism:
+    return mechanism_from_dict({"mechanism": kind, **params})
+
+
+def _clock(fn: Callable[[], object], repeat: int = 1) -> float:
+    """Median CPU time of ``fn`` (process time: on a shared machine wall time mostly measures
+    the other processes; both sides of every comparison are timed the same way)."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.process_time()
+        fn()
+        times.append(time.process_time() - t0)
+    return statistics.median(times)
+
+
+# --- dp_accounting events for our mechanisms --------------------------------------------------
 
 
 def _event(m: Mechanism) -> dp_event.DpEvent:
@@ -60,9 +104,13 @@ def _event(m: Mechanism) -> dp_event.DpEvent:
         e = dp_event.SelfComposedDpEvent(half, 2)
     elif isinstance(m, SubsampledGaussian):
         e = dp_event.SelfComposedDpEvent(
-            dp_event.PoissonSampledDpEvent(m.sample_rate, dp_event.GaussianDpEvent(m.sigma)),
+            dp_event.PoissonSampledDpEvent(
+                m.sample_rate, dp_event.GaussianDpEvent(m.noise_multiplier)
+            ),
             m.steps,
         )
+    elif m.kind == "zcdp":
+        e = dp_event.ZCDpEvent(m.rho, m.xi)  # type: ignore[attr-defined]
     else:  # pragma: no cover
         raise TypeError(m)
     return e if m.count == 1 else dp_event.SelfComposedDpEvent(e, m.count)
@@ -80,7 +128,135 @@ def _pld_event(m: Mechanism) -> dp_event.DpEvent:
     return _event(m)
 
 
-def _mixed_ledger(n: int) -> list[Mechanism]:
+# --- (a) one curve, worst case ----------------------------------------------------------------
+
+
+def _adversarial() -> dict[str, list[Mechanism]]:
+    rng = np.random.default_rng(1)
+    sg = [
+        (5e-324, 1e-3),
+        (5e-324, 1.0),
+        (5e-324, 1e6),
+        (1 - 1e-12, 1e-3),
+        (1 - 1e-12, 1e6),
+        (0.5, 1e3),
+        (0.5, 158.0),
+        (0.3, 1e3),
+        (0.01, 10.0),
+        (1e-150, 80.0),
+    ]
+    for _ in range(60):
+        sg.append((float(np.exp(rng.uniform(-744, 0))), float(np.exp(rng.uniform(-6.9, 13.8)))))
+    sg = [(min(q, 1.0), s) for q, s in sg]
+    return {
+        "subsampled_gaussian": [
+            _m("subsampled_gaussian", sigma=s, sample_rate=q, steps=10**9) for q, s in sg
+        ],
+        "gaussian": [_m("gaussian", sigma=1e-6, sensitivity=1.0), _m("gaussian", sigma=1e12)],
+        "laplace": [_m("laplace", epsilon=e) for e in (1e-9, 0.05, 100.0)],
+        "randomized_response": [
+            _m("randomized_response", epsilon=e, k=k)
+            for e in (1e-9, 1.0, 100.0)
+            for k in (7, 10**9)
+        ],
+        "rappor": [_m("rappor", epsilon=e) for e in (1e-9, 100.0)],
+        "discrete_laplace": [
+            _m("discrete_laplace", epsilon=e, sensitivity=d)
+            for e in (1e-9, 1.0, 100.0)
+            for d in (2, 10**9)
+        ],
+        "pure_dp": [_m("pure_dp", epsilon=e) for e in (1e-9, 100.0)],
+        "approx_dp": [_m("approx_dp", epsilon=e, delta=0.5) for e in (0.0, 100.0)],
+        "exponential": [_m("exponential", epsilon=e) for e in (1e-9, 1.0, 100.0)],
+        "zcdp": [_m("zcdp", rho=1e6, xi=1e6, delta=0.5)],
+        "rdp": [
+            _m(
+                "rdp",
+                orders=list(np.geomspace(1.0001, 1e12, 1000)),
+                epsilons=list(np.linspace(0.0, 1e9, 1000)),
+            )
+        ],
+    }
+
+
+def bench_curves() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    work_max = {"terms": 0, "evaluations": 0}
+    for kind, mechs in _adversarial().items():
+        worst, which = 0.0, None
+        for m in mechs:
+
+            def one(m: Mechanism = m) -> None:
+                unit_curve.cache_clear()
+                sgm.subsampled_gaussian_rdp.cache_clear()
+                m.curve()
+
+            t = _clock(one, repeat=3)
+            if t > worst:
+                worst, which = t, m.to_dict()
+            if isinstance(m, SubsampledGaussian) and m.sample_rate < 1.0:
+                w = sgm.Work()
+                sgm.rdp_batch(np.array([m.sample_rate]), np.array([m.noise_multiplier]), work=w)
+                work_max["terms"] = max(work_max["terms"], w.terms)
+                work_max["evaluations"] = max(work_max["evaluations"], w.evaluations)
+        out[kind] = {"worst_ms": round(worst * 1000, 2), "parameters": which, "cases": len(mechs)}
+    return {
+        "worst_ms": max(v["worst_ms"] for v in out.values()),
+        "by_kind": out,
+        "subsampled_gaussian_max_work": work_max,
+    }
+
+
+# --- (b) calibration, worst case --------------------------------------------------------------
+
+
+def bench_calibration() -> dict[str, Any]:
+    budget = Budget(3.0, 1e-6)
+    cases: list[tuple[str, dict[str, Any], str]] = []
+    for kind, spec in KINDS.items():
+        for parameter in spec.calibration:
+            fixed_sets: list[dict[str, Any]] = [{}]
+            if kind == "subsampled_gaussian":
+                fixed_sets = [
+                    {"sample_rate": q, "steps": 1000}
+                    if parameter == "sigma"
+                    else {"sample_rate": q, "sigma": 1.0}
+                    for q in (5e-324, 1e-4, 0.01, 0.5, 1 - 1e-12)
+                ]
+            elif kind == "randomized_response":
+                fixed_sets = [{"k": 2}, {"k": 10**9}]
+            elif kind == "discrete_laplace":
+                fixed_sets = [{"sensitivity": 1}, {"sensitivity": 10**9}]
+            elif kind == "approx_dp":
+                fixed_sets = [{"delta": 1e-8}]
+            cases += [(kind, f, parameter) for f in fixed_sets]
+    prior = Gaussian(sigma=20.0).curve()
+    worst, which, times = 0.0, None, []
+    for filt in (FilterKind.RDP, FilterKind.RDP_UNION_BOUND, FilterKind.ZCDP, FilterKind.GDP):
+        fits = filter_fits(filt, prior, budget.epsilon, budget.delta, filter_bound(filt, budget))
+        for kind, fixed_params, parameter in cases:
+            fixed = dict(fixed_params)
+            if filt is FilterKind.GDP and kind != "gaussian":
+                continue
+            t = _clock(lambda: calibrate(kind, dict(fixed), parameter, fits))  # noqa: B023
+            times.append(t)
+            if t > worst:
+                worst, which = (
+                    t,
+                    {"filter": filt.value, "kind": kind, "fixed": fixed, "parameter": parameter},
+                )
+    return {
+        "worst_ms": round(worst * 1000, 1),
+        "worst_case": which,
+        "median_ms": round(statistics.median(times) * 1000, 1),
+        "cases": len(times),
+    }
+
+
+# --- (c), (d) composition at scale -------------------------------------------------------------
+
+
+def realistic_ledger(n: int) -> list[Mechanism]:
     """n entries cycling through 60 distinct parameter sets, including 10 DP-SGD runs."""
     kinds: list[Mechanism] = []
     for i in range(30):
@@ -99,48 +275,125 @@ def _mixed_ledger(n: int) -> list[Mechanism]:
     return ledger
 
 
-def bench_speed() -> dict[str, Any]:
-    ledger = _mixed_ledger(N_ENTRIES)
-    t0 = time.perf_counter()
-    curves = {m: m.curve() for m in set(ledger)}  # the service computes each once, at charge time
-    t_curves = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    total = PrivacyCurve.zero()
-    for m in ledger:
-        total = total + curves[m]
-    t_compose = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    ours = spend(FilterKind.RDP, total, DELTA)
-    t_convert = time.perf_counter() - t0
-    # a budget query: one conversion of the stored running sums
-    reps = 200
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        spend(FilterKind.RDP, total, DELTA)
-    t_query = (time.perf_counter() - t0) / reps
+def distinct_ledger(n: int, seed: int = 7) -> list[Mechanism]:
+    """n entries, every one with its own parameters: 70 % Gaussian, 20 % Laplace, 9.8 % zCDP,
+    0.2 % DP-SGD runs (shuffled)."""
+    rng = np.random.default_rng(seed)
+    n_sgd = max(1, n // 500)
+    n_zcdp = n * 98 // 1000
+    n_lap = n // 5
+    n_gauss = n - n_sgd - n_zcdp - n_lap
+    ledger: list[Mechanism] = []
+    ledger += [Gaussian(sigma=float(s)) for s in rng.uniform(5.0, 200.0, n_gauss)]
+    ledger += [Laplace(epsilon=float(e)) for e in rng.uniform(1e-4, 0.05, n_lap)]
+    ledger += [_m("zcdp", rho=float(r)) for r in rng.uniform(1e-6, 1e-3, n_zcdp)]
+    ledger += [
+        SubsampledGaussian(sigma=float(s), sample_rate=float(q), steps=int(t))
+        for s, q, t in zip(
+            rng.uniform(0.6, 3.0, n_sgd),
+            np.exp(rng.uniform(np.log(1e-4), np.log(0.05), n_sgd)),
+            rng.integers(10, 5000, n_sgd),
+            strict=True,
+        )
+    ]
+    order = rng.permutation(len(ledger))
+    return [ledger[i] for i in order]
 
+
+def _stored_curves(ledger: list[Mechanism]) -> UnitCurves:
+    """The entry curves a ledger stores (each entry's curve with its repetitions)."""
+    rows: dict[tuple[Any, ...], int] = {}
+    units: list[Mechanism] = []
+    index = np.empty(len(ledger), dtype=np.int64)
+    reps = np.empty(len(ledger))
+    for j, m in enumerate(ledger):
+        key = (type(m), m.unit_key())
+        if key not in rows:
+            rows[key] = len(units)
+            units.append(m.unit())
+        index[j], reps[j] = rows[key], m.repetitions()
+    per_unit = UnitCurves.stack([unit_curve(u) for u in units])
+    return UnitCurves(
+        rho=per_unit.rho[index] * reps,
+        rdp=per_unit.rdp[index] * reps[:, None],
+        pure_eps=per_unit.pure_eps[index] * reps,
+        delta=per_unit.delta[index] * reps,
+        gaussian_only=per_unit.gaussian_only[index],
+    )
+
+
+def _ours(ledger: list[Mechanism], repeat: int = 3) -> tuple[float, float]:
+    """CPU seconds (median of ``repeat``) and epsilon of compose_many + one conversion."""
+    times, eps = [], 0.0
+    for _ in range(repeat):
+        unit_curve.cache_clear()  # every curve computed again (one-time tables stay built)
+        t0 = time.process_time()
+        eps = spend(FilterKind.RDP, compose_many(ledger), DELTA).epsilon
+        times.append(time.process_time() - t0)
+    return statistics.median(times), eps
+
+
+def _dp_accounting(ledger: list[Mechanism]) -> tuple[float, float]:
+    """CPU seconds and epsilon of dp_accounting's RdpAccountant on the same ledger."""
+    events = [_event(m) for m in ledger]
     acc = rdpa.RdpAccountant()
-    t0 = time.perf_counter()
-    for m in ledger:
-        acc.compose(_event(m))
-    theirs = acc.get_epsilon(DELTA)
-    t_dpacc = time.perf_counter() - t0
+    t0 = time.process_time()
+    for e in events:
+        acc.compose(e)
+    eps = acc.get_epsilon(DELTA)
+    return time.process_time() - t0, eps
+
+
+def _compose_one(name: str, ledger: list[Mechanism]) -> dict[str, Any]:
+    ours_s, ours_eps = _ours(ledger)
+    stored = _stored_curves(ledger)
+    stored_s = _clock(lambda: spend(FilterKind.RDP, compose_arrays(stored), DELTA), repeat=3)
+    stored_eps = spend(FilterKind.RDP, compose_arrays(stored), DELTA).epsilon
+    theirs_s, theirs_eps = _dp_accounting(ledger)
+    distinct = len({(type(m), m.unit_key()) for m in ledger})
     return {
-        "entries": N_ENTRIES,
-        "distinct_parameter_sets": len(curves),
-        "ours_seconds": {
-            "curves_of_distinct_entries": t_curves,
-            "compose_running_sums": t_compose,
-            "convert_once": t_convert,
-            "total": t_curves + t_compose + t_convert,
-            "budget_query_from_sums": t_query,
+        "ledger": name,
+        "entries": len(ledger),
+        "distinct_parameter_sets": distinct,
+        "ours_from_mechanisms_s": round(ours_s, 3),
+        "ours_from_stored_curves_s": round(stored_s, 4),
+        "dp_accounting_rdp_s": round(theirs_s, 2),
+        "ratio_from_mechanisms": round(theirs_s / ours_s, 1),
+        "ratio_from_stored_curves": round(theirs_s / stored_s, 0),
+        "epsilon": {
+            "ours": ours_eps,
+            "ours_from_stored_curves": stored_eps,
+            "dp_accounting_rdp": theirs_eps,
         },
-        "dp_accounting_rdp_seconds": t_dpacc,
-        "ratio_dp_accounting_over_ours_total": t_dpacc / (t_curves + t_compose + t_convert),
-        "ratio_dp_accounting_over_ours_budget_query": t_dpacc / t_query,
-        "epsilon": {"ours": ours.epsilon, "ours_method": ours.method, "dp_accounting_rdp": theirs},
     }
 
+
+def bench_compose() -> dict[str, Any]:
+    _ours(distinct_ledger(2_000, seed=1))  # warm up: one-time tables (log factorials) built
+    ten_k = distinct_ledger(10_000, seed=3)
+    t10k, _ = _ours(ten_k)
+    per_kind: dict[str, Any] = {}
+    sample = distinct_ledger(20_000, seed=11)
+    for kind in ("gaussian", "laplace", "zcdp", "subsampled_gaussian"):
+        part = [m for m in sample if m.kind == kind]
+        ours_s, _ = _ours(part, repeat=1)
+        theirs_s, _ = _dp_accounting(part)
+        per_kind[kind] = {
+            "entries": len(part),
+            "ours_us_per_entry": round(ours_s / len(part) * 1e6, 2),
+            "dp_accounting_us_per_entry": round(theirs_s / len(part) * 1e6, 1),
+        }
+    return {
+        "compose_10k_all_distinct_s": round(t10k, 3),
+        "per_kind_all_distinct": per_kind,
+        "compose_100k": [
+            _compose_one("realistic", realistic_ledger(N_ENTRIES)),
+            _compose_one("all_distinct", distinct_ledger(N_ENTRIES)),
+        ],
+    }
+
+
+# --- (e) tightness ------------------------------------------------------------------------------
 
 LEDGERS: dict[str, tuple[list[Mechanism], Any]] = {
     "gaussian: 50 x sigma=10": ([Gaussian(sigma=10.0, count=50)], REL.ADD_OR_REMOVE_ONE),
@@ -155,6 +408,14 @@ LEDGERS: dict[str, tuple[list[Mechanism], Any]] = {
     "RAPPOR: 10 x eps=2": ([Rappor(epsilon=2.0, count=10)], REL.REPLACE_ONE),
     "DP-SGD: q=0.01 sigma=1 1000 steps": (
         [SubsampledGaussian(sigma=1.0, sample_rate=0.01, steps=1000)],
+        REL.ADD_OR_REMOVE_ONE,
+    ),
+    "DP-SGD: q=0.5 sigma=1 1000 steps": (
+        [SubsampledGaussian(sigma=1.0, sample_rate=0.5, steps=1000)],
+        REL.ADD_OR_REMOVE_ONE,
+    ),
+    "DP-SGD: q=0.9 sigma=2 100 steps": (
+        [SubsampledGaussian(sigma=2.0, sample_rate=0.9, steps=100)],
         REL.ADD_OR_REMOVE_ONE,
     ),
     "mixed: DP-SGD + 20 gaussians + 10 laplace": (
@@ -175,7 +436,7 @@ LEDGERS: dict[str, tuple[list[Mechanism], Any]] = {
 def bench_tightness() -> list[dict[str, Any]]:
     rows = []
     for name, (mechs, relation) in LEDGERS.items():
-        curve = compose([m.curve() for m in mechs])
+        curve: PrivacyCurve = compose([m.curve() for m in mechs])
         ours = spend(FilterKind.RDP, curve, DELTA)
         rdp_acc = rdpa.RdpAccountant(neighboring_relation=relation)
         pld_acc = plda.PLDAccountant(neighboring_relation=relation)
@@ -198,9 +459,16 @@ def bench_tightness() -> list[dict[str, Any]]:
 def main() -> None:
     out = {
         "benchmark": "accounting",
-        "machine": {"cores": os.cpu_count(), "python": platform.python_version()},
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average": os.getloadavg(),
+        },
         "delta": DELTA,
-        "speed": bench_speed(),
+        "orders": int(ORDERS.size),
+        "curves": bench_curves(),
+        "calibration": bench_calibration(),
+        "compose": bench_compose(),
         "tightness": bench_tightness(),
     }
     print(json.dumps(out, indent=2))

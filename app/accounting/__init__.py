@@ -9,11 +9,13 @@ Modules, in reading order:
                    parameters, DpEvent translation and description (``KINDS``)
 * ``registry``     what is derived from the kinds: parsing, the calibration table, DpEvent dicts
 * ``mechanisms``   the mechanism value objects, re-exported
+* ``compose``      ``compose_many``: many mechanisms (or stored curves) composed at once
 * ``conversions``  zCDP / RDP / Gaussian-only / pure DP -> (epsilon, delta) and back
 * ``filters``      ``Filter``: a dataset's admission rule, its dry run and the spend it reports
 * ``calibration``  inverse questions: least noise / largest epsilon that still fits
 """
 
+from app.accounting.compose import compose_arrays, compose_many
 from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import (
     Budget,
@@ -36,12 +38,13 @@ from app.accounting.mechanisms import (
     SubsampledGaussian,
     mechanism_from_dict,
 )
-from app.accounting.orders import ORDERS
+from app.accounting.orders import ORDERS, ORDERS_VERSION
 from app.accounting.registry import KINDS, mechanisms_from_dp_event
 
 __all__ = [
     "KINDS",
     "ORDERS",
+    "ORDERS_VERSION",
     "Budget",
     "DiscreteLaplace",
     "DryRun",
@@ -57,6 +60,8 @@ __all__ = [
     "Spend",
     "SubsampledGaussian",
     "admits",
+    "compose_arrays",
+    "compose_many",
     "filter_kind",
     "mechanism_from_dict",
     "mechanisms_from_dp_event",

@@ -21,9 +21,8 @@ from scipy import optimize
 from app.accounting import mechanisms as mech
 from app.accounting import registry
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import RHO_FILTERS, Budget, FilterKind, admits, spend
+from app.accounting.filters import RHO_FILTERS, Budget, Filter, FilterKind, admits, spend
 from app.accounting.orders import ORDERS
-from app.accounting.subsampled_gaussian import subsampled_gaussian_rdp_window
 
 
 class Fits(Protocol):
@@ -210,13 +209,12 @@ def _most_steps(params: dict[str, Any], fits: Fits) -> Calibration | None:
 def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration | None:
     """Least noise multiplier for DP-SGD, searching on a window of orders.
 
-    The exact series costs ~1 ms per order, so the search evaluates the curve only on a window
-    of orders (others set to +inf: sound, only looser), then checks the full grid at the end;
-    if the full grid's optimal order falls outside the window, the window moves and the search
-    repeats. The returned value fits on the full grid.
+    The search evaluates the curve only on a window of orders (others +inf: sound, only
+    looser), then checks the full grid at the end; if the full grid's optimal order falls
+    outside the window, the window moves and the search repeats. The returned value fits on the
+    full grid.
     """
     q = float(params.get("sample_rate", 0.0))
-    steps = int(params.get("steps", 1)) * int(params.get("count", 1))
     sens = float(params.get("sensitivity", 1.0))
     base = {k: v for k, v in params.items() if k != "sigma"}
     # validates q and the sensitivity; the search is over the noise multiplier nm = sigma / sens
@@ -230,11 +228,8 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
         return m
 
     def curve(nm: float, mask: np.ndarray | None) -> PrivacyCurve:
-        if mask is None:
-            return build(nm).curve()
-        rdp = subsampled_gaussian_rdp_window(q, nm, mask)
-        rho = 0.5 / (nm * nm)
-        return PrivacyCurve(rho=rho, rdp=rdp, pure_eps=math.inf, gaussian_only=False).scaled(steps)
+        m = build(nm)
+        return m.curve() if mask is None else m.curve_on(mask)
 
     coarse = np.zeros(ORDERS.shape, dtype=bool)
     coarse[:: max(1, ORDERS.size // 24)] = True
@@ -315,6 +310,11 @@ def filter_fits(
     return FilterFit(kind, total, Budget(epsilon_budget, delta_budget), rho_bound)
 
 
+def fits_under(f: Filter, total: PrivacyCurve) -> FilterFit:
+    """The ``Fits`` of a dataset under ``Filter`` ``f`` whose ledger (with holds) is ``total``."""
+    return FilterFit(f.kind, total, f.budget, f.bound)
+
+
 __all__ = [
     "PARAMETERS",
     "REL_TOL",
@@ -324,4 +324,5 @@ __all__ = [
     "calibrate",
     "default_parameter",
     "filter_fits",
+    "fits_under",
 ]

@@ -43,7 +43,7 @@ def gaussian_rho(sigma: float, sensitivity: float) -> float:
 # --- k-ary randomized response (M17 Table II; HM25; FORMULAS.md 1.4-1.5) -----------------
 
 
-def rr_rdp(alpha: Vector, eps: float, k: int = 2) -> Vector:
+def rr_rdp(alpha: Vector, eps: float | Vector, k: int | Vector = 2) -> Vector:
     """Exact RDP of k-ary randomized response with parameter eps, raised by its rounding bound.
 
     e^{(a-1) eps(a)} = (e^{a e} + e^{(1-a) e} + k - 2) / (e^e + k - 1). Subtracting the
@@ -57,12 +57,12 @@ def rr_rdp(alpha: Vector, eps: float, k: int = 2) -> Vector:
     """
     a = np.asarray(alpha, dtype=np.float64)
     x = (a - 1.0) * eps
-    log_den = float(np.logaddexp(eps, math.log(k - 1))) if k > 1 else eps
+    log_den = np.logaddexp(eps, np.log(np.asarray(k, dtype=np.float64) - 1.0))
     log_x, log_ae = log_expm1(x), log_expm1(a * eps)
     log_t = log_x + log_ae - x - log_den
     log1p_t = np.logaddexp(0.0, log_t)
     with np.errstate(invalid="ignore", divide="ignore"):
-        size = np.abs(log_x) + np.abs(log_ae) + x + abs(log_den) + 4.0
+        size = np.abs(log_x) + np.abs(log_ae) + x + np.abs(log_den) + 4.0
         damp = np.where(log1p_t > 0, special.expit(log_t) / log1p_t, 1.0)
     error = 4.0 * ULP_HALF * np.where(np.isfinite(size), size, 0.0) * np.minimum(damp, 1.0)
     return log1p_t / (a - 1.0) * (1.0 + error + 4.0 * ULP_HALF)
@@ -70,50 +70,112 @@ def rr_rdp(alpha: Vector, eps: float, k: int = 2) -> Vector:
 
 def rr_kl(eps: float, k: int = 2) -> float:
     """KL limit eps(1) = eps (e^eps - 1) / (e^eps + k - 1) (FORMULAS.md 1.5)."""
-    log_ratio = float(log_expm1(np.array(eps))) - float(np.logaddexp(eps, math.log(k - 1)))
-    return eps * math.exp(log_ratio)
+    log_num = float(log_expm1(np.array(eps)))
+    log_den = float(np.logaddexp(eps, math.log(k - 1)))
+    # the exponent errs by a few ulps of its two logs' magnitudes
+    margin = 8.0 * ULP_HALF * (abs(log_num) + abs(log_den) + 2.0)
+    return eps * math.exp(log_num - log_den) * (1.0 + margin)
 
 
 def binary_rr_rho(eps: float) -> float:
     """Tight zCDP of any eps-DP mechanism / binary RR: eps tanh(eps/2) (S24 Thm 5; HM25 Prop 8)."""
-    return eps * math.tanh(eps / 2.0)
+    return float(binary_rr_rho_array(np.array([eps]))[0])
+
+
+def binary_rr_rho_array(eps: Vector) -> Vector:
+    """``binary_rr_rho`` of each element."""
+    e = np.asarray(eps, dtype=np.float64)
+    out: Vector = e * np.tanh(e / 2.0) * (1.0 + 8.0 * ULP_HALF)  # three roundings
+    return out
 
 
 # --- Laplace (M17 Prop 6; HM25 main theorem) ----------------------------------------------
 
 
-def laplace_rdp(alpha: Vector, eps: float) -> Vector:
-    """Mironov's exact Laplace RDP, stable form (as dp_accounting ``_laplace_rdp``).
+def _expm1_minus_x_array(x: Vector) -> Vector:
+    """e^x - 1 - x for any real x (inf above ~709): a Horner series below |x| = 2^-6 (8 terms
+    leave < 1e-15 of it), elsewhere the closed form, whose two terms cancel by at most a factor
+    4 / |x| <= 256 there. Relative error below 2^-44."""
+    x = np.asarray(x, dtype=np.float64)
+    small = np.abs(x) < 2.0**-6
+    with np.errstate(over="ignore"):
+        out = np.expm1(x) - x
+    xs = x[small]
+    series = np.ones_like(xs)
+    for k in range(8, 2, -1):  # 1 + x/3 (1 + x/4 (1 + ... x/8))
+        series = 1.0 + xs / k * series
+    out[small] = xs * xs / 2.0 * series
+    return out
 
-    eps(a) = eps + log1p((a-1) expm1((1-2a) eps) / (2a-1)) / (a-1), eps = Delta / b.
-    """
+
+LAPLACE_ERROR = 2.0**-42
+"""Relative rounding bound of ``laplace_rdp`` while e^{(a-1) eps} does not overflow: the two
+e^x - 1 - x within 2^-44 each, then a weighted sum, log1p and a division (a few ulps)."""
+
+
+def laplace_rdp(alpha: Vector, eps: float | Vector) -> Vector:
+    """Mironov's exact Laplace RDP [M17 Prop 6], eps = Delta / b, without cancellation:
+
+    eps(a) = log(p e^{(a-1) eps} + (1-p) e^{-a eps}) / (a - 1), p = a / (2a - 1). The exponents
+    x1 = (a-1) eps and x2 = -a eps have p x1 + (1-p) x2 = 0, so the argument of the log is
+    1 + S with S = p (e^{x1} - 1 - x1) + (1-p) (e^{x2} - 1 - x2), a sum of two non-negative
+    terms: eps(a) = log1p(S) / (a - 1). (The earlier form eps + log1p(...) / (a-1) cancels to a
+    relative error of u / eps: 5.7e-8 at eps = 1e-9.) The relative error of S carries through
+    log1p undiminished at most, so the result is raised by ``LAPLACE_ERROR``. Where
+    e^{(a-1) eps} overflows, log S = log p + x1 + log1p(-(1 + x1) e^{-x1}) + log1p(tiny) is
+    taken in log space, its rounding bounded by a few ulps of x1."""
     a = np.asarray(alpha, dtype=np.float64)
-    return eps + np.log1p((a - 1.0) * np.expm1((1.0 - 2.0 * a) * eps) / (2.0 * a - 1.0)) / (a - 1.0)
+    x1 = (a - 1.0) * eps
+    x2 = -a * eps
+    p = a / (2.0 * a - 1.0)
+    e1 = _expm1_minus_x_array(x1)
+    e2 = _expm1_minus_x_array(x2)
+    s = p * e1 + (1.0 - p) * e2
+    out: Vector = np.log1p(s) / (a - 1.0) * (1.0 + LAPLACE_ERROR)
+    huge = ~np.isfinite(s)
+    if huge.any():
+        xb = np.broadcast_to(x1, huge.shape)[huge]
+        pb = np.broadcast_to(p, huge.shape)[huge]
+        ab = np.broadcast_to(a, huge.shape)[huge]
+        log_s = np.log(pb) + xb + np.log1p(-(1.0 + xb) * np.exp(-xb))
+        # log1p(S) = log S + log1p(1/S) <= log S + 1/S, and 1/S < e^-700 here
+        out[huge] = (log_s * (1.0 + 8.0 * ULP_HALF) + np.exp(-log_s)) / (ab - 1.0)
+    return out
 
 
 def laplace_rho(eps: float) -> float:
     """Tight zCDP of Laplace: eps + e^{-eps} - 1 (HM25), by series below 0.1 (no cancellation)."""
-    if eps < 0.1:
-        # sum_{k>=2} (-eps)^k / k!, alternating with decreasing terms: 20 terms reach 1e-40.
-        total, term = 0.0, -eps
-        for k in range(2, 22):
-            term *= -eps / k
-            total += term
-        return total
-    return eps + math.expm1(-eps)
+    return float(laplace_rho_array(np.array([eps]))[0])
+
+
+def laplace_rho_array(eps: Vector) -> Vector:
+    """``laplace_rho`` of each element."""
+    e = np.asarray(eps, dtype=np.float64)
+    # sum_{k>=2} (-eps)^k / k!, alternating with decreasing terms: 20 terms reach 1e-40.
+    small = np.minimum(e, 0.1)
+    total, term = np.zeros_like(e), -small
+    for k in range(2, 22):
+        term = term * (-small / k)
+        total = total + term
+    # rounding: the series has decreasing alternating terms (a few u); above 0.1 the two terms
+    # of e + expm1(-e) cancel by at most a factor 21 (e / rho at e = 0.1)
+    out: Vector = np.where(
+        e < 0.1, total * (1.0 + 16.0 * ULP_HALF), (e + np.expm1(-e)) * (1.0 + 256.0 * ULP_HALF)
+    )
+    return out
 
 
 # --- RAPPOR (CH24 Thm 1, Thm 4; FORMULAS.md 1.6) -------------------------------------------
 
 
-def rappor_rdp(alpha: Vector, eps: float) -> Vector:
+def rappor_rdp(alpha: Vector, eps: float | Vector) -> Vector:
     """One-time RAPPOR with total epsilon eps: twice the binary-RR curve at eps / 2."""
     return 2.0 * rr_rdp(alpha, eps / 2.0, 2)
 
 
 def rappor_rho(eps: float) -> float:
-    """Tight zCDP of RAPPOR (value change): eps tanh(eps / 4)."""
-    return eps * math.tanh(eps / 4.0)
+    """Tight zCDP of RAPPOR (value change): eps tanh(eps / 4), raised by its rounding."""
+    return eps * math.tanh(eps / 4.0) * (1.0 + 8.0 * ULP_HALF)
 
 
 # --- bounded range / exponential mechanism (FORMULAS.md 1.7) ---------------------------------
@@ -250,12 +312,14 @@ def rho_from_curve(
 
 __all__ = [
     "binary_rr_rho",
+    "binary_rr_rho_array",
     "bounded_range_rho",
     "discrete_laplace_kl",
     "discrete_laplace_rdp",
     "gaussian_rho",
     "laplace_rdp",
     "laplace_rho",
+    "laplace_rho_array",
     "log_expm1",
     "rappor_rdp",
     "rappor_rho",

@@ -4,6 +4,15 @@ All functions are sound: any order alpha gives a valid bound, so an imprecise op
 costs tightness, and roots are finished on the safe side. ``delta`` must lie in (0, 1) and
 ``epsilon`` be >= 0 (``ValueError`` otherwise). Results are never negative or NaN.
 
+Rounding: every formula is a short sum of terms, some of which cancel. Each result is raised by
+a bound on its own rounding, a few units of roundoff u = 2^-53 times the sum of the magnitudes
+of its terms (not of the result: when terms of size 100 cancel to 0.1, the error is that of
+the terms), and values from exp get ``exp_up`` (the least positive float for an underflow, 0
+only for an exact 0). The exact-Gaussian delta carries the error of its two log-CDF values
+through the cancellation between them (interval arithmetic on the log-space formula), so its
+safety margin is relative and grows where they nearly cancel (tiny mu): about 1e-15 relative
+for mu ~ 1, up to ~1e-5 relative in delta for mu ~ 1e-9.
+
 Sources (FORMULAS.md section 2): Bun-Steinke [BS16 Prop 3 / 1.3]; Canonne-Kamath-Steinke
 [CKS20 Cor 13]; Mironov [M17 Prop 3]; improved RDP conversion [CKS20 Prop 12, BBGHS20 Thm 21,
 ALCKS20 eq. 20]; analytic Gaussian [BW18 Thm 8, DRS19 Cor 2.13].
@@ -18,9 +27,12 @@ import numpy.typing as npt
 from scipy import optimize, special
 
 from app.accounting.orders import ORDERS
-from app.accounting.rounding import up
+from app.accounting.rounding import exp_up, up
 
 Vector = npt.NDArray[np.float64]
+
+U = 2.0**-53
+"""Unit roundoff of float64."""
 
 
 def check_delta(delta: float) -> float:
@@ -54,7 +66,7 @@ def zcdp_epsilon_bun_steinke(rho: float, delta: float) -> float:
     rho, delta = _check_rho(rho), check_delta(delta)
     if math.isinf(rho):
         return math.inf
-    return up(rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta)), 2)
+    return up(rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta)), 4)
 
 
 def zcdp_delta_bun_steinke(rho: float, epsilon: float) -> float:
@@ -64,14 +76,19 @@ def zcdp_delta_bun_steinke(rho: float, epsilon: float) -> float:
         return 0.0
     if math.isinf(rho) or epsilon <= rho:
         return 1.0
-    return min(1.0, up(math.exp(-((epsilon - rho) ** 2) / (4.0 * rho)), 2))
+    log_d = -((epsilon - rho) ** 2) / (4.0 * rho)
+    return min(1.0, exp_up(log_d * (1.0 - 8.0 * U)))
 
 
 def _cks_eps_at(t: Vector, rho: float, log_inv_delta: float) -> Vector:
-    """alpha rho + log1p(-1/alpha) + (log(1/delta) - log alpha) / (alpha - 1), alpha = 1 + e^t."""
-    am1 = np.exp(t)
-    a = 1.0 + am1
-    return a * rho + np.log1p(-1.0 / a) + (log_inv_delta - np.log(a)) / am1
+    """alpha rho + log1p(-1/alpha) + (log(1/delta) - log alpha) / (alpha - 1), alpha = 1 + e^t
+    (alpha - 1 taken from the rounded alpha, exactly), raised by its rounding bound."""
+    a = 1.0 + np.exp(t)
+    am1 = a - 1.0
+    l1 = np.log1p(-1.0 / a)
+    tail = (log_inv_delta - np.log(a)) / am1
+    value: Vector = a * rho + l1 + tail
+    return value + 8.0 * U * (a * rho + np.abs(l1) + (log_inv_delta + np.log(a)) / am1 + 1.0)
 
 
 def zcdp_epsilon_cks(rho: float, delta: float) -> float:
@@ -101,7 +118,7 @@ def zcdp_epsilon_cks(rho: float, delta: float) -> float:
         options={"xatol": 1e-10},
     )
     best = min(float(values[i]), float(res.fun))
-    return max(0.0, up(best, 4))
+    return max(0.0, up(best, 2))
 
 
 def zcdp_delta_cks(rho: float, epsilon: float) -> float:
@@ -129,9 +146,20 @@ def zcdp_delta_cks(rho: float, epsilon: float) -> float:
         a_star = lo
     else:
         a_star = optimize.brentq(deriv, lo, hi, xtol=1e-14, rtol=4 * np.finfo(float).eps)
-    value = math.exp(min(log_delta(a_star), 0.0))
-    tv = math.sqrt(-math.expm1(-rho))
-    return min(1.0, up(value, 4), tv)
+    log_d = log_delta(a_star)
+    a = a_star
+    err = (
+        8.0
+        * U
+        * (
+            (a - 1.0) * (a * rho + epsilon)
+            + a * abs(math.log1p(-1.0 / a))
+            + abs(math.log(a - 1.0))
+            + 1.0
+        )
+    )
+    tv = up(math.sqrt(-math.expm1(-rho)), 4)
+    return min(1.0, exp_up(min(log_d + err, 0.0)), tv)
 
 
 def zcdp_epsilon(rho: float, delta: float) -> float:
@@ -178,9 +206,9 @@ def rdp_epsilon_classic(rdp: Vector, delta: float, orders: Vector = ORDERS) -> t
     """(eps, order) with eps = min_j r_j + log(1/delta) / (alpha_j - 1) [M17 Prop 3]."""
     r, a = _check_curve(rdp, orders)
     delta = check_delta(delta)
-    eps = r + math.log(1.0 / delta) / (a - 1.0)
+    eps = (r + math.log(1.0 / delta) / (a - 1.0)) * (1.0 + 8.0 * U)  # positive terms
     j = int(np.argmin(eps))
-    return max(0.0, up(float(eps[j]), 4)), float(a[j])
+    return max(0.0, up(float(eps[j]), 1)), float(a[j])
 
 
 def rdp_delta_classic(rdp: Vector, epsilon: float, orders: Vector = ORDERS) -> tuple[float, float]:
@@ -188,23 +216,29 @@ def rdp_delta_classic(rdp: Vector, epsilon: float, orders: Vector = ORDERS) -> t
     r, a = _check_curve(rdp, orders)
     epsilon = check_epsilon(epsilon)
     with np.errstate(invalid="ignore", over="ignore"):  # -inf for a huge epsilon: delta 0
-        log_d = (a - 1.0) * (r - epsilon)
+        log_d = (a - 1.0) * (r - epsilon) + 8.0 * U * ((a - 1.0) * (r + epsilon) + 1.0)
     log_d = np.where(np.isnan(log_d), np.inf, log_d)
     j = int(np.argmin(log_d))
-    return min(1.0, up(math.exp(min(float(log_d[j]), 0.0)), 4)), float(a[j])
+    return min(1.0, exp_up(min(float(log_d[j]), 0.0))), float(a[j])
 
 
 def rdp_epsilon_improved(rdp: Vector, delta: float, orders: Vector = ORDERS) -> tuple[float, float]:
     """(eps, order): eps = min_j r_j + log1p(-1/a_j) - (log delta + log a_j) / (a_j - 1)
     [CKS20 Prop 12; BBGHS20 Thm 21], and eps = 0 at an order whose total-variation bound
-    sqrt(1 - e^{-r_j}) is below delta (as dp_accounting; orders <= 1.01 are skipped)."""
+    sqrt(1 - e^{-r_j}) is below delta (as dp_accounting). dp_accounting skips orders <= 1.01
+    as numerically unstable; here every order's value is raised by its rounding bound instead
+    (the terms cancel most near alpha = 1, so the bound grows there)."""
     r, a = _check_curve(rdp, orders)
     delta = check_delta(delta)
-    eps = r + np.log1p(-1.0 / a) - (math.log(delta) + np.log(a)) / (a - 1.0)
-    eps = np.where(delta * delta + np.expm1(-r) > 0, 0.0, eps)
-    eps = np.where(a > 1.01, eps, np.inf)
+    log_delta = math.log(delta)
+    l1 = np.log1p(-1.0 / a)
+    tail = (log_delta + np.log(a)) / (a - 1.0)
+    err = 8.0 * U * (r + np.abs(l1) + (abs(log_delta) + np.log(a)) / (a - 1.0) + 1.0)
+    eps = r + l1 - tail + err
+    tv = delta * delta * (1.0 - 8.0 * U) + np.expm1(-r) * (1.0 + 8.0 * U) > 0
+    eps = np.where(tv, 0.0, eps)
     j = int(np.argmin(eps))
-    return max(0.0, up(float(eps[j]), 4)), float(a[j])
+    return max(0.0, up(float(eps[j]), 1)), float(a[j])
 
 
 def rdp_delta_improved(rdp: Vector, epsilon: float, orders: Vector = ORDERS) -> tuple[float, float]:
@@ -213,11 +247,14 @@ def rdp_delta_improved(rdp: Vector, epsilon: float, orders: Vector = ORDERS) -> 
     epsilon = check_epsilon(epsilon)
     with np.errstate(divide="ignore", invalid="ignore"):
         log_tv = 0.5 * np.log1p(-np.exp(-r))
-        log_imp = (a - 1.0) * (r - epsilon + np.log1p(-1.0 / a)) - np.log(a)
-    log_imp = np.where(np.isnan(log_imp) | (a <= 1.01), np.inf, log_imp)
-    log_d = np.minimum(log_tv, log_imp)
+        log_tv = log_tv + 8.0 * U * (np.abs(log_tv) + 1.0 / np.maximum(-np.expm1(-r), 1e-300))
+        l1 = np.log1p(-1.0 / a)
+        log_imp = (a - 1.0) * (r - epsilon + l1) - np.log(a)
+        log_imp = log_imp + 8.0 * U * ((a - 1.0) * (r + epsilon + np.abs(l1)) + np.log(a) + 1.0)
+    log_imp = np.where(np.isnan(log_imp), np.inf, log_imp)
+    log_d = np.minimum(np.where(np.isnan(log_tv), np.inf, log_tv), log_imp)
     j = int(np.argmin(log_d))
-    return min(1.0, up(math.exp(min(float(log_d[j]), 0.0)), 4)), float(a[j])
+    return min(1.0, exp_up(min(float(log_d[j]), 0.0))), float(a[j])
 
 
 # --- exact Gaussian (mu-GDP) ----------------------------------------------------------------
@@ -225,7 +262,11 @@ def rdp_delta_improved(rdp: Vector, epsilon: float, orders: Vector = ORDERS) -> 
 
 def gaussian_delta(mu: float, epsilon: float) -> float:
     """delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) [BW18 Thm 8; DRS19 Cor 2.13],
-    in log space: log delta = log_ndtr(a) + log(-expm1(eps + log_ndtr(b) - log_ndtr(a)))."""
+    in log space: log delta = log_ndtr(a) + log(-expm1(eps + log_ndtr(b) - log_ndtr(a))),
+    evaluated with error bounds: a and b err by 2u (eps/mu + mu/2) (this covers an error of an
+    ulp in mu too), log_ndtr by 4u (|value| + 1) plus its slope (<= |x| + 1) times its argument's
+    error; the inner sum takes the sum of those; delta is then computed at the inner value
+    pushed down by its error (larger delta) and the outer log pushed up (module docstring)."""
     epsilon = check_epsilon(epsilon)
     mu = float(mu)
     if math.isnan(mu) or mu < 0:
@@ -237,11 +278,16 @@ def gaussian_delta(mu: float, epsilon: float) -> float:
     a = -epsilon / mu + mu / 2.0
     b = -epsilon / mu - mu / 2.0
     la, lb = float(special.log_ndtr(a)), float(special.log_ndtr(b))
+    e_ab = 4.0 * U * (epsilon / mu + mu / 2.0)
+    e_la = 4.0 * U * (abs(la) + 1.0) + (abs(a) + 1.0) * e_ab
+    e_lb = 4.0 * U * (abs(lb) + 1.0) + (abs(b) + 1.0) * e_ab
     inner = epsilon + lb - la
-    if inner >= 0.0:  # only possible through rounding when delta underflows
-        return 0.0
-    log_d = la + math.log(-math.expm1(inner))
-    return min(1.0, up(math.exp(log_d), 8))
+    e_inner = 4.0 * U * (epsilon + abs(lb) + abs(la)) + e_la + e_lb
+    low = inner - e_inner
+    # low >= 0 would mean no positive delta at all, which cannot be: fall back on delta <= Phi(a)
+    log_gap = math.log(-math.expm1(low)) if low < 0.0 else 0.0
+    log_d = la + e_la + log_gap + 4.0 * U * (abs(la) + abs(log_gap) + 1.0)
+    return min(1.0, exp_up(log_d))
 
 
 def gaussian_epsilon(mu: float, delta: float) -> float:

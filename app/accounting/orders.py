@@ -1,7 +1,8 @@
 """The fixed grid of Renyi orders on which every RDP curve is stored and composed.
 
 ``ORDERS`` = dp_accounting's ``DEFAULT_RDP_ORDERS`` (1.1, 1.2, ..., 10.9, 11, ..., 63, 128,
-256, 512, 1024) united with ``round(64 * 1.1**k)`` for k >= 0 up to 1e5 (FORMULAS.md 2.5).
+256, 512, 1024) united with ``round(64 * 1.1**k)`` for k >= 0 up to 1e5 (FORMULAS.md 2.5) and
+with 1.01, 1.02, ..., 1.09: 243 orders (version 2; version 1 had 234, without 1.01 .. 1.09).
 
 * Containing every default dp_accounting order means the improved RDP conversion on our grid
   is never looser than dp_accounting's ``RdpAccountant`` on the same curve.
@@ -9,6 +10,9 @@
   sigma, tiny delta) needs: worst excess over the continuum optimum 0.39 % for
   rho in [1e-7, 100] and delta in {1e-5, 1e-9, 1e-12} (FORMULAS.md 2.5), where the
   dp_accounting default alone reaches several hundred percent at rho = 1e-7.
+* The orders 1.01 .. 1.09 serve very large totals (composed epsilon in the hundreds or
+  thousands, where the optimal order approaches 1 + sqrt(log(1/delta) / rho)): with 1.1 the
+  smallest order, the conversion pays log(1/delta) / 0.1 at least.
 
 Every order gives a valid bound; the grid only trades tightness. Stored vectors are tied to
 this grid: ``ORDERS_VERSION`` is written beside every stored total, and changing the grid
@@ -42,8 +46,13 @@ def _geometric_tail() -> list[float]:
         k += 1
 
 
+NEAR_ONE: tuple[float, ...] = tuple(1 + x / 100.0 for x in range(1, 10))
+"""1.01, 1.02, ..., 1.09 (added in version 2)."""
+
+
 def _build() -> npt.NDArray[np.float64]:
-    grid = np.array(sorted(set(DPACC_DEFAULT_ORDERS) | set(_geometric_tail())), dtype=np.float64)
+    orders = set(DPACC_DEFAULT_ORDERS) | set(_geometric_tail()) | set(NEAR_ONE)
+    grid = np.array(sorted(orders), dtype=np.float64)
     grid.setflags(write=False)
     return grid
 
@@ -51,10 +60,18 @@ def _build() -> npt.NDArray[np.float64]:
 ORDERS: npt.NDArray[np.float64] = _build()
 """The grid: sorted, unique, read-only float64 array, all orders > 1."""
 
-ORDERS_VERSION = 1
-"""Bump (with a migration rebuilding totals) whenever ``ORDERS`` changes."""
+ORDERS_VERSION = 2
+"""Bump (with a migration rebuilding totals) whenever ``ORDERS`` changes. Version 1: 234 orders;
+version 2: 243 (1.01 .. 1.09 added)."""
 
 INTEGER_MASK: npt.NDArray[np.bool_] = np.equal(np.floor(ORDERS), ORDERS)
 """True where the order is an integer (the subsampled Gaussian uses a different series)."""
 
-__all__ = ["DPACC_DEFAULT_ORDERS", "INTEGER_MASK", "MAX_ORDER", "ORDERS", "ORDERS_VERSION"]
+__all__ = [
+    "DPACC_DEFAULT_ORDERS",
+    "INTEGER_MASK",
+    "MAX_ORDER",
+    "NEAR_ONE",
+    "ORDERS",
+    "ORDERS_VERSION",
+]

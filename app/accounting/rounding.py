@@ -10,6 +10,7 @@ n ulps of the largest partial sum.
 
 from __future__ import annotations
 
+import math
 from typing import TypeVar
 
 import numpy as np
@@ -66,10 +67,26 @@ def mul_up(a: FloatOrArray, b: float) -> FloatOrArray:
 
 
 def up(x: float, ulps: int = 1) -> float:
-    """``x`` moved ``ulps`` floats toward +infinity (a margin for a few-ulp evaluation error)."""
+    """``x`` moved ``ulps`` floats toward +infinity (a margin for a few-ulp evaluation error).
+    An exact 0 stays 0 (a value computed as 0 from exact zeros needs no margin; where 0 stands
+    for an underflow, use ``exp_up``)."""
+    if x == 0.0:
+        return 0.0
     for _ in range(ulps):
         x = float(np.nextafter(x, np.inf))
     return x
 
 
-__all__ = ["add_up", "mul_up", "sub_down", "sub_up", "up"]
+TINY = float(np.nextafter(0.0, 1.0))
+"""The least positive float."""
+
+
+def exp_up(log_value: float, ulps: int = 4) -> float:
+    """An upper bound on e^log_value: ``ulps`` above exp's result, and the least positive float
+    when a finite ``log_value`` underflows (never 0 for a positive value; 0 for -inf)."""
+    if log_value == -math.inf:
+        return 0.0
+    return max(up(math.exp(min(log_value, 709.0)), ulps), TINY)
+
+
+__all__ = ["TINY", "add_up", "exp_up", "mul_up", "sub_down", "sub_up", "up"]

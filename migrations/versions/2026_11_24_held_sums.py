@@ -3,7 +3,7 @@
 Active reservations are summed into ``dataset_total`` (``held_count``, ``held``,
 ``held_next_expiry``) so that admission reads no reservation row unless one is due; due
 holds are found through indexes on ``expires_at``. Existing active reservations are summed
-here from their stored curves.
+by the next revision (0005), which re-derives every stored curve on the current grid first.
 
 Revision ID: 0004
 Revises: 0003
@@ -15,8 +15,6 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from app.accounting.running import RunningSum
-from app.db.codec import curve_of, held_to_bytes
 from app.db.migrate import refuse_populated_downgrade
 
 revision = "0004"
@@ -46,46 +44,6 @@ def upgrade() -> None:
             "ix_reservation_dataset_status_expires", ["dataset_id", "status", "expires_at"]
         )
         batch_op.create_index("ix_reservation_status_expires", ["status", "expires_at"])
-    _sum_active_holds()
-
-
-def _sum_active_holds() -> None:
-    conn = op.get_bind()
-    reservation = sa.table(
-        "reservation",
-        sa.column("dataset_id", sa.String),
-        sa.column("status", sa.String),
-        sa.column("rho", sa.Float),
-        sa.column("rdp", sa.LargeBinary),
-        sa.column("pure_eps", sa.Float),
-        sa.column("gaussian_only", sa.Boolean),
-        sa.column("delta", sa.Float),
-        sa.column("orders_version", sa.Integer),
-        sa.column("expires_at", sa.DateTime(timezone=True)),
-    )
-    totals = sa.table(
-        "dataset_total",
-        sa.column("dataset_id", sa.String),
-        sa.column("held_count", sa.BigInteger),
-        sa.column("held", sa.LargeBinary),
-        sa.column("held_next_expiry", sa.DateTime(timezone=True)),
-    )
-    rows = conn.execute(
-        sa.select(reservation)
-        .where(reservation.c.status == "active")
-        .order_by(reservation.c.dataset_id)
-    ).all()
-    sums: dict[str, tuple[RunningSum, object]] = {}
-    for r in rows:
-        held, first = sums.get(r.dataset_id, (RunningSum(), None))
-        expiry = r.expires_at if first is None or r.expires_at < first else first
-        sums[r.dataset_id] = (held.add(curve_of(r)), expiry)
-    for dataset_id, (held, expiry) in sums.items():
-        conn.execute(
-            sa.update(totals)
-            .where(totals.c.dataset_id == dataset_id)
-            .values(held_count=held.count, held=held_to_bytes(held), held_next_expiry=expiry)
-        )
 
 
 def downgrade() -> None:

@@ -102,3 +102,28 @@ def test_ledger_at_the_rho_bound_is_reported_within_budget(
     assert reported.epsilon <= budget.epsilon
     if kind is not FilterKind.ZCDP:  # zcdp (non-adaptive) reports the tighter exact Gaussian value
         assert reported.epsilon == pytest.approx(budget.epsilon, rel=1e-5)
+
+
+@pytest.mark.parametrize("kind", list(FilterKind))
+def test_fits_under_a_filter_is_the_same_search(kind: FilterKind) -> None:
+    from app.accounting.calibration import fits_under
+    from app.accounting.filters import Filter
+
+    total = PRIOR[kind]
+    via_filter = calibrate("gaussian", {}, "sigma", fits_under(Filter.create(kind, BUDGET), total))
+    direct = calibrate("gaussian", {}, "sigma", _fits_for(kind, total))
+    assert via_filter is not None and direct is not None
+    assert via_filter.value == direct.value
+
+
+@pytest.mark.parametrize(
+    ("mech", "params", "parameter"),
+    [
+        ("pure_dp", {}, "epsilon"),
+        ("exponential", {}, "epsilon"),
+        ("approx_dp", {"delta": 1e-9}, "epsilon"),
+        ("zcdp", {}, "rho"),
+    ],
+)
+def test_generic_kinds_calibrate_to_the_edge(mech: str, params: dict, parameter: str) -> None:
+    _case(FilterKind.RDP, mech, params, parameter, 1.01)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from app.accounting.curve import PrivacyCurve
 from app.accounting.kinds.approx_dp import ApproxDP
 from app.accounting.mechanisms import Gaussian, Laplace, RandomizedResponse, SubsampledGaussian
-from app.accounting.orders import ORDERS
+from app.accounting.orders import ORDERS, ORDERS_VERSION
 from app.accounting.running import RunningSum
 from app.db.codec import held_from_bytes, held_to_bytes
 
@@ -98,10 +98,10 @@ def test_removing_from_an_empty_sum_is_an_error() -> None:
 def test_codec_round_trip_is_exact() -> None:
     held = RunningSum()
     assert held_to_bytes(held) is None
-    assert held_from_bytes(None, 1).count == 0
+    assert held_from_bytes(None, ORDERS_VERSION).count == 0
     for c in CURVES:
         held = held.add(c)
-    back = held_from_bytes(held_to_bytes(held), 1)
+    back = held_from_bytes(held_to_bytes(held), ORDERS_VERSION)
     assert back.count == held.count and back.rho == held.rho and back.pure_eps == held.pure_eps
     assert back.rho_inf == held.rho_inf and back.pure_inf == held.pure_inf
     assert back.non_gaussian == held.non_gaussian

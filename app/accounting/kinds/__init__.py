@@ -11,7 +11,7 @@ import importlib
 import pkgutil
 from types import MappingProxyType
 
-from app.accounting.kinds._spec import KindSpec
+from app.accounting.kinds._spec import KindSpec, Mechanism, Param, UnitCurves
 
 
 def _discover() -> dict[str, KindSpec]:
@@ -32,4 +32,4 @@ def _discover() -> dict[str, KindSpec]:
 KINDS: MappingProxyType[str, KindSpec] = MappingProxyType(_discover())
 """Every mechanism kind by its wire name, in alphabetical order."""
 
-__all__ = ["KINDS", "KindSpec"]
+__all__ = ["KINDS", "KindSpec", "Mechanism", "Param", "UnitCurves"]

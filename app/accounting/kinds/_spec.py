@@ -9,8 +9,10 @@ API layer builds its models from ``KindSpec.params``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
+import operator
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +22,7 @@ from typing import Any, ClassVar, Literal, Self
 import numpy as np
 
 from app.accounting.curve import PrivacyCurve, Vector
+from app.accounting.orders import ORDERS
 
 # Ranges: wide enough for any real use, narrow enough that no formula over- or underflows
 # (a curve that rounds to 0 or inf would be a silent clamp).
@@ -160,6 +163,20 @@ def param(
     return field(default=default, metadata={"param": spec}, kw_only=kw_only)
 
 
+_KEY_GETTERS: dict[type[Mechanism], Callable[[Mechanism], tuple[Any, ...]]] = {}
+
+
+def _key_getter(cls: type[Mechanism]) -> Callable[[Mechanism], tuple[Any, ...]]:
+    """A fast getter of (every parameter but count) as a tuple (``Mechanism.unit_key``)."""
+    getter = _KEY_GETTERS.get(cls)
+    if getter is None:
+        names = [p.name for p in params_of(cls) if p.name not in cls.repetition_params]
+        get = operator.attrgetter(*names)
+        getter = (lambda m: (get(m),)) if len(names) == 1 else get
+        _KEY_GETTERS[cls] = getter
+    return getter
+
+
 _TYPES: dict[object, ParamType] = {float: "float", int: "int", tuple[float, ...]: "float_list"}
 
 
@@ -184,6 +201,29 @@ def params_of(cls: type[Mechanism]) -> tuple[Param, ...]:
 
 
 @dataclass(frozen=True)
+class Affine:
+    """Curves that are affine in the order, rdp_i(alpha) = intercept_i + slope_i alpha (the
+    Gaussian, zCDP): a weighted sum of many needs two dot products, not a matrix."""
+
+    slope: Vector
+    intercept: Vector
+    rho: Vector
+    pure_eps: Vector
+    delta: Vector
+    gaussian_only: bool
+
+    def curves(self) -> UnitCurves:
+        n = self.slope.size
+        return UnitCurves(
+            rho=self.rho,
+            rdp=self.intercept[:, None] + self.slope[:, None] * ORDERS,
+            pure_eps=self.pure_eps,
+            delta=self.delta,
+            gaussian_only=np.full(n, self.gaussian_only, dtype=bool),
+        )
+
+
+@dataclass(frozen=True)
 class UnitCurves:
     """The curves of n distinct unit mechanisms of one kind, as arrays (row i = mechanism i):
     ``rho``, ``pure_eps``, ``delta`` (n,), ``rdp`` (n, |ORDERS|), ``gaussian_only`` (n,)."""
@@ -198,10 +238,40 @@ class UnitCurves:
     def stack(cls, curves: Sequence[PrivacyCurve]) -> UnitCurves:
         return cls(
             rho=np.array([c.rho for c in curves], dtype=np.float64),
-            rdp=np.array([c.rdp for c in curves], dtype=np.float64).reshape(len(curves), -1),
+            rdp=np.array([c.rdp for c in curves], dtype=np.float64).reshape(
+                len(curves), ORDERS.size
+            ),
             pure_eps=np.array([c.pure_eps for c in curves], dtype=np.float64),
             delta=np.array([c.delta for c in curves], dtype=np.float64),
             gaussian_only=np.array([c.gaussian_only for c in curves], dtype=bool),
+        )
+
+    @classmethod
+    def of(
+        cls,
+        rho: Vector,
+        rdp: Vector,
+        pure_eps: Vector | float,
+        delta: Vector | float = 0.0,
+        gaussian_only: bool = False,
+    ) -> UnitCurves:
+        """Arrays for n curves (scalars broadcast to all of them)."""
+        n = rdp.shape[0]
+        return cls(
+            rho=np.asarray(rho, dtype=np.float64),
+            rdp=rdp,
+            pure_eps=np.broadcast_to(np.asarray(pure_eps, dtype=np.float64), (n,)).copy(),
+            delta=np.broadcast_to(np.asarray(delta, dtype=np.float64), (n,)).copy(),
+            gaussian_only=np.full(n, gaussian_only, dtype=bool),
+        )
+
+    def row(self, i: int) -> PrivacyCurve:
+        return PrivacyCurve(
+            rho=float(self.rho[i]),
+            rdp=self.rdp[i],
+            pure_eps=float(self.pure_eps[i]),
+            gaussian_only=bool(self.gaussian_only[i]),
+            delta=float(self.delta[i]),
         )
 
 
@@ -220,6 +290,8 @@ class Mechanism:
     """
 
     kind: ClassVar[str] = ""
+    repetition_params: ClassVar[tuple[str, ...]] = ("count",)
+    """The fields that only repeat the mechanism (not part of its unit curve's key)."""
     finite_curve: ClassVar[bool] = True
     """Whether every curve of this kind is finite (rho and every order); the rdp kind's is not
     above its largest given order."""
@@ -250,7 +322,15 @@ class Mechanism:
 
     def unit(self) -> Self:
         """The same mechanism with one repetition (the cache key for its curve)."""
-        return self if self.count == 1 else dataclasses.replace(self, count=1)
+        return self if self.count == 1 else self._with(count=1)
+
+    def _with(self, **values: Any) -> Self:
+        """A copy with some fields changed, without validating again (for values known valid,
+        such as a repetition count of 1)."""
+        new = copy.copy(self)
+        for name, value in values.items():
+            object.__setattr__(new, name, value)
+        return new
 
     def curve(self) -> PrivacyCurve:
         """The composed curve of all repetitions."""
@@ -260,13 +340,38 @@ class Mechanism:
         return unit_curve(self.unit()).scaled(n)
 
     def _unit_curve(self) -> PrivacyCurve:
+        """The curve of one repetition, before the rounding margin (a kind defines this or,
+        for a vectorised formula, ``_raw_curves``)."""
         raise NotImplementedError
 
     @classmethod
+    def _affine(cls, units: Sequence[Self]) -> Affine | None:
+        """For kinds whose curve is affine in the order, its coefficients (else None)."""
+        return None
+
+    @classmethod
+    def _raw_curves(cls, units: Sequence[Self]) -> UnitCurves:
+        """The curves of one repetition of each of ``units``, before the rounding margin."""
+        affine = cls._affine(units)
+        if affine is not None:
+            return affine.curves()
+        return UnitCurves.stack([u._unit_curve() for u in units])
+
+    @classmethod
     def unit_curves(cls, units: Sequence[Self]) -> UnitCurves:
-        """The unit curves of many distinct unit mechanisms of this kind (kinds with a
-        vectorised formula override this; the values are the same as ``unit_curve``'s)."""
-        return UnitCurves.stack([unit_curve(u) for u in units])
+        """The unit curves of many unit mechanisms of this kind at once, as ``unit_curve`` gives
+        them one by one (both go through ``_raw_curves``, so they are the same numbers)."""
+        raw = cls._raw_curves(units)
+        if cls.finite_curve:
+            bad = ~(np.isfinite(raw.rdp).all(axis=1) & np.isfinite(raw.rho))
+            if bad.any():
+                raise ValueError(f"{cls.kind}: the privacy loss of these parameters overflows")
+        return dataclasses.replace(raw, rdp=raw.rdp * (1.0 + RDP_EVAL_MARGIN))
+
+    def unit_key(self) -> tuple[Any, ...]:
+        """What identifies this mechanism's unit curve (its parameters but the repetitions)."""
+        key: tuple[Any, ...] = _key_getter(type(self))(self)
+        return key
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready description: ``{"mechanism": kind, **parameters, "count": n}``."""
@@ -291,10 +396,11 @@ class Mechanism:
         return cls(**fields)
 
 
-def finish(curve: PrivacyCurve, mechanism: Mechanism) -> PrivacyCurve:
-    """A unit curve as stored: finite unless the kind says otherwise, its RDP values raised by
-    ``RDP_EVAL_MARGIN`` so that values evaluated to a few ulps stay upper bounds."""
-    if mechanism.finite_curve and not curve.is_finite():
+def finish(curve: PrivacyCurve, mechanism: Mechanism, *, partial: bool = False) -> PrivacyCurve:
+    """A unit curve as stored: finite unless the kind says otherwise (or ``partial``: evaluated
+    at some orders only), its RDP values raised by ``RDP_EVAL_MARGIN`` so that values evaluated
+    to a few ulps stay upper bounds."""
+    if mechanism.finite_curve and not partial and not curve.is_finite():
         raise ValueError(f"{mechanism.kind}: the privacy loss of these parameters overflows")
     return dataclasses.replace(curve, rdp=curve.rdp * (1.0 + RDP_EVAL_MARGIN))
 
@@ -302,7 +408,7 @@ def finish(curve: PrivacyCurve, mechanism: Mechanism) -> PrivacyCurve:
 @lru_cache(maxsize=4096)
 def unit_curve(mechanism: Mechanism) -> PrivacyCurve:
     """The curve of one repetition of ``mechanism`` (cached per parameter set)."""
-    return finish(mechanism._unit_curve(), mechanism)
+    return type(mechanism).unit_curves([mechanism]).row(0)
 
 
 DpEventTranslator = Callable[[Mapping[str, Any], "Translate"], list[Mechanism]]
@@ -373,6 +479,7 @@ __all__ = [
     "RDP_EVAL_MARGIN",
     "REQUIRED",
     "Direction",
+    "Affine",
     "DpEventTranslator",
     "KindSpec",
     "Mechanism",

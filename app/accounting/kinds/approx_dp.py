@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from app.accounting.curve import PrivacyCurve
+import numpy as np
+
 from app.accounting.kinds._spec import (
     MAX_EPSILON,
     KindSpec,
     Mechanism,
     Translate,
+    UnitCurves,
     event_number,
     param,
 )
-from app.accounting.kinds.pure_dp import pure_dp_curve
+from app.accounting.kinds.pure_dp import pure_dp_curves
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,10 @@ class ApproxDP(Mechanism):
         exclusive_maximum=True,
     )
 
-    def _unit_curve(self) -> PrivacyCurve:
-        return pure_dp_curve(self.epsilon, self.delta)
+    @classmethod
+    def _raw_curves(cls, units: Sequence[ApproxDP]) -> UnitCurves:
+        eps = np.array([u.epsilon for u in units])
+        return pure_dp_curves(eps, np.array([u.delta for u in units]))
 
 
 def _from_epsilon_delta_event(event: Mapping[str, Any], translate: Translate) -> list[Mechanism]:

@@ -9,22 +9,18 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from app.accounting.closed_forms import gaussian_rho
-from app.accounting.curve import PrivacyCurve
 from app.accounting.kinds._spec import (
     MAX_RATIO,
     MAX_SCALE,
     MIN_RATIO,
     MIN_SCALE,
-    RDP_EVAL_MARGIN,
+    Affine,
     KindSpec,
     Mechanism,
     Translate,
-    UnitCurves,
     event_number,
     param,
 )
-from app.accounting.orders import ORDERS
 
 
 @dataclass(frozen=True)
@@ -60,22 +56,12 @@ class Gaussian(Mechanism):
                 f"sensitivity / sigma must be in [{MIN_RATIO:g}, {MAX_RATIO:g}], got {ratio!r}"
             )
 
-    def _unit_curve(self) -> PrivacyCurve:
-        rho = gaussian_rho(self.sigma, self.sensitivity)
-        return PrivacyCurve(rho=rho, rdp=ORDERS * rho, pure_eps=math.inf, gaussian_only=True)
-
     @classmethod
-    def unit_curves(cls, units: Sequence[Gaussian]) -> UnitCurves:
+    def _affine(cls, units: Sequence[Gaussian]) -> Affine:
         ratio = np.array([u.sensitivity for u in units]) / np.array([u.sigma for u in units])
         rho = 0.5 * ratio * ratio
-        n = len(units)
-        return UnitCurves(
-            rho=rho,
-            rdp=np.outer(rho, ORDERS) * (1.0 + RDP_EVAL_MARGIN),
-            pure_eps=np.full(n, math.inf),
-            delta=np.zeros(n),
-            gaussian_only=np.ones(n, dtype=bool),
-        )
+        n = rho.size
+        return Affine(rho, np.zeros(n), rho, np.full(n, math.inf), np.zeros(n), True)
 
 
 def _from_gaussian_event(event: Mapping[str, Any], translate: Translate) -> list[Mechanism]:

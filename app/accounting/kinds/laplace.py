@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from app.accounting.closed_forms import laplace_rdp, laplace_rho
-from app.accounting.curve import PrivacyCurve
+import numpy as np
+
+from app.accounting.closed_forms import laplace_rdp, laplace_rho_array
 from app.accounting.kinds._spec import (
     MAX_EPSILON,
     MAX_SCALE,
@@ -17,6 +18,7 @@ from app.accounting.kinds._spec import (
     Mechanism,
     Param,
     Translate,
+    UnitCurves,
     event_number,
     param,
 )
@@ -86,11 +88,10 @@ class Laplace(Mechanism):
             raise ValueError("laplace: give epsilon (= sensitivity / scale) or scale + sensitivity")
         return super().from_fields(fields)
 
-    def _unit_curve(self) -> PrivacyCurve:
-        eps = self.epsilon
-        return PrivacyCurve(
-            rho=laplace_rho(eps), rdp=laplace_rdp(ORDERS, eps), pure_eps=eps, gaussian_only=False
-        )
+    @classmethod
+    def _raw_curves(cls, units: Sequence[Laplace]) -> UnitCurves:
+        eps = np.array([u.epsilon for u in units])
+        return UnitCurves.of(laplace_rho_array(eps), laplace_rdp(ORDERS, eps[:, None]), eps)
 
 
 def _from_laplace_event(event: Mapping[str, Any], translate: Translate) -> list[Mechanism]:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+
 from app.accounting.closed_forms import binary_rr_rho, rho_from_curve, rr_kl, rr_rdp
-from app.accounting.curve import PrivacyCurve, Vector
+from app.accounting.curve import Vector
 from app.accounting.kinds._spec import (
     MAX_EPSILON,
     MAX_K,
@@ -16,6 +18,7 @@ from app.accounting.kinds._spec import (
     KindSpec,
     Mechanism,
     Translate,
+    UnitCurves,
     event_number,
     param,
 )
@@ -44,19 +47,25 @@ class RandomizedResponse(Mechanism):
         default=2, help="Number of possible values (2: binary).", minimum=2, maximum=MAX_K
     )
 
-    def _unit_curve(self) -> PrivacyCurve:
+    def rho(self) -> float:
+        """The tight (k <= 6) or numerically located (k >= 7) zCDP parameter."""
         eps, k = self.epsilon, self.k
         if k == 2:
-            rho = binary_rr_rho(eps)
-        elif k <= 6:
-            rho = rr_kl(eps, k)
-        else:
+            return binary_rr_rho(eps)
+        if k <= 6:
+            return rr_kl(eps, k)
 
-            def curve(a: Vector) -> Vector:
-                return rr_rdp(a, eps, k)
+        def curve(a: Vector) -> Vector:
+            return rr_rdp(a, eps, k)
 
-            rho = rho_from_curve(curve, rr_kl(eps, k), eps)
-        return PrivacyCurve(rho=rho, rdp=rr_rdp(ORDERS, eps, k), pure_eps=eps, gaussian_only=False)
+        return rho_from_curve(curve, rr_kl(eps, k), eps)
+
+    @classmethod
+    def _raw_curves(cls, units: Sequence[RandomizedResponse]) -> UnitCurves:
+        eps = np.array([u.epsilon for u in units])
+        k = np.array([u.k for u in units], dtype=np.float64)
+        rho = np.array([u.rho() for u in units])
+        return UnitCurves.of(rho, rr_rdp(ORDERS, eps[:, None], k[:, None]), eps)
 
 
 def _from_rr_event(event: Mapping[str, Any], translate: Translate) -> list[Mechanism]:

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from app.accounting.closed_forms import rappor_rdp, rappor_rho
-from app.accounting.curve import PrivacyCurve
-from app.accounting.kinds._spec import MAX_EPSILON, MIN_EPSILON, KindSpec, Mechanism, param
+import numpy as np
+
+from app.accounting.closed_forms import rappor_rdp
+from app.accounting.kinds._spec import (
+    MAX_EPSILON,
+    MIN_EPSILON,
+    KindSpec,
+    Mechanism,
+    UnitCurves,
+    param,
+)
 from app.accounting.orders import ORDERS
 
 
@@ -29,11 +38,11 @@ class Rappor(Mechanism):
         maximum=MAX_EPSILON,
     )
 
-    def _unit_curve(self) -> PrivacyCurve:
-        eps = self.epsilon
-        return PrivacyCurve(
-            rho=rappor_rho(eps), rdp=rappor_rdp(ORDERS, eps), pure_eps=eps, gaussian_only=False
-        )
+    @classmethod
+    def _raw_curves(cls, units: Sequence[Rappor]) -> UnitCurves:
+        eps = np.array([u.epsilon for u in units])
+        rho = eps * np.tanh(eps / 4.0) * (1.0 + 2.0**-50)  # tight rho, raised by its rounding
+        return UnitCurves.of(rho, rappor_rdp(ORDERS, eps[:, None]), eps)
 
 
 SPEC = KindSpec(

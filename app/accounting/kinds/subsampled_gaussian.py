@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+import numpy as np
 
 from app.accounting.closed_forms import gaussian_rho
 from app.accounting.curve import PrivacyCurve
@@ -17,11 +18,13 @@ from app.accounting.kinds._spec import (
     KindSpec,
     Mechanism,
     Translate,
+    UnitCurves,
     event_number,
+    finish,
     param,
 )
 from app.accounting.orders import ORDERS
-from app.accounting.subsampled_gaussian import subsampled_gaussian_rdp
+from app.accounting.subsampled_gaussian import Mask, rdp_batch
 
 MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER = 1e-3, 1e6
 
@@ -40,6 +43,7 @@ class SubsampledGaussian(Mechanism):
     """
 
     kind: ClassVar[str] = "subsampled_gaussian"
+    repetition_params: ClassVar[tuple[str, ...]] = ("count", "steps")
     sigma: float = param(
         help="Noise standard deviation (the noise multiplier when sensitivity is 1).",
         unit="units of the clipping norm",
@@ -80,15 +84,47 @@ class SubsampledGaussian(Mechanism):
     def unit(self) -> SubsampledGaussian:
         if self.steps == 1 and self.count == 1:
             return self
-        return dataclasses.replace(self, steps=1, count=1)
+        return self._with(steps=1, count=1)
 
-    def _unit_curve(self) -> PrivacyCurve:
-        nm = self.noise_multiplier
-        rho = gaussian_rho(nm, 1.0)
-        if self.sample_rate == 1.0:  # every record every step: the Gaussian mechanism
-            return PrivacyCurve(rho=rho, rdp=ORDERS * rho, pure_eps=math.inf, gaussian_only=True)
-        rdp = subsampled_gaussian_rdp(self.sample_rate, nm)
-        return PrivacyCurve(rho=rho, rdp=rdp, pure_eps=math.inf, gaussian_only=False)
+    def curve_on(self, orders: Mask) -> PrivacyCurve:
+        """The composed curve evaluated only at the grid orders where ``orders`` is true (+inf,
+        a vacuous bound, elsewhere): cheaper, for searches that check the full curve at the
+        end. Never below ``curve()`` where evaluated (the same bounds and margin)."""
+        return SubsampledGaussian.curves_on([self], orders)[0]
+
+    @staticmethod
+    def curves_on(mechanisms: Sequence[SubsampledGaussian], orders: Mask) -> list[PrivacyCurve]:
+        """``curve_on`` of several mechanisms, computed together."""
+        nm = np.array([m.noise_multiplier for m in mechanisms])
+        q = np.array([m.sample_rate for m in mechanisms])
+        rdp = np.where(orders[None, :], ORDERS[None, :] / (2.0 * nm[:, None] ** 2), np.inf)
+        sampled = np.flatnonzero(q < 1.0)
+        if sampled.size:
+            rdp[sampled] = rdp_batch(q[sampled], nm[sampled], orders)
+        return [
+            finish(
+                PrivacyCurve(
+                    rho=gaussian_rho(n, 1.0), rdp=r, pure_eps=math.inf, gaussian_only=False
+                ),
+                m,
+                partial=True,
+            ).scaled(m.repetitions())
+            for m, n, r in zip(mechanisms, nm, rdp, strict=True)
+        ]
+
+    @classmethod
+    def _raw_curves(cls, units: Sequence[SubsampledGaussian]) -> UnitCurves:
+        nm = np.array([u.noise_multiplier for u in units])
+        q = np.array([u.sample_rate for u in units])
+        rho = 0.5 / (nm * nm)
+        everyone = q == 1.0  # every record in every step: the Gaussian mechanism
+        rdp = rho[:, None] * ORDERS
+        sampled = np.flatnonzero(~everyone)
+        if sampled.size:
+            rdp[sampled] = rdp_batch(q[sampled], nm[sampled])
+        curves = UnitCurves.of(rho, rdp, math.inf)
+        curves.gaussian_only[:] = everyone
+        return curves
 
 
 def _from_poisson_event(event: Mapping[str, Any], translate: Translate) -> list[Mechanism]:

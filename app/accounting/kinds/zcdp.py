@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from app.accounting.curve import PrivacyCurve
-from app.accounting.kinds._spec import KindSpec, Mechanism, Translate, event_number, param
-from app.accounting.orders import ORDERS
+import numpy as np
+
+from app.accounting.kinds._spec import (
+    Affine,
+    KindSpec,
+    Mechanism,
+    Translate,
+    event_number,
+    param,
+)
 
 MAX_RHO = 1e6
 
@@ -43,14 +50,12 @@ class ZCDP(Mechanism):
         exclusive_maximum=True,
     )
 
-    def _unit_curve(self) -> PrivacyCurve:
-        return PrivacyCurve(
-            rho=self.rho + self.xi,
-            rdp=self.xi + self.rho * ORDERS,
-            pure_eps=self.xi if self.rho == 0.0 else math.inf,
-            gaussian_only=False,
-            delta=self.delta,
-        )
+    @classmethod
+    def _affine(cls, units: Sequence[ZCDP]) -> Affine:
+        rho = np.array([u.rho for u in units])
+        xi = np.array([u.xi for u in units])
+        pure = np.where(rho == 0.0, xi, math.inf)
+        return Affine(rho, xi, rho + xi, pure, np.array([u.delta for u in units]), False)
 
 
 def _from_zcdp_event(event: Mapping[str, Any], translate: Translate) -> list[Mechanism]:

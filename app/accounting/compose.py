@@ -1,0 +1,165 @@
+"""Composing many mechanisms, or many stored curves, at once.
+
+``compose_many`` is what a compose request or a ledger rebuild calls: identical mechanisms are
+grouped (their repetitions added), the distinct unit curves of each kind are computed together
+by that kind's vectorised formula (``Mechanism.unit_curves``, the same numbers as one by one),
+and the weighted sum is taken as one matrix product. ``compose_arrays`` sums curves that are
+already known (a ledger's stored entry curves).
+
+Rounding: every term is non-negative, so a float sum of n products differs from the exact sum
+by at most gamma_{n+1} = (n + 1) u / (1 - (n + 1) u) of itself (Higham, Accuracy and Stability of
+Numerical Algorithms, 2nd ed., section 3.1, any order of summation); the result is raised by
+twice that, then by one ulp, so it is never below the exact sum (relative excess about n u:
+1e-11 for 100,000 entries). The entry-by-entry path (``PrivacyCurve.__add__``) rounds each
+addition up instead; both are upper bounds on the exact sum and agree to that margin.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from app.accounting.curve import PrivacyCurve, Vector
+from app.accounting.kinds._spec import (
+    MAX_COUNT,
+    RDP_EVAL_MARGIN,
+    Affine,
+    Mechanism,
+    UnitCurves,
+    params_of,
+)
+from app.accounting.orders import ORDERS
+from app.accounting.rounding import add_up
+
+U = 2.0**-53
+
+
+def _raise(total: Vector, terms: int) -> Vector:
+    """``total`` (a float sum of ``terms`` non-negative products) raised above the exact sum; a
+    sum of zeros stays exactly 0 (every term was 0)."""
+    gamma = (terms + 1) * U / (1.0 - (terms + 1) * U)
+    with np.errstate(over="ignore"):
+        raised = np.nextafter(total * (1.0 + 2.0 * gamma), np.inf)
+    return np.where(total == 0.0, 0.0, raised)
+
+
+CHUNK = 128
+"""Distinct curves computed and summed per chunk (bounded memory)."""
+
+
+def _weighted_sum(curves: UnitCurves, weights: Vector) -> PrivacyCurve:
+    """sum_i weights_i curve_i (weights >= 1, so an infinite value stays infinite, never NaN)."""
+    n = weights.size
+    if n == 0:
+        return PrivacyCurve.zero()
+    with np.errstate(over="ignore"):
+        rdp = weights @ curves.rdp
+        rho = float(weights @ curves.rho)
+        pure = float(weights @ curves.pure_eps)
+        delta = float(weights @ curves.delta)
+    return PrivacyCurve(
+        rho=float(_raise(np.array(rho), n)),
+        rdp=_raise(rdp, n),
+        pure_eps=float(_raise(np.array(pure), n)),
+        gaussian_only=bool(curves.gaussian_only.all()),
+        delta=min(1.0, float(_raise(np.array(delta), n))),
+    )
+
+
+def _affine_sum(affine: Affine, weights: Vector) -> PrivacyCurve:
+    """sum_i w_i (intercept_i + slope_i alpha) (1 + margin) from two dot products, each raised
+    above its exact value; the result is raised once more by 4 u so that it is not below the sum
+    of the entries' own rounded curves either."""
+    n = weights.size
+    slope = float(_raise(np.array(weights @ affine.slope), n))
+    intercept = float(_raise(np.array(weights @ affine.intercept), n))
+    with np.errstate(over="ignore"):
+        rdp = (intercept + slope * ORDERS) * (1.0 + RDP_EVAL_MARGIN) * (1.0 + 8.0 * U)
+    return PrivacyCurve(
+        rho=float(_raise(np.array(weights @ affine.rho), n)),
+        rdp=np.where(rdp == 0.0, 0.0, np.nextafter(rdp, np.inf)),
+        pure_eps=float(_raise(np.array(weights @ affine.pure_eps), n)),
+        gaussian_only=affine.gaussian_only,
+        delta=min(1.0, float(_raise(np.array(weights @ affine.delta), n))),
+    )
+
+
+def compose_arrays(curves: UnitCurves) -> PrivacyCurve:
+    """The composition of curves given as arrays (row i = one entry, repetitions included),
+    e.g. a ledger's stored entry curves; never below the exact sum."""
+    return _weighted_sum(curves, np.ones(curves.rho.size))
+
+
+def _add(a: PrivacyCurve, b: PrivacyCurve) -> PrivacyCurve:
+    return PrivacyCurve(
+        rho=add_up(a.rho, b.rho),
+        rdp=add_up(a.rdp, b.rdp),
+        pure_eps=add_up(a.pure_eps, b.pure_eps),
+        gaussian_only=a.gaussian_only and b.gaussian_only,
+        delta=min(1.0, add_up(a.delta, b.delta)),
+    )
+
+
+def _groups(cls: type[Mechanism], ms: list[Mechanism]) -> tuple[list[Mechanism], Vector]:
+    """The distinct unit mechanisms among ``ms`` (all of kind ``cls``) and the total
+    repetitions of each: by one sort of their parameters when they are all scalars, else by a
+    dictionary of their keys."""
+    keys = [p for p in params_of(cls) if p.name not in cls.repetition_params]
+    if cls.repetition_params == ("count",):
+        reps = np.array([m.count for m in ms], dtype=np.float64)
+    else:
+        reps = np.array([m.repetitions() for m in ms], dtype=np.float64)
+    if reps.size and reps.max() > MAX_COUNT:
+        ms[int(np.argmax(reps))].curve()  # raises the per-entry error
+    if all(p.type != "float_list" for p in keys):
+        get = operator.attrgetter(*(p.name for p in keys))
+        table = np.array([get(m) for m in ms], dtype=np.float64).reshape(len(ms), len(keys))
+        varying = table[:, (table != table[:1]).any(axis=0)] if len(ms) else table
+        if varying.shape[1] <= 1:  # one varying parameter (or none): a plain sort
+            column = varying[:, 0] if varying.shape[1] else np.zeros(len(ms))
+            _, first, inverse = np.unique(column, return_index=True, return_inverse=True)
+        else:
+            _, first, inverse = np.unique(varying, axis=0, return_index=True, return_inverse=True)
+        totals: Vector = np.bincount(inverse.ravel(), weights=reps).astype(np.float64)
+        return [ms[i].unit() for i in first], totals
+    index: dict[tuple[Any, ...], int] = {}
+    units: list[Mechanism] = []
+    sums: list[float] = []
+    for m, r in zip(ms, reps, strict=True):
+        j = index.setdefault(m.unit_key(), len(units))
+        if j == len(units):
+            units.append(m.unit())
+            sums.append(0.0)
+        sums[j] += r
+    return units, np.asarray(sums, dtype=np.float64)
+
+
+def compose_many(mechanisms: Iterable[Mechanism]) -> PrivacyCurve:
+    """The composition of ``mechanisms`` (each with its count): identical parameter sets
+    grouped, the distinct unit curves of each kind computed together, one weighted sum per
+    kind. Never below the exact sum of the entries' curves (module docstring). ValueError
+    when a mechanism's curve overflows or its repetitions exceed the per-entry limit."""
+    by_kind: dict[type[Mechanism], list[Mechanism]] = {}
+    for m in mechanisms:
+        group = by_kind.get(m.__class__)
+        if group is None:
+            by_kind[m.__class__] = [m]
+        else:
+            group.append(m)
+    total = PrivacyCurve.zero()
+    for cls, ms in sorted(by_kind.items(), key=lambda kv: kv[0].kind):
+        units, weights = _groups(cls, ms)
+        affine = cls._affine(units)
+        if affine is not None:
+            total = _add(total, _affine_sum(affine, weights))
+            continue
+        for k in range(0, len(units), CHUNK):
+            curves = cls.unit_curves(units[k : k + CHUNK])
+            total = _add(total, _weighted_sum(curves, weights[k : k + CHUNK]))
+    return total
+
+
+__all__ = ["compose_arrays", "compose_many"]

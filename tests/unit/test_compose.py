@@ -1,0 +1,137 @@
+"""compose_many / compose_arrays: the same composition as entry by entry, never below the exact
+sum, identical mechanisms grouped and each kind's distinct curves computed in one call."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from app.accounting.compose import compose_arrays, compose_many
+from app.accounting.curve import PrivacyCurve, compose
+from app.accounting.kinds import KINDS
+from app.accounting.kinds._spec import UnitCurves, unit_curve
+from app.accounting.registry import mechanism_from_dict
+from tests.unit.test_registry import EXAMPLES
+
+RNG = np.random.default_rng(5)
+
+
+def _ledger() -> list:
+    out = []
+    for kind, params in EXAMPLES.items():
+        for j in range(4):
+            p = dict(params)
+            for name, value in params.items():
+                if isinstance(value, float) and name not in ("delta", "sample_rate"):
+                    p[name] = value * (1 + 0.1 * j)
+            out.append(mechanism_from_dict({"mechanism": kind, **p, "count": j + 1}))
+    return out * 3  # every parameter set three times
+
+
+def _exact_sum(curves: list[PrivacyCurve], j: int) -> Fraction:
+    return sum((Fraction(float(c.rdp[j])) for c in curves), Fraction(0))
+
+
+def test_same_as_entry_by_entry_and_never_below_the_exact_sum() -> None:
+    ledger = _ledger()
+    many = compose_many(ledger)
+    curves = [m.curve() for m in ledger]
+    one_by_one = compose(curves)
+    finite = np.isfinite(one_by_one.rdp)
+    np.testing.assert_allclose(many.rdp[finite], one_by_one.rdp[finite], rtol=1e-12)
+    assert (np.isinf(many.rdp) == ~finite).all()
+    for j in range(0, many.rdp.size, 17):
+        if finite[j]:
+            assert Fraction(float(many.rdp[j])) >= _exact_sum(curves, j)
+    assert many.delta == pytest.approx(one_by_one.delta, rel=1e-12)
+    assert many.delta >= float(sum(Fraction(c.delta) for c in curves))
+    assert many.gaussian_only is False and many.rho == math.inf  # the rdp kind has no rho
+
+
+def test_gaussian_only_ledgers_stay_gaussian_only() -> None:
+    ms = [mechanism_from_dict({"mechanism": "gaussian", "sigma": s}) for s in (1.0, 2.0, 3.0)]
+    ms.append(
+        mechanism_from_dict({"mechanism": "subsampled_gaussian", "sigma": 2.0, "sample_rate": 1.0})
+    )
+    total = compose_many(ms)
+    assert total.gaussian_only
+    assert total.rho == pytest.approx(0.5 + 1 / 8 + 1 / 18 + 1 / 8, rel=1e-14)
+    assert total.delta == 0.0 and total.pure_eps == math.inf  # sums of zeros stay exactly 0
+    assert compose_many([]) == PrivacyCurve.zero()
+    pure = compose_many([mechanism_from_dict({"mechanism": "laplace", "epsilon": 0.1})] * 3)
+    assert pure.delta == 0.0 and pure.pure_eps >= 0.3
+
+
+def test_identical_mechanisms_are_computed_once_per_kind(monkeypatch) -> None:
+    calls: dict[str, int] = {}
+    sg = KINDS["subsampled_gaussian"].mechanism
+    original = sg.unit_curves.__func__  # type: ignore[attr-defined]
+
+    def counting(cls, units):
+        calls[cls.kind] = calls.get(cls.kind, 0) + len(units)
+        return original(cls, units)
+
+    monkeypatch.setattr(sg, "unit_curves", classmethod(counting))
+    runs = [
+        mechanism_from_dict(
+            {
+                "mechanism": "subsampled_gaussian",
+                "sigma": 1.0 + (i % 5) / 10,
+                "sample_rate": 0.01,
+                "steps": 100 + i,
+            }
+        )
+        for i in range(200)
+    ]
+    total = compose_many(runs)
+    assert calls == {"subsampled_gaussian": 5}  # 200 runs, 5 distinct (sigma, q)
+    np.testing.assert_allclose(total.rdp, compose([m.curve() for m in runs]).rdp, rtol=1e-12)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_batched_unit_curves_are_the_single_ones(kind: str) -> None:
+    units = []
+    for j in range(6):
+        p = {
+            k: (
+                v * (1 + 0.37 * j)
+                if isinstance(v, float) and k not in ("delta", "sample_rate")
+                else v
+            )
+            for k, v in EXAMPLES[kind].items()
+        }
+        units.append(mechanism_from_dict({"mechanism": kind, **p}).unit())
+    batch = type(units[0]).unit_curves(units)
+    for i, u in enumerate(units):
+        single = unit_curve(u)
+        np.testing.assert_array_equal(batch.rdp[i], single.rdp)
+        assert batch.row(i) == single
+
+
+def test_compose_arrays_of_stored_curves() -> None:
+    curves = [m.curve() for m in _ledger()]
+    stacked = UnitCurves.stack(curves)
+    total = compose_arrays(stacked)
+    finite = np.isfinite(total.rdp)
+    np.testing.assert_allclose(total.rdp[finite], compose(curves).rdp[finite], rtol=1e-12)
+    assert compose_arrays(UnitCurves.stack([])) == PrivacyCurve.zero()
+
+
+def test_a_curve_that_overflows_is_a_value_error() -> None:
+    huge = mechanism_from_dict({"mechanism": "zcdp", "rho": 1e6, "count": 10**9})
+    total = compose_many([huge])  # 1e15 * 1e5 is still finite
+    assert math.isfinite(total.rdp[-1])
+    too_many = mechanism_from_dict(
+        {
+            "mechanism": "subsampled_gaussian",
+            "sigma": 1.0,
+            "sample_rate": 0.1,
+            "steps": 10**9,
+            "count": 2,
+        }
+    )
+    with pytest.raises(ValueError, match="repetitions"):
+        compose_many([too_many])

@@ -1,0 +1,225 @@
+"""Numerical gaps closed (issue 13 item 4), each checked against 50-digit mpmath: the reported
+epsilon or delta is never below the exact value, and exact zeros stay exactly zero."""
+
+from __future__ import annotations
+
+import math
+
+import mpmath as mp
+import numpy as np
+import pytest
+from dp_accounting import dp_event
+from dp_accounting.rdp import rdp_privacy_accountant as rdpa
+
+from app.accounting import closed_forms as cf
+from app.accounting import conversions as conv
+from app.accounting.compose import compose_arrays, compose_many
+from app.accounting.curve import PrivacyCurve
+from app.accounting.filters import Budget, Filter, FilterKind, filter_bound, spend, spend_delta
+from app.accounting.kinds._spec import UnitCurves
+from app.accounting.mechanisms import Gaussian, Laplace
+from app.accounting.orders import DPACC_DEFAULT_ORDERS, NEAR_ONE, ORDERS, ORDERS_VERSION
+from app.accounting.rounding import TINY, exp_up, up
+
+mp.mp.dps = 50
+
+
+def _gauss_delta(mu, eps) -> mp.mpf:
+    mu, eps = mp.mpf(mu), mp.mpf(eps)
+    return mp.ncdf(-eps / mu + mu / 2) - mp.e**eps * mp.ncdf(-eps / mu - mu / 2)
+
+
+def _gauss_eps(mu, delta) -> mp.mpf:
+    """The exact epsilon at delta by bisection in 50 digits."""
+    lo, hi = mp.mpf(0), mp.mpf(1)
+    while _gauss_delta(mu, hi) > delta:
+        hi *= 2
+    for _ in range(180):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _gauss_delta(mu, mid) > delta else (lo, mid)
+    return hi
+
+
+# --- rounding helpers and exact zeros --------------------------------------------------------
+
+
+def test_up_keeps_an_exact_zero_and_exp_up_never_underflows_to_zero() -> None:
+    assert up(0.0) == 0.0 and up(0.0, 8) == 0.0
+    assert up(1.0) > 1.0 and up(-1.0) > -1.0
+    assert exp_up(-math.inf) == 0.0
+    assert exp_up(-800.0) == TINY  # e^-800 underflows; its bound does not
+    assert exp_up(0.0) >= 1.0
+
+
+@pytest.mark.parametrize("kind", list(FilterKind))
+def test_an_empty_ledger_spends_exactly_zero(kind: FilterKind) -> None:
+    zero = PrivacyCurve.zero()
+    for delta in (1e-300, 1e-12, 1e-6, 0.5):
+        assert spend(kind, zero, delta).epsilon == 0.0
+    for epsilon in (0.0, 1e-9, 1.0, 50.0):
+        assert spend_delta(kind, zero, epsilon).delta == 0.0
+    f = Filter.create(kind, Budget(1.0, 1e-6))
+    assert f.spend(zero).epsilon == 0.0
+    assert f.remaining(zero).epsilon == 1.0 and f.remaining(zero).delta == 1e-6
+    assert compose_many([]) == zero
+    assert compose_arrays(UnitCurves.stack([])) == zero
+
+
+# --- the exact-Gaussian conversion and the Gaussian-DP filter's bound ------------------------
+
+
+def test_issue_example_is_no_longer_below_the_exact_value() -> None:
+    curve = Gaussian(sigma=1e6, sensitivity=1e-6, count=10**7).curve()
+    got = spend(FilterKind.RDP, curve, 1e-12)
+    exact = _gauss_eps(mp.mpf(10) ** -12 * mp.sqrt(10**7), mp.mpf("1e-12"))
+    assert got.method == "gaussian_exact"
+    assert got.epsilon >= exact  # was 9.655236378705e-09 < 9.6552379022789e-09
+    assert got.epsilon <= exact * (1 + 1e-5)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_exact_gaussian_delta_and_epsilon_never_below(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for _ in range(25):
+        mu = float(np.exp(rng.uniform(np.log(1e-3), np.log(30.0))))
+        eps = float(rng.uniform(0.0, 4.0 * mu + 2.0))
+        exact = _gauss_delta(mu, eps)
+        got = conv.gaussian_delta(mu, eps)
+        assert got >= exact, (mu, eps)
+        # the margin grows where the two log-CDFs nearly cancel (small mu) and with their size
+        tight = 1e-10 if mu > 0.3 and exact > 1e-20 else 1e-7
+        assert got <= exact * (1 + tight) + 1e-300, (mu, eps)
+        delta = float(np.exp(rng.uniform(np.log(1e-15), np.log(0.3))))
+        e_got = conv.gaussian_epsilon(mu, delta)
+        assert (
+            e_got >= _gauss_eps(mu, mp.mpf(delta)) or e_got == 0.0 and _gauss_delta(mu, 0) <= delta
+        )
+
+
+@pytest.mark.parametrize(
+    "budget", [Budget(0.5, 1e-9), Budget(1.0, 1e-6), Budget(3.0, 1e-5), Budget(10.0, 1e-12)]
+)
+def test_gdp_bound_keeps_the_true_delta_within_budget(budget: Budget) -> None:
+    bound = filter_bound(FilterKind.GDP, budget)
+    assert bound is not None
+    assert _gauss_delta(mp.sqrt(2 * mp.mpf(bound)), budget.epsilon) <= budget.delta
+    # and the bound is not needlessly small
+    assert _gauss_delta(mp.sqrt(2 * mp.mpf(bound) * (1 + 1e-6)), budget.epsilon) > budget.delta
+
+
+# --- closed forms ------------------------------------------------------------------------------
+
+
+def _laplace_exact(alpha: float, eps: float) -> mp.mpf:
+    a, e = mp.mpf(alpha), mp.mpf(eps)
+    return mp.log(
+        a / (2 * a - 1) * mp.e ** ((a - 1) * e) + (a - 1) / (2 * a - 1) * mp.e ** (-a * e)
+    ) / (a - 1)
+
+
+@pytest.mark.parametrize("eps", [1e-9, 3e-7, 1e-4, 0.01, 0.05, 0.1, 0.3, 1.0, 10.0, 100.0])
+def test_laplace_rdp_at_small_epsilon(eps: float) -> None:
+    """No cancellation below eps = 0.1 (the earlier form was 5.7e-8 below at eps = 1e-9)."""
+    got = cf.laplace_rdp(ORDERS, eps)
+    for j in range(0, ORDERS.size, 3):
+        exact = _laplace_exact(float(ORDERS[j]), eps)
+        assert got[j] >= exact
+        assert got[j] <= exact * (1 + 1e-12)
+
+
+@pytest.mark.parametrize(
+    ("eps", "k"), [(1e-9, 2), (1e-6, 10**9), (0.3, 7), (5.0, 1000), (100.0, 2), (100.0, 10**9)]
+)
+def test_randomized_response_margin_scales_with_the_magnitude(eps: float, k: int) -> None:
+    got = cf.rr_rdp(ORDERS, eps, k)
+    e = mp.mpf(eps)
+    for j in range(0, ORDERS.size, 4):
+        a = mp.mpf(float(ORDERS[j]))
+        exact = mp.log((mp.e ** (a * e) + mp.e ** ((1 - a) * e) + k - 2) / (mp.e**e + k - 1)) / (
+            a - 1
+        )
+        assert got[j] >= exact
+        assert got[j] <= exact * (1 + 1e-11)
+
+
+@pytest.mark.parametrize("eps", [1e-9, 1e-4, 0.0999, 0.1, 0.1001, 1.0, 30.0])
+def test_tight_rho_values_are_never_below(eps: float) -> None:
+    e = mp.mpf(eps)
+    assert cf.binary_rr_rho(eps) >= e * mp.tanh(e / 2)
+    assert cf.laplace_rho(eps) >= e + mp.e ** (-e) - 1
+    assert cf.rappor_rho(eps) >= e * mp.tanh(e / 4)
+    for k in (3, 6, 10**6):
+        assert cf.rr_kl(eps, k) >= e * mp.expm1(e) / (mp.e**e + k - 1)
+
+
+# --- conversions --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("delta", [1e-5, 1e-12])
+@pytest.mark.parametrize("scale", [1e-6, 1.0, 1e3])
+def test_improved_rdp_conversion_is_never_below_its_formula(delta: float, scale: float) -> None:
+    rdp = Laplace(epsilon=0.3, count=int(10 * scale) + 1).curve().rdp * scale
+    got, order = conv.rdp_epsilon_improved(rdp, delta)
+    best = min(
+        mp.mpf(float(r))
+        + mp.log1p(-1 / mp.mpf(float(a)))
+        - (mp.log(delta) + mp.log(mp.mpf(float(a)))) / (mp.mpf(float(a)) - 1)
+        for r, a in zip(rdp, ORDERS, strict=True)
+    )
+    if got == 0.0:  # the total-variation candidate: delta >= sqrt(1 - e^-r) at that order
+        r = mp.mpf(float(rdp[int(np.flatnonzero(ORDERS == order)[0])]))
+        assert delta >= mp.sqrt(-mp.expm1(-r)) or best <= 0
+    else:
+        assert got >= best
+        assert got <= best * (1 + 1e-12) + 1e-13  # the terms' size sets the absolute margin
+    assert order in ORDERS
+
+
+@pytest.mark.parametrize(
+    ("rho", "delta"), [(1e-8, 1e-6), (0.01, 1e-5), (5.0, 1e-12), (300.0, 1e-6)]
+)
+def test_zcdp_conversions_are_never_below_their_infimum(rho: float, delta: float) -> None:
+    r, d = mp.mpf(rho), mp.mpf(delta)
+
+    def cks(a: mp.mpf) -> mp.mpf:
+        return a * r + mp.log1p(-1 / a) + (mp.log(1 / d) - mp.log(a)) / (a - 1)
+
+    def at(t: mp.mpf) -> mp.mpf:
+        return cks(1 + mp.e**t)
+
+    best_t = min((mp.mpf(t) / 20 for t in range(-240, 600)), key=at)
+    lo, hi = best_t - mp.mpf(1) / 20, best_t + mp.mpf(1) / 20
+    for _ in range(120):  # ternary search: the function of t = log(alpha - 1) is unimodal here
+        m1, m2 = lo + (hi - lo) / 3, hi - (hi - lo) / 3
+        lo, hi = (m1, hi) if at(m1) > at(m2) else (lo, m2)
+    infimum = at((lo + hi) / 2)
+    assert conv.zcdp_epsilon_cks(rho, delta) >= infimum
+    assert conv.zcdp_epsilon_cks(rho, delta) <= infimum * (1 + 1e-8)
+    assert conv.zcdp_epsilon_bun_steinke(rho, delta) >= r + 2 * mp.sqrt(r * mp.log(1 / d))
+    eps = conv.zcdp_epsilon(rho, delta)
+    assert conv.zcdp_delta_cks(rho, eps) <= delta * (1 + 1e-9)
+
+
+# --- the order grid -------------------------------------------------------------------------
+
+
+def test_orders_near_one_are_on_the_grid() -> None:
+    assert ORDERS_VERSION == 2 and ORDERS.size == 243
+    assert set(NEAR_ONE) <= set(ORDERS.tolist()) and set(DPACC_DEFAULT_ORDERS) <= set(
+        ORDERS.tolist()
+    )
+    assert (np.diff(ORDERS) > 0).all() and ORDERS[0] == 1.01
+
+
+def test_very_large_epsilon_uses_the_orders_near_one() -> None:
+    """2,000 Laplace queries at eps = 5: the optimum lies below 1.1; never looser than
+    dp_accounting's RDP accountant, tighter than the smallest order 1.1 allows."""
+    curve = Laplace(epsilon=5.0, count=2000).curve()
+    s = spend(FilterKind.RDP, curve, 1e-6)
+    assert s.order is not None and s.order < 1.1
+    without = conv.rdp_epsilon_improved(curve.rdp[ORDERS >= 1.1], 1e-6, ORDERS[ORDERS >= 1.1])[0]
+    assert s.epsilon < without
+    acc = rdpa.RdpAccountant()
+    acc.compose(dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(0.2), 2000))
+    assert s.epsilon <= acc.get_epsilon(1e-6) * (1 + 1e-12)
+    assert math.isfinite(s.epsilon)
