@@ -71,6 +71,10 @@ class Dataset(_Answer):
     filter_bound: dict[str, float] | None = Field(
         description="the rho filters' bound on the composed rho"
     )
+    filter_params: dict[str, Any] | None = Field(
+        default=None,
+        description="rdp_fixed_orders: the Renyi orders, weights and thresholds fixed at creation",
+    )
     spent: Spent
     remaining: Remaining
     exhausted: bool

@@ -35,6 +35,7 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 BACKENDS = ["sqlite", "postgres"]
 
 _TABLES = [
+    "dataset_pld",
     "audit_event",
     "idempotency_record",
     "rejection",

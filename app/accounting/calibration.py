@@ -21,7 +21,7 @@ from scipy import optimize
 from app.accounting import mechanisms as mech
 from app.accounting import registry
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import RHO_FILTERS, Budget, Filter, FilterKind, admits, spend
+from app.accounting.filters import RHO_FILTERS, Budget, Filter, FilterKind
 from app.accounting.orders import ORDERS
 
 
@@ -274,29 +274,28 @@ def _best_order_index(curve: PrivacyCurve, fits: Fits) -> int | None:
 
 @dataclass(frozen=True)
 class FilterFit:
-    """``Fits`` for a dataset: its composed ``total`` plus a new curve, under filter ``kind``."""
+    """``Fits`` for a dataset: its composed ``total`` plus a new curve, under ``filter``."""
 
-    kind: FilterKind
+    filter: Filter
     total: PrivacyCurve
-    budget: Budget
-    rho_bound: float | None
 
     def __call__(self, curve: PrivacyCurve) -> bool:
-        return admits(self.kind, self.budget, self.total + curve, self.rho_bound)
+        return self.filter.admits(self.total + curve)
 
     def margin(self, curve: PrivacyCurve) -> float:
         combined = self.total + curve
-        if self.kind in RHO_FILTERS:
-            if self.kind is FilterKind.GDP and not combined.gaussian_only:
+        f = self.filter
+        if f.kind in RHO_FILTERS:
+            if f.kind is FilterKind.GDP and not combined.gaussian_only:
                 return -math.inf
-            assert self.rho_bound is not None
-            return self.rho_bound - combined.rho
-        return self.budget.epsilon - spend(self.kind, combined, self.budget.delta).epsilon
+            assert f.bound is not None
+            return f.bound - combined.rho
+        return f.budget.epsilon - f.spend(combined).epsilon
 
     def order(self, curve: PrivacyCurve) -> float | None:
-        if self.kind in RHO_FILTERS:
+        if self.filter.kind in RHO_FILTERS:
             return None
-        return spend(self.kind, self.total + curve, self.budget.delta).order
+        return self.filter.spend(self.total + curve).order
 
 
 def filter_fits(
@@ -306,13 +305,14 @@ def filter_fits(
     delta_budget: float,
     rho_bound: float | None,
 ) -> FilterFit:
-    """The ``Fits`` of a dataset with composed ``total`` and budget (epsilon, delta)."""
-    return FilterFit(kind, total, Budget(epsilon_budget, delta_budget), rho_bound)
+    """The ``Fits`` of a dataset with composed ``total`` and budget (epsilon, delta) under a
+    filter without stored parameters (the earlier interface; ``fits_under`` takes any)."""
+    return FilterFit(Filter(kind, Budget(epsilon_budget, delta_budget), rho_bound), total)
 
 
 def fits_under(f: Filter, total: PrivacyCurve) -> FilterFit:
     """The ``Fits`` of a dataset under ``Filter`` ``f`` whose ledger (with holds) is ``total``."""
-    return FilterFit(f.kind, total, f.budget, f.bound)
+    return FilterFit(f, total)
 
 
 __all__ = [

@@ -12,10 +12,19 @@ A dataset fixes its filter when it is created:
                       use the exact Gaussian conversion when every entry is Gaussian.
 * ``rdp``             accounting ``rdp``, not adaptive (dp_accounting's and Opacus' assumption):
                       admit iff the tightest conversion of the composed curve is within budget.
-* ``rdp_union_bound`` accounting ``rdp``, adaptive: a Renyi filter at each grid order, paying a
-                      union bound for choosing the order afterwards: admit iff for some order
+* ``rdp_fixed_orders`` accounting ``rdp``, adaptive (the default for new datasets): a Renyi filter
+                      at one order fixed at creation from the budget and the allowed kinds, with
+                      the improved conversion (``adaptive``: the theorem, its proof and the
+                      order choice). Its stored parameters are ``Filter.params``.
+* ``rdp_union_bound`` accounting ``rdp``, adaptive (datasets created before ``rdp_fixed_orders``):
+                      a Renyi filter at each grid order, paying a union bound for choosing the
+                      order afterwards: admit iff for some order
                       S(alpha) <= eps_B - log(|grid| / delta_B) / (alpha - 1), or the pure-DP sum
                       is within eps_B (its loss bound holds surely, so it costs no delta).
+* ``pld``             accounting ``pld``, not adaptive: admission and spend come from the
+                      dataset's composed privacy loss distribution (``pld_filter``); where no PLD
+                      state is at hand (the RDP chart) the curve answers as the ``rdp`` rule,
+                      a valid but looser bound for a fixed-parameter ledger.
 
 **Entries with their own delta** (approximate DP, approximate zCDP / RDP; ``PrivacyCurve.delta``
 is their sum): the composition is (1 - delta_e)-mixed with a ledger whose good part has the
@@ -42,6 +51,7 @@ The module-level functions (``spend``, ``spend_delta``, ``admits``, ``filter_spe
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +60,7 @@ from enum import StrEnum
 import numpy as np
 
 from app.accounting import conversions as conv
+from app.accounting.adaptive import RenyiFilter, choose_filter
 from app.accounting.curve import PrivacyCurve, Vector
 from app.accounting.orders import ORDERS
 from app.accounting.rounding import add_up, sub_down, up
@@ -63,6 +74,8 @@ class FilterKind(StrEnum):
     ZCDP = "zcdp"
     RDP = "rdp"
     RDP_UNION_BOUND = "rdp_union_bound"
+    RDP_FIXED_ORDERS = "rdp_fixed_orders"
+    PLD = "pld"
 
 
 MAX_BUDGET_EPSILON = 1e6
@@ -82,14 +95,25 @@ RHO_FILTERS = frozenset({FilterKind.GDP, FilterKind.ZCDP_FILTER, FilterKind.ZCDP
 def filter_kind(
     accounting: str, adaptive: bool, allowed_mechanisms: Sequence[str] | None
 ) -> FilterKind:
-    """The filter a dataset gets from its settings at creation."""
-    if accounting not in ("rdp", "zcdp"):
-        raise ValueError(f"accounting must be 'rdp' or 'zcdp', got {accounting!r}")
+    """The filter a dataset gets from its settings at creation. ``pld`` needs ``adaptive: false``:
+    privacy loss distributions compose mechanisms fixed in advance, and no PLD filter is known to
+    be valid when parameters depend on earlier outputs (natural PLD filters can fail,
+    arXiv 2602.06756, 2602.15815)."""
+    if accounting not in ("rdp", "zcdp", "pld"):
+        raise ValueError(f"accounting must be 'rdp', 'zcdp' or 'pld', got {accounting!r}")
+    if accounting == "pld":
+        if adaptive:
+            raise ValueError(
+                "accounting 'pld' needs adaptive: false (every mechanism's parameters fixed in "
+                "advance): no privacy-loss-distribution filter is valid under adaptivity; use "
+                "accounting 'rdp' (adaptive) or set adaptive: false"
+            )
+        return FilterKind.PLD
     if allowed_mechanisms is not None and set(allowed_mechanisms) == {"gaussian"}:
         return FilterKind.GDP
     if accounting == "zcdp":
         return FilterKind.ZCDP_FILTER if adaptive else FilterKind.ZCDP
-    return FilterKind.RDP_UNION_BOUND if adaptive else FilterKind.RDP
+    return FilterKind.RDP_FIXED_ORDERS if adaptive else FilterKind.RDP
 
 
 @dataclass(frozen=True)
@@ -339,6 +363,35 @@ _RULES: dict[FilterKind, _Rule] = {
 }
 
 
+_RULES[FilterKind.PLD] = _RULES[FilterKind.RDP]  # the curve's answer where no PLD is at hand
+
+
+@functools.lru_cache(maxsize=1024)
+def _fixed_orders_rule(rf: RenyiFilter) -> _Rule:
+    """The rule of an ``rdp_fixed_orders`` filter with stored parameters ``rf``: the odometer
+    reading at the fixed orders (``RenyiFilter.epsilon_spent``), or the pure-DP sum."""
+
+    def epsilon(curve: PrivacyCurve, delta: float) -> Candidates:
+        e, order = rf.epsilon_spent(curve.rdp, math.inf, delta)
+        return {"rdp_fixed_orders": e, "pure_dp": curve.pure_eps}, (
+            {} if order is None else {"rdp_fixed_orders": order}
+        )
+
+    def delta(curve: PrivacyCurve, eps: float) -> Candidates:
+        values = {
+            "rdp_fixed_orders": rf.delta_spent(curve.rdp, math.inf, eps),
+            "pure_dp": 0.0 if eps >= curve.pure_eps else 1.0,
+        }
+        return values, {}
+
+    def budget_curve(budget: Budget, bound: float | None) -> Vector:
+        out = np.full(ORDERS.shape, -np.inf)
+        out[np.searchsorted(ORDERS, np.array(rf.orders))] = np.array(rf.thresholds)
+        return out
+
+    return _Rule(_no_bound, epsilon, delta, budget_curve, by_rho=False, adaptive=True)
+
+
 def _pick(values: dict[str, float], orders: dict[str, float]) -> tuple[str, float, float | None]:
     method = min(values, key=lambda k: (values[k], k))
     return method, values[method], orders.get(method)
@@ -380,29 +433,52 @@ def _spend_delta(rule: _Rule, total: PrivacyCurve, epsilon: float) -> Spend:
 @dataclass(frozen=True)
 class Filter:
     """A dataset's admission rule: its ``kind``, ``budget`` and, for the rho filters (gdp,
-    zcdp, zcdp_filter), the largest admissible total ``bound`` on rho (None for RDP kinds).
+    zcdp, zcdp_filter), the largest admissible total ``bound`` on rho (None for RDP kinds);
+    for ``rdp_fixed_orders`` its stored ``params`` (orders, weights, thresholds).
 
-    Build it with ``Filter.create(kind, budget)`` (computes the bound once) or, when the bound
-    is stored, ``Filter(kind, budget, bound)``.
+    Build it with ``Filter.create(kind, budget, allowed_mechanisms)`` (computes the bound or
+    parameters once) or, when they are stored, ``Filter(kind, budget, bound, params)``.
     """
 
     kind: FilterKind
     budget: Budget
     bound: float | None = None
+    params: RenyiFilter | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", FilterKind(self.kind))
+        if self.kind is FilterKind.RDP_FIXED_ORDERS and self.params is None:
+            raise ValueError("the rdp_fixed_orders filter needs its parameters (Filter.create)")
         if self.rule.by_rho and self.bound is None:
             raise ValueError(f"the {self.kind} filter needs its rho bound (use Filter.create)")
 
     @classmethod
-    def create(cls, kind: FilterKind, budget: Budget) -> Filter:
-        """The filter of ``kind`` for ``budget``, its bound computed once."""
+    def create(
+        cls,
+        kind: FilterKind,
+        budget: Budget,
+        allowed_mechanisms: Sequence[str] | None = None,
+        orders: Sequence[float] | None = None,
+    ) -> Filter:
+        """The filter of ``kind`` for ``budget``, its bound or parameters computed once.
+
+        ``rdp_fixed_orders``: the order comes from the budget and ``allowed_mechanisms``
+        (``adaptive.choose_filter``), unless ``orders`` keeps those of an existing filter (a
+        budget change must not re-pick the order after the ledger was seen)."""
         kind = FilterKind(kind)
-        return cls(kind, budget, _RULES[kind].bound(budget))
+        params = None
+        if kind is FilterKind.RDP_FIXED_ORDERS:
+            params = (
+                choose_filter(budget.epsilon, budget.delta, allowed_mechanisms)
+                if orders is None
+                else RenyiFilter.create(budget.epsilon, budget.delta, orders)
+            )
+        return cls(kind, budget, _RULES[kind].bound(budget) if kind in _RULES else None, params)
 
     @property
     def rule(self) -> _Rule:
+        if self.params is not None:
+            return _fixed_orders_rule(self.params)
         return _RULES[self.kind]
 
     # -- spend -------------------------------------------------------------------------------
@@ -511,28 +587,40 @@ class Filter:
 
 
 def _filter(kind: FilterKind, budget: Budget, bound: float | None) -> Filter:
-    """The filter for the functional wrappers (its bound computed when needed and not given)."""
+    """The filter for the functional wrappers (its bound or parameters computed when needed
+    and not given)."""
     kind = FilterKind(kind)
+    if kind not in _RULES:
+        return Filter.create(kind, budget)
     if _RULES[kind].by_rho and bound is None:
         bound = _RULES[kind].bound(budget)
     return Filter(kind, budget, bound)
 
 
+def _budgetless(kind: FilterKind) -> _Rule:
+    kind = FilterKind(kind)
+    if kind not in _RULES:
+        raise ValueError(
+            f"the {kind.value} filter's spend depends on its stored parameters: ask its Filter"
+        )
+    return _RULES[kind]
+
+
 def spend(kind: FilterKind, curve: PrivacyCurve, delta: float) -> Spend:
     """The epsilon at ``delta`` that filter ``kind`` guarantees for composed ``curve``
-    (``Filter.spend_at``)."""
-    return _spend_at(_RULES[FilterKind(kind)], curve, delta)
+    (``Filter.spend_at``; kinds with stored parameters need their ``Filter``)."""
+    return _spend_at(_budgetless(kind), curve, delta)
 
 
 def spend_delta(kind: FilterKind, curve: PrivacyCurve, epsilon: float) -> Spend:
     """The delta at ``epsilon`` that filter ``kind`` guarantees for composed ``curve``
-    (``Filter.spend_delta``)."""
-    return _spend_delta(_RULES[FilterKind(kind)], curve, epsilon)
+    (``Filter.spend_delta``; kinds with stored parameters need their ``Filter``)."""
+    return _spend_delta(_budgetless(kind), curve, epsilon)
 
 
 def filter_bound(kind: FilterKind, budget: Budget) -> float | None:
     """For rho-based filters, the largest admissible total rho; None for RDP filters."""
-    return _RULES[FilterKind(kind)].bound(budget)
+    return Filter.create(kind, budget).bound
 
 
 def filter_spend(

@@ -261,7 +261,7 @@ class DatasetIn(_Strict):
 
     name: Name
     budget: BudgetIn
-    accounting: Literal["rdp", "zcdp"] = "rdp"
+    accounting: Literal["rdp", "zcdp", "pld"] = "rdp"
     adaptive: bool = True
     allowed_mechanisms: Annotated[list[Kind], Field(min_length=1, max_length=16)] | None = None
     description: Description | None = None
@@ -273,7 +273,7 @@ class DatasetPatch(_Strict):
     name: Name | None = None
     budget: BudgetPatch | None = None
     description: Description | None = None
-    accounting: Literal["rdp", "zcdp"] | None = None
+    accounting: Literal["rdp", "zcdp", "pld"] | None = None
     adaptive: bool | None = None
     allowed_mechanisms: Annotated[list[Kind], Field(min_length=1, max_length=16)] | None = None
 
@@ -283,7 +283,7 @@ class ComposeIn(_Strict):
 
     mechanisms: Annotated[list[MechanismIn], Field(min_length=1, max_length=10_000)]
     delta: Delta
-    accounting: Literal["rdp", "zcdp"] = "rdp"
+    accounting: Literal["rdp", "zcdp", "pld"] = "rdp"
 
 
 class KeyIn(_Strict):

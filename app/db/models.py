@@ -119,6 +119,8 @@ class Dataset(Base):
     allowed_mechanisms: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     filter: Mapped[str] = mapped_column(String(32))
     filter_bound: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # the stored parameters of filters that have them (rdp_fixed_orders: orders, thresholds)
+    filter_params: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
@@ -151,6 +153,21 @@ class DatasetTotal(Base):
     held_next_expiry: Mapped[datetime | None] = mapped_column(
         DateTime(timezone=True), nullable=True
     )
+
+
+class DatasetPld(Base):
+    """A ``pld`` dataset's composed privacy loss distribution (``app.accounting.pld``, bytes of
+    ``Pld.to_bytes``, up to a few MiB), and that of its active holds; written in the same
+    transaction as the ledger. Kept apart from ``dataset_total`` so budget reads never load it."""
+
+    __tablename__ = "dataset_pld"
+
+    dataset_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("dataset.id", ondelete="CASCADE"), primary_key=True
+    )
+    state: Mapped[bytes] = mapped_column(LargeBinary)
+    held: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class LedgerEntry(Base):
@@ -293,6 +310,7 @@ __all__ = [
     "AuditEvent",
     "Base",
     "Dataset",
+    "DatasetPld",
     "DatasetTotal",
     "EntrySource",
     "IdempotencyRecord",

@@ -32,9 +32,12 @@ from sqlalchemy.orm import Session
 
 from app import observability
 from app import responses as r
+from app.accounting import pld_mechanisms
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import RHO_FILTERS, DryRun, Spend
+from app.accounting.filters import RHO_FILTERS, Spend
 from app.accounting.mechanisms import Mechanism
+from app.accounting.pld import Pld
+from app.accounting.pld_filter import PldFilter
 from app.db.codec import curve_columns, curve_of
 from app.db.engine import Database
 from app.db.models import (
@@ -149,15 +152,46 @@ def check_allowed(st: DatasetState, kind: str) -> None:
         )
 
 
-def decide(st: DatasetState, curve: PrivacyCurve) -> DryRun:
-    """Would ``curve`` fit? The ledger plus the active holds plus it, under the filter."""
-    return st.filter.dry_run(st.committed, st.held_curve, curve)
+@dataclass(frozen=True)
+class Decision:
+    """Would an ask fit? ``admitted`` is decided on the ledger, the active holds and the ask;
+    ``after`` / ``spend_after`` are the ledger's curve and spend with the ask recorded. A
+    ``pld`` dataset also carries the ask's PLD and the ledger's PLD after it."""
+
+    admitted: bool
+    after: PrivacyCurve
+    spend_after: Spend
+    pld_new: Pld | None = None
+    pld_after: Pld | None = None
+
+
+def entry_pld(st: DatasetState, wire: dict[str, Any]) -> Pld:
+    """The PLD of a mechanism on a ``pld`` dataset's grid; 422 for a kind without one."""
+    assert st.pld is not None
+    try:
+        return pld_mechanisms.for_mechanism(wire, interval=st.pld.interval)
+    except pld_mechanisms.NoPldError as exc:
+        raise Unprocessable(str(exc), accepted_accountings=exc.accepted) from None
+    except ValueError as exc:
+        raise Unprocessable(str(exc)) from None
+
+
+def decide(st: DatasetState, ask: Ask) -> Decision:
+    """Would ``ask`` fit? One dry run: the dataset's filter over the composed curves, or, on a
+    ``pld`` dataset, its composed privacy loss distribution."""
+    if not st.is_pld:
+        dry = st.filter.dry_run(st.committed, st.held_curve, ask.curve)
+        return Decision(dry.admitted, dry.after, dry.spend_after)
+    assert st.pld is not None
+    new = entry_pld(st, ask.wire)
+    p = PldFilter(st.budget).dry_run(st.pld, st.pld_held, new)
+    return Decision(p.admitted, st.committed + ask.curve, p.spend_after, new, p.after)
 
 
 # --- refusing ---------------------------------------------------------------------------------
 
 
-def refusal(st: DatasetState, ask: Ask, dry: DryRun, *, dry_run: bool = False) -> BudgetExceeded:
+def refusal(st: DatasetState, ask: Ask, dry: Decision, *, dry_run: bool = False) -> BudgetExceeded:
     """The 409 problem for an ask that does not fit."""
     f, b = st.filter, st.budget
     if f.kind in RHO_FILTERS:
@@ -175,16 +209,16 @@ def refusal(st: DatasetState, ask: Ask, dry: DryRun, *, dry_run: bool = False) -
     return BudgetExceeded(
         detail,
         dataset_id=st.id,
-        spent=answers.spent(st).model_dump(),
-        budget=answers.budget(st).model_dump(),
-        requested=answers.requested(st, ask.wire, ask.curve).model_dump(),
-        would_spend=answers.spent(st, dry.after, dry.spend_after).model_dump(),
+        spent=answers.spent(st).model_dump(mode="json"),
+        budget=answers.budget(st).model_dump(mode="json"),
+        requested=answers.requested(st, ask.wire, ask.curve).model_dump(mode="json"),
+        would_spend=answers.spent(st, dry.after, dry.spend_after).model_dump(mode="json"),
         dry_run=dry_run,
     )
 
 
 def refuse(
-    session: Session, st: DatasetState, ask: Ask, dry: DryRun, operation: str
+    session: Session, st: DatasetState, ask: Ask, dry: Decision, operation: str
 ) -> BudgetExceeded:
     """The 409 problem for a refused ask, its rejection recorded in this transaction."""
     problem = refusal(st, ask, dry)
@@ -219,9 +253,11 @@ def append(
     source: EntrySource = EntrySource.CHARGE,
     reservation_id: str | None = None,
     now: datetime | None = None,
+    pld_after: Pld | None = None,
 ) -> r.Entry:
     """Insert a ledger entry for ``ask`` (the ledger becomes ``after``, spending
-    ``spend_after``) and update the totals in memory."""
+    ``spend_after``; on a ``pld`` dataset its PLD becomes ``pld_after``) and update the totals
+    in memory."""
     now = now or utcnow()
     values: dict[str, Any] = {
         "dataset_id": st.id,
@@ -250,6 +286,9 @@ def append(
         },
     }
     st.committed, st.spent = after, spend_after
+    if st.is_pld:
+        assert pld_after is not None
+        st.pld, st.pld_dirty = pld_after, True
     st.entry_count += 1
     st.last_entry_at = now
     st.dirty = True
@@ -262,15 +301,23 @@ def append_held(
     """Charge a reservation's hold into the ledger and take it out of the held sum."""
     ask = Ask.of_hold(hold)
     after = st.committed + ask.curve
+    pld_after = None
+    if st.is_pld:
+        assert st.pld is not None
+        pld_after = st.pld.compose(entry_pld(st, ask.wire))
+        spend_after = PldFilter(st.budget).spend(pld_after)
+    else:
+        spend_after = st.filter.spend(after)
     entry = append(
         session,
         st,
         ask,
         after,
-        st.filter.spend(after),
+        spend_after,
         source=source,
         reservation_id=hold.id,
         now=now,
+        pld_after=pld_after,
     )
     _unhold(session, st, hold, ask.curve)
     hold.resolved_at = now
@@ -282,10 +329,15 @@ def append_held(
 
 
 def hold(
-    session: Session, st: DatasetState, ask: Ask, ttl_seconds: int, now: datetime
+    session: Session,
+    st: DatasetState,
+    ask: Ask,
+    decision: Decision,
+    ttl_seconds: int,
+    now: datetime,
 ) -> Reservation:
-    """Hold budget for ``ask`` (already admitted by ``decide``) until it is committed,
-    released or expires."""
+    """Hold budget for ``ask`` (admitted by ``decision``) until it is committed, released or
+    expires."""
     row = Reservation(
         id="rsv_" + secrets.token_hex(8),
         dataset_id=st.id,
@@ -302,6 +354,10 @@ def hold(
     )
     session.add(row)
     st.held = st.held.add(ask.curve)
+    if st.is_pld:
+        assert st.pld is not None and decision.pld_new is not None
+        base = st.pld_held if st.pld_held is not None else Pld.identity(st.pld.interval)
+        st.pld_held, st.pld_dirty = base.compose(decision.pld_new), True
     if st.held_next_expiry is None or row.expires_at < aware(st.held_next_expiry):
         st.held_next_expiry = row.expires_at
     st.dirty = True
@@ -314,12 +370,17 @@ def release_hold(session: Session, st: DatasetState, hold: Reservation) -> None:
 
 
 def _unhold(session: Session, st: DatasetState, hold: Reservation, curve: PrivacyCurve) -> None:
+    others = (_R.dataset_id == st.id, _R.status == ReservationStatus.ACTIVE, _R.id != hold.id)
     st.held = st.held.remove(curve)
-    st.held_next_expiry = session.scalar(
-        select(func.min(_R.expires_at)).where(
-            _R.dataset_id == st.id, _R.status == ReservationStatus.ACTIVE, _R.id != hold.id
-        )
-    )
+    st.held_next_expiry = session.scalar(select(func.min(_R.expires_at)).where(*others))
+    if st.is_pld:
+        # a PLD cannot be subtracted: the holds that remain are composed again (O(holds))
+        assert st.pld is not None
+        remaining = Pld.identity(st.pld.interval)
+        mechanisms = session.scalars(select(_R.mechanism).where(*others)).all()
+        for m in mechanisms:
+            remaining = remaining.compose(entry_pld(st, m))
+        st.pld_held, st.pld_dirty = (remaining if mechanisms else None), True
     st.dirty = True
 
 
@@ -355,11 +416,13 @@ def settle(session: Session, st: DatasetState, now: datetime) -> int:
 
 __all__ = [
     "Ask",
+    "Decision",
     "append",
     "append_held",
     "aware",
     "check_allowed",
     "decide",
+    "entry_pld",
     "hold",
     "locked",
     "refusal",

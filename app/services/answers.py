@@ -65,6 +65,7 @@ def dataset(st: DatasetState) -> r.Dataset:
         allowed_mechanisms=st.allowed_mechanisms,
         filter=f.kind.value,
         filter_bound={"rho": f.bound} if f.bound is not None else None,
+        filter_params=f.params.to_dict() if f.params is not None else None,
         spent=spent(st),
         remaining=remaining(st),
         exhausted=exhausted(st),

@@ -5,12 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from app import responses as r
-from app.accounting.calibration import PARAMETERS, FilterFit, calibrate, default_parameter
+from app.accounting.calibration import (
+    PARAMETERS,
+    Calibration,
+    calibrate,
+    default_parameter,
+    fits_under,
+)
+from app.accounting.mechanisms import mechanism_from_dict
+from app.accounting.pld_filter import PldFilter
 from app.db.engine import Database
 from app.errors import BudgetExceeded, Unprocessable
 from app.principal import Caller
-from app.services import answers, state
+from app.services import admission, answers, state
 from app.services.auth import authenticated
+from app.services.state import DatasetState
 
 _FIELDS = {
     "gaussian": {"sensitivity", "count"},
@@ -20,6 +29,34 @@ _FIELDS = {
     "subsampled_gaussian": {"sample_rate", "steps", "sigma", "count"},
     "discrete_laplace": {"sensitivity", "count"},
 }
+
+
+PLD_STEPS = 64
+"""At most this many 1 % steps toward less privacy loss when a PLD does not confirm an answer."""
+
+
+def _confirmed_by_pld(
+    st: DatasetState, kind: str, fixed: dict[str, Any], parameter: str, result: Calibration
+) -> Calibration | None:
+    """On a ``pld`` dataset the search runs on the curve rule (the non-adaptive RDP conversions:
+    valid, usually more conservative than the PLD, and fast); the answer is then checked with
+    the PLD the dataset admits by, and stepped by 1 % toward less loss until it fits (bounded)."""
+    assert st.pld is not None
+    pf = PldFilter(st.budget)
+    direction = PARAMETERS[kind][parameter]
+    value = result.value
+    for _ in range(PLD_STEPS):
+        mechanism = mechanism_from_dict({"mechanism": kind, **fixed, parameter: value})
+        new = admission.entry_pld(st, mechanism.to_dict())
+        if pf.dry_run(st.pld, st.pld_held, new).admitted:
+            return Calibration(mechanism, parameter, value, mechanism.curve())
+        if parameter == "steps":
+            value = float(int(value * 0.99))
+            if value < 1:
+                return None
+        else:
+            value = value * 1.01 if direction == "min" else value / 1.01
+    return None
 
 
 def calibrate_next(
@@ -53,20 +90,24 @@ def calibrate_next(
     with db.read() as s:
         principal = authenticated(db, caller, s)
         st = state.load(s, ref, principal)
+        if st.is_pld:
+            state.load_pld(s, st)
     if st.allowed_mechanisms is not None and kind not in st.allowed_mechanisms:
         raise Unprocessable(f"mechanism {kind!r} is not allowed on dataset {st.name!r}")
     held = st.held_curve
     total = st.committed if held is None else st.committed + held
     f = st.filter
     try:
-        result = calibrate(kind, fixed, parameter, FilterFit(f.kind, total, f.budget, f.bound))
+        result = calibrate(kind, fixed, parameter, fits_under(f, total))
+        if result is not None and st.is_pld:
+            result = _confirmed_by_pld(st, kind, fixed, parameter, result)
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
     if result is None:
         raise BudgetExceeded(
             f"no {parameter} in the allowed range fits the remaining budget of {st.name!r}",
             dataset_id=st.id,
-            budget=answers.budget(st).model_dump(),
+            budget=answers.budget(st).model_dump(mode="json"),
         )
     after = st.committed + result.curve
     value: float | int = int(result.value) if parameter == "steps" else result.value

@@ -50,7 +50,7 @@ def charge(
             if first is not None:
                 return r.Charge.model_validate(first)
         admission.check_allowed(st, ask.kind)
-        dry = admission.decide(st, ask.curve)
+        dry = admission.decide(st, ask)
         if dry_run:
             if not dry.admitted:
                 raise admission.refusal(st, ask, dry, dry_run=True)
@@ -63,7 +63,9 @@ def charge(
             )
         outcome: r.Charge | BudgetExceeded
         if dry.admitted:
-            entry = admission.append(s, st, ask, dry.after, dry.spend_after)
+            entry = admission.append(
+                s, st, ask, dry.after, dry.spend_after, pld_after=dry.pld_after
+            )
             outcome = r.Charge(entry=entry, spent=answers.spent(st))
         else:
             outcome = admission.refuse(s, st, ask, dry, "charge")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 
 from app import responses as r
+from app.accounting import pld_mechanisms
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import FilterKind, spend
+from app.accounting.filters import FilterKind, Spend, spend
 from app.accounting.mechanisms import Mechanism
 from app.accounting.orders import ORDERS
 from app.db.engine import Database
@@ -23,15 +24,26 @@ def compose(
 
     ``accounting`` = ``rdp``: minimum of the improved RDP conversion on the grid, the zCDP
     conversions, the pure-DP sum and (Gaussian-only) the exact conversion; ``zcdp``: the zCDP
-    conversions and, Gaussian-only, the exact one. ``conversions`` lists every candidate.
+    conversions and, Gaussian-only, the exact one; ``pld``: the composed privacy loss
+    distribution (``app.accounting.pld``) beside every ``rdp`` candidate, all valid for a
+    fixed list. ``conversions`` lists every candidate.
     """
     authenticated(db, caller)
     try:
         total = PrivacyCurve.zero()
         for m in mechanisms:
             total = total + m.curve()
-        kind = FilterKind.RDP if accounting == "rdp" else FilterKind.ZCDP
+        kind = FilterKind.ZCDP if accounting == "zcdp" else FilterKind.RDP
         sp = spend(kind, total, delta)
+        if accounting == "pld":
+            eps = pld_mechanisms.compose_all([m.to_dict() for m in mechanisms]).epsilon(delta)
+            candidates = {**sp.candidates, "pld": eps}
+            method = min(candidates, key=lambda k: (candidates[k], k))
+            sp = Spend(
+                candidates[method], delta, method, sp.order if method != "pld" else None, candidates
+            )
+    except pld_mechanisms.NoPldError as exc:
+        raise Unprocessable(str(exc), accepted_accountings=exc.accepted) from None
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
     return r.Composition(

@@ -14,18 +14,28 @@ from sqlalchemy.exc import IntegrityError
 
 from app import responses as r
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import Budget, Filter, filter_kind
+from app.accounting.filters import Budget, Filter, FilterKind, filter_kind
 from app.accounting.mechanisms import MECHANISMS
+from app.accounting.pld import state_for_budget
+from app.accounting.pld_filter import PldFilter
 from app.db.codec import curve_columns
 from app.db.engine import Database
-from app.db.models import Dataset, DatasetTotal, Reservation, utcnow
+from app.db.models import Dataset, DatasetPld, DatasetTotal, Reservation, utcnow
 from app.errors import Conflict, Forbidden, Unprocessable
 from app.principal import Caller
 from app.services import admission, answers, audit, state
 from app.services.auth import authenticated
 
 
-def _filter(accounting: str, adaptive: bool, allowed: list[str] | None, budget: Budget) -> Filter:
+def _filter(
+    accounting: str,
+    adaptive: bool,
+    allowed: list[str] | None,
+    budget: Budget,
+    keep: Filter | None = None,
+) -> Filter:
+    """The dataset's filter; ``keep``: the filter it has, whose fixed orders a budget change
+    keeps (re-picking the order after the ledger was seen would void the filter's guarantee)."""
     if allowed is not None:
         unknown = sorted(set(allowed) - set(MECHANISMS))
         if unknown:
@@ -35,7 +45,11 @@ def _filter(accounting: str, adaptive: bool, allowed: list[str] | None, budget: 
         if not allowed:
             raise Unprocessable("allowed_mechanisms must be null (all) or a non-empty list")
     try:
-        return Filter.create(filter_kind(accounting, adaptive, allowed), budget)
+        kind = filter_kind(accounting, adaptive, allowed)
+        orders = keep.params.orders if keep is not None and keep.params is not None else None
+        if keep is not None and keep.kind is not kind:
+            orders = None
+        return Filter.create(kind, budget, allowed, orders)
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
 
@@ -71,7 +85,10 @@ def create_dataset(
         allowed_mechanisms = sorted(set(allowed_mechanisms))
     flt = _filter(accounting, adaptive, allowed_mechanisms, budget)
     zero = PrivacyCurve.zero()
-    spent = flt.spend(zero)
+    pld_state = (
+        state_for_budget(budget.epsilon, budget.delta) if flt.kind is FilterKind.PLD else None
+    )
+    spent = flt.spend(zero) if pld_state is None else PldFilter(budget).spend(pld_state)
     now = utcnow()
     ds = Dataset(
         id="ds_" + secrets.token_hex(8),
@@ -84,6 +101,7 @@ def create_dataset(
         allowed_mechanisms=allowed_mechanisms,
         filter=flt.kind.value,
         filter_bound=flt.bound,
+        filter_params=flt.params.to_dict() if flt.params is not None else None,
         created_at=now,
         updated_at=now,
     )
@@ -107,6 +125,8 @@ def create_dataset(
             s.add(ds)
             s.flush()
             s.add(totals)
+            if pld_state is not None:
+                s.add(DatasetPld(dataset_id=ds.id, state=pld_state.to_bytes(), updated_at=now))
             audit.record(
                 s,
                 actor,
@@ -165,9 +185,20 @@ def spend_query(
     with db.read() as s:
         principal = authenticated(db, caller, s)
         st = state.load(s, ref, principal)
+        if st.is_pld:
+            state.load_pld(s, st)
     f = st.filter
     try:
-        if delta is not None and delta == st.budget.delta:
+        if st.pld is not None:  # the PLD the pld dataset reports from
+            pf = PldFilter(st.budget)
+            if delta is not None and delta == st.budget.delta:
+                sp = pf.spend(st.pld)
+            elif delta is not None:
+                sp = pf.spend_at(st.pld, delta)
+            else:
+                assert epsilon is not None
+                sp = pf.spend_delta(st.pld, epsilon)
+        elif delta is not None and delta == st.budget.delta:
             sp = f.spend(st.committed)
         elif delta is not None:
             sp = f.spend_at(st.committed, delta)
@@ -260,15 +291,25 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
                 changes.get("adaptive", ds.adaptive),
                 allowed,
                 budget,
+                keep=st.filter,
             )
             ds.budget_epsilon, ds.budget_delta = budget.epsilon, budget.delta
             ds.accounting = changes.get("accounting", ds.accounting)
             ds.adaptive = changes.get("adaptive", ds.adaptive)
             ds.allowed_mechanisms = allowed
             ds.filter, ds.filter_bound = flt.kind.value, flt.bound
+            ds.filter_params = flt.params.to_dict() if flt.params is not None else None
             ds.updated_at = utcnow()
             st.filter = flt
-            st.spent = flt.spend(st.committed)
+            if flt.kind is FilterKind.PLD:
+                if st.pld is None:  # a rule change before the first charge: a fresh state
+                    st.pld = state_for_budget(budget.epsilon, budget.delta)
+                    s.merge(
+                        DatasetPld(dataset_id=st.id, state=st.pld.to_bytes(), updated_at=utcnow())
+                    )
+                st.spent = PldFilter(budget).spend(st.pld)
+            else:
+                st.spent = flt.spend(st.committed)
             st.dirty = True
             new = _settings(ds)
             changed = {k: {"old": old[k], "new": new[k]} for k in _SETTINGS if old[k] != new[k]}

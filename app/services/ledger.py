@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
+from collections import Counter
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +24,8 @@ from sqlalchemy import select
 from app import responses as r
 from app.accounting.curve import PrivacyCurve
 from app.accounting.mechanisms import mechanism_from_dict
+from app.accounting.pld import Pld
+from app.accounting.pld_filter import PldFilter
 from app.accounting.running import RunningSum
 from app.db.codec import curve_of
 from app.db.engine import Database
@@ -197,6 +201,39 @@ def _recomputed(s: Any, st: DatasetState) -> tuple[PrivacyCurve, int, dict[str, 
     return total, n, counts, held
 
 
+PLD_TOLERANCE = 1e-6
+"""Relative difference in certified epsilon within which a stored PLD matches the ledger's:
+the check recomposes identical entries together (``self_compose``), which rounds differently
+from one composition per charge; both are pessimistic, so either may be kept."""
+
+
+def _pld_of(s: Any, st: DatasetState, active_only: bool) -> Pld | None:
+    """A ``pld`` dataset's PLD recomposed from its ledger (or its active holds), identical
+    mechanisms grouped."""
+    assert st.pld is not None
+    q = (
+        select(_R.mechanism).where(_R.dataset_id == st.id, _R.status == ReservationStatus.ACTIVE)
+        if active_only
+        else select(_L.mechanism).where(_L.dataset_id == st.id)
+    )
+    groups = Counter(json.dumps(m, sort_keys=True) for m in s.scalars(q))
+    if not groups:
+        return None
+    total = Pld.identity(st.pld.interval, st.pld.extended)
+    for mechanism, n in sorted(groups.items()):
+        total = total.compose(admission.entry_pld(st, json.loads(mechanism)).self_compose(n))
+    return total
+
+
+def _pld_drift(st: DatasetState, fresh: Pld | None) -> bool:
+    assert st.pld is not None
+    if fresh is None:
+        return st.entry_count != 0
+    delta = st.budget.delta
+    a, b = st.pld.epsilon(delta), fresh.epsilon(delta)
+    return not math.isclose(a, b, rel_tol=PLD_TOLERANCE, abs_tol=1e-12)
+
+
 def _held_drift(stored: RunningSum, fresh: RunningSum) -> bool:
     """Stored held sums are rounded up along their own add/remove history, so they match the
     fresh sum only to within rounding; they must never be below it."""
@@ -239,6 +276,9 @@ def verify(db: Database, caller: Caller = SYSTEM, rebuild: bool = False) -> r.Ve
                 "entry_count": st.entry_count != n,
                 "held": _held_drift(st.held, held),
             }
+            if st.is_pld:
+                pld, pld_held = _pld_of(s, st, False), _pld_of(s, st, True)
+                drift["pld"] = _pld_drift(st, pld)
             drifted = [k for k, v in drift.items() if v]
             item: dict[str, Any] = {
                 "dataset_id": st.id,
@@ -255,6 +295,11 @@ def verify(db: Database, caller: Caller = SYSTEM, rebuild: bool = False) -> r.Ve
                 st.committed, st.entry_count, st.mechanism_counts = total, n, counts
                 st.spent = st.filter.spend(total)
                 st.held = held
+                if st.is_pld:
+                    assert st.pld is not None
+                    st.pld = pld or Pld.identity(st.pld.interval, st.pld.extended)
+                    st.pld_held, st.pld_dirty = pld_held, True
+                    st.spent = PldFilter(st.budget).spend(st.pld)
                 st.dirty = True
                 audit.record(
                     s,

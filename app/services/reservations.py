@@ -97,10 +97,10 @@ def reserve(
             if first is not None:
                 return r.ReservationAnswer.model_validate(first)
         admission.check_allowed(st, ask.kind)
-        dry = admission.decide(st, ask.curve)
+        dry = admission.decide(st, ask)
         outcome: r.ReservationAnswer | BudgetExceeded
         if dry.admitted:
-            row = admission.hold(s, st, ask, ttl_seconds, utcnow())
+            row = admission.hold(s, st, ask, dry, ttl_seconds, utcnow())
             s.flush()
             _count(s, st.id, ask.kind, "reserved")
             outcome = _answer(row, st, answers.requested(st, wire, ask.curve))

@@ -20,11 +20,13 @@ from typing import Any, cast
 from sqlalchemy import Row, Select, Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
+from app.accounting.adaptive import RenyiFilter
 from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import Budget, Filter, FilterKind, Spend
+from app.accounting.pld import Pld
 from app.accounting.running import RunningSum
 from app.db.codec import curve_columns, held_from_bytes, held_to_bytes, rdp_from_bytes
-from app.db.models import Dataset, DatasetTotal, utcnow
+from app.db.models import Dataset, DatasetPld, DatasetTotal, utcnow
 from app.errors import NotFound
 from app.principal import Principal
 
@@ -42,6 +44,7 @@ _COLUMNS = (
     _D.allowed_mechanisms,
     _D.filter,
     _D.filter_bound,
+    _D.filter_params,
     _D.created_at,
     _D.updated_at,
     _T.orders_version,
@@ -95,6 +98,14 @@ class DatasetState:
     held: RunningSum
     held_next_expiry: datetime | None
     dirty: bool = False
+    # pld datasets, under the lock: the composed PLD of the ledger and of the active holds
+    pld: Pld | None = None
+    pld_held: Pld | None = None
+    pld_dirty: bool = False
+
+    @property
+    def is_pld(self) -> bool:
+        return self.filter.kind is FilterKind.PLD
 
     @property
     def budget(self) -> Budget:
@@ -122,7 +133,12 @@ def _state(row: Row[Any]) -> DatasetState:
         accounting=row.accounting,
         adaptive=row.adaptive,
         allowed_mechanisms=row.allowed_mechanisms,
-        filter=Filter(FilterKind(row.filter), budget, row.filter_bound),
+        filter=Filter(
+            FilterKind(row.filter),
+            budget,
+            row.filter_bound,
+            RenyiFilter.from_dict(row.filter_params) if row.filter_params else None,
+        ),
         created_at=row.created_at,
         updated_at=row.updated_at,
         committed=committed,
@@ -147,7 +163,30 @@ def load(session: Session, ref: str, principal: Principal, *, lock: bool = False
         row = conn.execute(by_name, {"ref": ref}).first()
     if row is None or not principal.can_see(row.id):
         raise NotFound(f"no dataset {ref!r}")
-    return _state(row)
+    st = _state(row)
+    if lock and st.is_pld:
+        load_pld(session, st)
+    return st
+
+
+_PLD = cast(Table, DatasetPld.__table__)
+_LOAD_PLD = select(_PLD.c.state, _PLD.c.held).where(_PLD.c.dataset_id == bindparam("id"))
+_SAVE_PLD = (
+    update(_PLD)
+    .where(_PLD.c.dataset_id == bindparam("key_dataset_id"))
+    .values(
+        state=bindparam("state", type_=_PLD.c.state.type),
+        held=bindparam("held", type_=_PLD.c.held.type),
+        updated_at=bindparam("updated_at", type_=_PLD.c.updated_at.type),
+    )
+)
+
+
+def load_pld(session: Session, st: DatasetState) -> None:
+    """Read a ``pld`` dataset's composed PLD (and its holds') into ``st`` (a few MiB at most)."""
+    row = session.connection().execute(_LOAD_PLD, {"id": st.id}).one()
+    st.pld = Pld.from_bytes(row.state)
+    st.pld_held = Pld.from_bytes(row.held) if row.held is not None else None
 
 
 def state_of(dataset: Row[Any]) -> DatasetState:
@@ -204,6 +243,18 @@ def save(session: Session, st: DatasetState, now: datetime | None = None) -> Non
     }
     session.connection().execute(_SAVE, values)
     st.dirty = False
+    if st.pld_dirty:
+        assert st.pld is not None
+        session.connection().execute(
+            _SAVE_PLD,
+            {
+                "key_dataset_id": st.id,
+                "state": st.pld.to_bytes(),
+                "held": st.pld_held.to_bytes() if st.pld_held is not None else None,
+                "updated_at": values["updated_at"],
+            },
+        )
+        st.pld_dirty = False
 
 
-__all__ = ["DatasetState", "columns", "load", "save", "state_of"]
+__all__ = ["DatasetState", "columns", "load", "load_pld", "save", "state_of"]

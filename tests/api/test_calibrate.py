@@ -9,7 +9,8 @@ from tests.conftest import new_dataset
 
 FILTERS = {
     "rdp": {"accounting": "rdp", "adaptive": False},
-    "rdp_union_bound": {"accounting": "rdp", "adaptive": True},
+    "rdp_fixed_orders": {"accounting": "rdp", "adaptive": True},
+    "pld": {"accounting": "pld", "adaptive": False},
     "zcdp": {"accounting": "zcdp", "adaptive": False},
     "zcdp_filter": {"accounting": "zcdp", "adaptive": True},
     "gdp": {"allowed_mechanisms": ["gaussian"]},
@@ -58,11 +59,26 @@ def test_answer_fits_and_one_percent_more_does_not(
     for k, v in fixed.items():
         assert m[k] == v
     assert _dry(client, ds, m) == 200
+    if filt == "pld":
+        # searched by the curve rule, then confirmed by the PLD: it fits, conservatively (the
+        # PLD may admit more); never beyond what the curve rule allows
+        rdp = new_dataset(
+            client, "rdp-twin", budget={"epsilon": 2.0, "delta": 1e-6}, adaptive=False
+        )
+        client.post(f"/v1/datasets/{rdp['id']}/charges", json={"mechanism": prior})
+        twin = client.get(
+            f"/v1/datasets/{rdp['id']}/calibrate", params={"mechanism": kind, **fixed}
+        )
+        if answer["direction"] == "min":
+            assert answer["value"] >= twin.json()["value"]
+        else:
+            assert answer["value"] <= twin.json()["value"]
+        return
     assert _dry(client, ds, {**m, param: answer["value"] * factor}) == 409
     assert answer["spent_after"]["epsilon"] <= 2.0
 
 
-@pytest.mark.parametrize("filt", ["rdp", "rdp_union_bound"])
+@pytest.mark.parametrize("filt", ["rdp", "rdp_fixed_orders", "pld"])
 def test_dp_sgd_sigma_and_steps(client: TestClient, filt: str) -> None:
     ds = new_dataset(client, budget={"epsilon": 3.0, "delta": 1e-5}, **FILTERS[filt])
     r = client.get(
@@ -72,7 +88,8 @@ def test_dp_sgd_sigma_and_steps(client: TestClient, filt: str) -> None:
     m = r.json()["mechanism"]
     assert r.json()["parameter"] == "sigma" and m["steps"] == 500 and m["sample_rate"] == 0.01
     assert _dry(client, ds, m) == 200
-    assert _dry(client, ds, {**m, "sigma": m["sigma"] * 0.99}) == 409
+    if filt != "pld":  # a pld dataset's answer is confirmed by its PLD, conservatively
+        assert _dry(client, ds, {**m, "sigma": m["sigma"] * 0.99}) == 409
     r = client.get(
         f"/v1/datasets/{ds['id']}/calibrate",
         params={
@@ -85,7 +102,8 @@ def test_dp_sgd_sigma_and_steps(client: TestClient, filt: str) -> None:
     m = r.json()["mechanism"]
     assert isinstance(r.json()["value"], int) and m["steps"] == r.json()["value"]
     assert _dry(client, ds, m) == 200
-    assert _dry(client, ds, {**m, "steps": m["steps"] + 1}) == 409
+    if filt != "pld":
+        assert _dry(client, ds, {**m, "steps": m["steps"] + 1}) == 409
 
 
 def test_reservations_count_and_exhausted_is_409(client: TestClient) -> None:

@@ -95,7 +95,7 @@ def test_dataset_lifecycle(client: TestClient) -> None:
     assert ds["id"] and ds["name"] == "census" and ds["description"] == "2020 census"
     assert ds["budget"] == {"epsilon": 1.0, "delta": 1e-5}
     assert ds["accounting"] == "rdp" and ds["adaptive"] is True and ds["allowed_mechanisms"] is None
-    assert ds["filter"] == "rdp_union_bound"
+    assert ds["filter"] == "rdp_fixed_orders"
     assert ds["spent"]["epsilon"] == 0.0 and ds["entries"] == 0 and ds["exhausted"] is False
     assert (
         client.post(
@@ -250,7 +250,7 @@ def test_patch_budget_and_rules(client: TestClient) -> None:
     ds = new_dataset(client, adaptive=False)
     url = f"/v1/datasets/{ds['id']}"
     assert (
-        client.patch(url, json={"adaptive": True}).json()["filter"] == "rdp_union_bound"
+        client.patch(url, json={"adaptive": True}).json()["filter"] == "rdp_fixed_orders"
     )  # before any charge
     client.post(f"{url}/charges", json={"mechanism": {"mechanism": "laplace", "epsilon": 0.5}})
     raised = client.patch(url, json={"budget": {"epsilon": 2.0}, "description": "more"})

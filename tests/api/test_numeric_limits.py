@@ -77,7 +77,8 @@ def test_before_id_and_offset_beyond_64_bits_are_422(client: TestClient, n: int)
 
 SETTINGS = {
     "rdp": {"accounting": "rdp", "adaptive": False},
-    "rdp_union_bound": {"accounting": "rdp", "adaptive": True},
+    "rdp_fixed_orders": {"accounting": "rdp", "adaptive": True},
+    "pld": {"accounting": "pld", "adaptive": False},
     "zcdp": {"accounting": "zcdp", "adaptive": False},
     "zcdp_filter": {"accounting": "zcdp", "adaptive": True},
     "gdp": {"accounting": "rdp", "allowed_mechanisms": ["gaussian"]},

@@ -6,15 +6,17 @@ import dataclasses
 
 import pytest
 
-from app.accounting.calibration import calibrate, filter_fits
+from app.accounting.calibration import calibrate, filter_fits, fits_under
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import Budget, FilterKind, filter_bound
+from app.accounting.filters import Budget, Filter, FilterKind, filter_bound
 from app.accounting.mechanisms import Gaussian, Laplace, mechanism_from_dict
 
 BUDGET = Budget(1.0, 1e-6)
 
 
 def _fits_for(kind: FilterKind, total: PrivacyCurve):
+    if kind is FilterKind.RDP_FIXED_ORDERS:  # a filter with stored parameters: its Filter
+        return fits_under(Filter.create(kind, BUDGET), total)
     return filter_fits(kind, total, BUDGET.epsilon, BUDGET.delta, filter_bound(kind, BUDGET))
 
 
@@ -24,6 +26,8 @@ PRIOR = {
     FilterKind.ZCDP_FILTER: Laplace(epsilon=0.1).curve(),
     FilterKind.RDP: Laplace(epsilon=0.1, count=2).curve(),
     FilterKind.RDP_UNION_BOUND: Gaussian(sigma=20.0).curve(),
+    FilterKind.RDP_FIXED_ORDERS: Gaussian(sigma=20.0).curve() + Laplace(epsilon=0.05).curve(),
+    FilterKind.PLD: Laplace(epsilon=0.1, count=2).curve(),  # its curve rule (the rdp one)
 }
 
 

@@ -19,6 +19,8 @@ BUDGET = Budget(2.0, 1e-6)
 ALL = list(FilterKind)
 RHO = [FilterKind.GDP, FilterKind.ZCDP, FilterKind.ZCDP_FILTER]
 RDP = [FilterKind.RDP, FilterKind.RDP_UNION_BOUND]
+# kinds whose spend depends on the budget alone (rdp_fixed_orders' depends on its stored orders)
+BUDGETLESS = [k for k in ALL if k is not FilterKind.RDP_FIXED_ORDERS]
 
 
 def _ledger(kind: FilterKind, n: int) -> PrivacyCurve:
@@ -47,7 +49,7 @@ def test_create_computes_the_bound_once_for_rho_filters_only(kind: FilterKind) -
     else:
         assert f.bound is None
     # a stored bound gives the same filter
-    assert Filter(kind, BUDGET, f.bound) == f
+    assert Filter(kind, BUDGET, f.bound, f.params) == f
 
 
 def test_rho_filter_without_bound_is_refused() -> None:
@@ -63,7 +65,14 @@ def test_gdp_bound_is_the_exact_gaussian_budget() -> None:
     assert conv.gaussian_delta(mu * (1 + 1e-9), BUDGET.epsilon) > BUDGET.delta
 
 
-@pytest.mark.parametrize("kind", ALL)
+def test_the_functional_spend_refuses_a_filter_with_stored_parameters() -> None:
+    with pytest.raises(ValueError, match="stored parameters"):
+        flt.spend(FilterKind.RDP_FIXED_ORDERS, _ledger(FilterKind.RDP, 1), 1e-9)
+    with pytest.raises(ValueError, match="stored parameters"):
+        flt.spend_delta(FilterKind.RDP_FIXED_ORDERS, _ledger(FilterKind.RDP, 1), 1.0)
+
+
+@pytest.mark.parametrize("kind", BUDGETLESS)
 def test_spend_methods_match_the_functional_interface(kind: FilterKind) -> None:
     f = Filter.create(kind, BUDGET)
     total = _ledger(kind, 3)
@@ -158,8 +167,11 @@ class _Counting:
 @pytest.mark.parametrize("kind", ALL)
 def test_dry_run_converts_once_without_holds(kind: FilterKind, monkeypatch) -> None:
     f = Filter.create(kind, BUDGET)
-    counting = _Counting(flt._RULES[kind])
-    monkeypatch.setitem(flt._RULES, kind, counting.rule)
+    counting = _Counting(f.rule)
+    if kind in flt._RULES:
+        monkeypatch.setitem(flt._RULES, kind, counting.rule)
+    else:
+        monkeypatch.setattr(flt, "_fixed_orders_rule", lambda params: counting.rule)
     step = _ledger(kind, 1)
     f.dry_run(step, None, step)
     assert counting.calls == 1

@@ -21,11 +21,8 @@ from app.accounting.filters import (
     MIN_BUDGET_DELTA,
     RHO_FILTERS,
     Budget,
+    Filter,
     FilterKind,
-    admits,
-    filter_bound,
-    filter_spend,
-    spend,
 )
 from app.accounting.mechanisms import MECHANISMS, mechanism_from_dict
 
@@ -76,30 +73,29 @@ def _cases(kind: FilterKind) -> list[str]:
 @pytest.mark.parametrize("kind", list(FilterKind))
 def test_conversions_stay_finite_at_the_minimum(kind: FilterKind, eps_budget: float) -> None:
     budget = Budget(eps_budget, MIN_BUDGET_DELTA)
-    bound = filter_bound(kind, budget)
+    f = Filter.create(kind, budget)
+    bound = f.bound
     if kind in RHO_FILTERS:
         assert bound is not None and math.isfinite(bound) and bound > 0
-    assert spend(kind, PrivacyCurve.zero(), MIN_BUDGET_DELTA).epsilon == 0.0
-    assert filter_spend(kind, PrivacyCurve.zero(), budget, bound).epsilon == 0.0
+    assert f.spend_at(PrivacyCurve.zero(), MIN_BUDGET_DELTA).epsilon == 0.0
+    assert f.spend(PrivacyCurve.zero()).epsilon == 0.0
     for name in _cases(kind):
         curve = mechanism_from_dict(MECHANISM_CASES[name]).curve()
         if name in OWN_DELTA or (kind in RHO_FILTERS and name in NO_FINITE_RHO):
-            at_min = spend(kind, curve, MIN_BUDGET_DELTA)
+            at_min = f.spend_at(curve, MIN_BUDGET_DELTA)
             assert not math.isnan(at_min.epsilon) and at_min.epsilon >= 0, (name, at_min)
-            assert not admits(kind, budget, curve, bound)
+            assert not f.admits(curve)
             continue
-        at_min = spend(kind, curve, MIN_BUDGET_DELTA)
+        at_min = f.spend_at(curve, MIN_BUDGET_DELTA)
         assert math.isfinite(at_min.epsilon) and at_min.epsilon >= 0, (name, at_min)
         for candidate, value in at_min.candidates.items():
             assert not math.isnan(value) and value >= 0, (name, candidate, value)
         # a smaller delta never buys a smaller epsilon
         assert (
-            at_min.epsilon
-            >= spend(kind, curve, 1e-300).epsilon
-            >= spend(kind, curve, 1e-10).epsilon
+            at_min.epsilon >= f.spend_at(curve, 1e-300).epsilon >= f.spend_at(curve, 1e-10).epsilon
         )
-        admitted = admits(kind, budget, curve, bound)
-        reported = filter_spend(kind, curve, budget, bound).epsilon
+        admitted = f.admits(curve)
+        reported = f.spend(curve).epsilon
         assert math.isfinite(reported)
         if admitted and kind not in RHO_FILTERS:
             assert reported <= eps_budget

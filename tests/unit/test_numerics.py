@@ -15,7 +15,7 @@ from app.accounting import closed_forms as cf
 from app.accounting import conversions as conv
 from app.accounting.compose import compose_arrays, compose_many
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import Budget, Filter, FilterKind, filter_bound, spend, spend_delta
+from app.accounting.filters import Budget, Filter, FilterKind, filter_bound, spend
 from app.accounting.kinds._spec import UnitCurves
 from app.accounting.mechanisms import Gaussian, Laplace
 from app.accounting.orders import DPACC_DEFAULT_ORDERS, NEAR_ONE, ORDERS, ORDERS_VERSION
@@ -54,11 +54,11 @@ def test_up_keeps_an_exact_zero_and_exp_up_never_underflows_to_zero() -> None:
 @pytest.mark.parametrize("kind", list(FilterKind))
 def test_an_empty_ledger_spends_exactly_zero(kind: FilterKind) -> None:
     zero = PrivacyCurve.zero()
-    for delta in (1e-300, 1e-12, 1e-6, 0.5):
-        assert spend(kind, zero, delta).epsilon == 0.0
-    for epsilon in (0.0, 1e-9, 1.0, 50.0):
-        assert spend_delta(kind, zero, epsilon).delta == 0.0
     f = Filter.create(kind, Budget(1.0, 1e-6))
+    for delta in (1e-300, 1e-12, 1e-6, 0.5):
+        assert f.spend_at(zero, delta).epsilon == 0.0
+    for epsilon in (0.0, 1e-9, 1.0, 50.0):
+        assert f.spend_delta(zero, epsilon).delta == 0.0
     assert f.spend(zero).epsilon == 0.0
     assert f.remaining(zero).epsilon == 1.0 and f.remaining(zero).delta == 1e-6
     assert compose_many([]) == zero

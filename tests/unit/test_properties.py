@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from app.accounting import conversions as conv
 from app.accounting.curve import PrivacyCurve, compose
-from app.accounting.filters import Budget, FilterKind, spend, spend_delta
+from app.accounting.filters import Budget, Filter, FilterKind, spend, spend_delta
 from app.accounting.mechanisms import (
     DiscreteLaplace,
     Gaussian,
@@ -81,7 +81,8 @@ def test_more_noise_never_costs_more(s1: float, s2: float, sens: float, delta: f
     )
     assert (b.rdp <= a.rdp).all() and b.rho <= a.rho
     for kind in FilterKind:
-        assert spend(kind, b, delta).epsilon <= spend(kind, a, delta).epsilon + 1e-12
+        f = Filter.create(kind, Budget(1.0, 1e-6))
+        assert f.spend_at(b, delta).epsilon <= f.spend_at(a, delta).epsilon + 1e-12
 
 
 @FAST
@@ -122,7 +123,7 @@ def test_spend_never_below_exact_gaussian(blocks: list, delta: float) -> None:
     mu = math.sqrt(sum((d / s) ** 2 for s, d in blocks))
     exact = conv.gaussian_epsilon(mu, delta)
     for kind in FilterKind:
-        got = spend(kind, curve, delta)
+        got = Filter.create(kind, Budget(1.0, 1e-6)).spend_at(curve, delta)
         assert got.epsilon >= exact * (1 - 1e-12)
         if kind in (FilterKind.GDP, FilterKind.RDP, FilterKind.ZCDP):
             assert got.method == "gaussian_exact"
@@ -198,7 +199,10 @@ def test_bad_values_raise_value_error_naming_them(build, message: str) -> None:
 
 def test_spend_of_empty_ledger_is_zero() -> None:
     for kind in FilterKind:
-        assert spend(kind, PrivacyCurve.zero(), 1e-6).epsilon == 0.0
+        assert (
+            Filter.create(kind, Budget(1.0, 1e-6)).spend_at(PrivacyCurve.zero(), 1e-6).epsilon
+            == 0.0
+        )
 
 
 def test_core_imports_no_web_or_database_code() -> None:

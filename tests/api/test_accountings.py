@@ -1,0 +1,180 @@
+"""Issue 13 through the service: the adaptive default is the one-order Renyi filter fixed at
+creation (existing datasets keep theirs), and ``accounting: "pld"`` datasets admit and report by
+their composed privacy loss distribution. Figures are checked against the core's own pieces
+(tested against dp_accounting and exact values in tests/unit) or against a second dataset."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
+
+from app.accounting import adaptive
+from app.accounting import pld_mechanisms as pm
+from app.accounting.mechanisms import mechanism_from_dict
+from app.errors import Unprocessable
+from app.principal import SYSTEM
+from app.services import charges
+from tests.conftest import expire_active_holds, new_dataset
+
+LAPLACE = {"mechanism": "laplace", "epsilon": 0.1}
+# small enough that the pure-DP sum (100 per unit of budget) does not decide for every filter
+SMALL_LAPLACE = {"mechanism": "laplace", "epsilon": 0.01, "count": 10}
+BUDGET = {"epsilon": 1.0, "delta": 1e-6}
+
+
+def _charge(client: TestClient, ds: dict, mechanism: dict) -> int:
+    url = f"/v1/datasets/{ds['id']}/charges"
+    return client.post(url, json={"mechanism": mechanism}).status_code
+
+
+def _charges_until_refused(client: TestClient, ds: dict, mechanism: dict) -> int:
+    n = 0
+    while _charge(client, ds, mechanism) == 201:
+        n += 1
+        assert n < 1000
+    return n
+
+
+# --- the adaptive default ---------------------------------------------------------------------
+
+
+def test_new_adaptive_datasets_get_the_fixed_order_filter(client: TestClient) -> None:
+    ds = new_dataset(client, budget={"epsilon": 3.0, "delta": 1e-6})
+    assert ds["filter"] == "rdp_fixed_orders" and ds["adaptive"] is True
+    params = ds["filter_params"]
+    expected = adaptive.choose_filter(3.0, 1e-6).to_dict()
+    assert params == expected and len(params["orders"]) == 1
+
+
+def test_a_budget_change_keeps_the_order_fixed_at_creation(client: TestClient) -> None:
+    ds = new_dataset(client, budget={"epsilon": 3.0, "delta": 1e-6})
+    assert _charge(client, ds, LAPLACE) == 201
+    changed = client.patch(f"/v1/datasets/{ds['id']}", json={"budget": {"epsilon": 8.0}}).json()
+    assert changed["filter_params"]["orders"] == ds["filter_params"]["orders"]
+    assert changed["filter_params"]["thresholds"] != ds["filter_params"]["thresholds"]
+    assert changed["filter_params"]["epsilon"] == 8.0
+
+
+def test_the_fixed_order_filter_admits_more_than_the_old_union_bound(
+    client: TestClient, db_url: str
+) -> None:
+    fixed = new_dataset(client, "fixed", budget=BUDGET)
+    legacy = new_dataset(client, "legacy", budget=BUDGET)
+    engine = create_engine(db_url)  # a dataset created before rdp_fixed_orders existed
+    try:
+        with engine.begin() as c:
+            c.execute(
+                text(
+                    "UPDATE dataset SET filter = 'rdp_union_bound', filter_params = NULL "
+                    "WHERE id = :id"
+                ),
+                {"id": legacy["id"]},
+            )
+    finally:
+        engine.dispose()
+    assert client.get(f"/v1/datasets/{legacy['id']}").json()["filter"] == "rdp_union_bound"
+    n_fixed = _charges_until_refused(client, fixed, SMALL_LAPLACE)
+    n_legacy = _charges_until_refused(client, legacy, SMALL_LAPLACE)
+    assert n_fixed > n_legacy > 0
+    assert client.get(f"/v1/datasets/{legacy['id']}/budget").json()["spent"]["method"] in (
+        "rdp_union_bound",
+        "pure_dp",
+    )
+
+
+# --- pld datasets -----------------------------------------------------------------------------
+
+
+def test_pld_needs_fixed_parameters(client: TestClient) -> None:
+    r = client.post(
+        "/v1/datasets",
+        json={"name": "p", "budget": BUDGET, "accounting": "pld", "adaptive": True},
+    )
+    assert r.status_code == 422 and "adaptive: false" in r.json()["detail"]
+
+
+def _pld_dataset(client: TestClient, name: str = "pld") -> dict:
+    ds = new_dataset(client, name, budget=BUDGET, accounting="pld", adaptive=False)
+    assert ds["filter"] == "pld" and ds["spent"]["epsilon"] == 0.0
+    return ds
+
+
+def test_a_pld_dataset_reports_its_composed_distribution(client: TestClient) -> None:
+    ds = _pld_dataset(client)
+    ledger = [
+        {"mechanism": "gaussian", "sigma": 20.0, "sensitivity": 1.0, "count": 1},
+        {"mechanism": "laplace", "epsilon": 0.05, "count": 3},
+        {"mechanism": "randomized_response", "epsilon": 0.1, "k": 4, "count": 1},
+    ]
+    for m in ledger:
+        assert _charge(client, ds, m) == 201
+    budget = client.get(f"/v1/datasets/{ds['id']}/budget").json()
+    assert budget["spent"]["method"] == "pld"
+    state = pm.compose_all(ledger)  # the same entries, composed in the same order
+    assert budget["spent"]["epsilon"] == pytest.approx(state.epsilon(1e-6), rel=1e-9)
+    at = client.get(f"/v1/datasets/{ds['id']}/spend", params={"delta": 1e-9}).json()
+    assert at["method"] == "pld" and at["epsilon"] == pytest.approx(state.epsilon(1e-9), rel=1e-9)
+    d = client.get(f"/v1/datasets/{ds['id']}/spend", params={"epsilon": 0.5}).json()
+    assert d["delta"] == pytest.approx(state.delta(0.5), rel=1e-9)
+
+
+def test_pld_admits_more_than_the_rdp_conversions_on_the_same_workload(client: TestClient) -> None:
+    pld = _pld_dataset(client)
+    rdp = new_dataset(client, "rdp", budget=BUDGET, adaptive=False)
+    n_pld = _charges_until_refused(client, pld, SMALL_LAPLACE)
+    n_rdp = _charges_until_refused(client, rdp, SMALL_LAPLACE)
+    assert n_pld > n_rdp > 0
+    spent = client.get(f"/v1/datasets/{pld['id']}/budget").json()["spent"]["epsilon"]
+    assert spent <= 1.0
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        {"mechanism": "zcdp", "rho": 0.01, "count": 1},
+        {"mechanism": "rdp", "orders": [2.0, 8.0], "epsilons": [0.01, 0.05], "count": 1},
+    ],
+)
+def test_kinds_without_a_pld_are_422_naming_the_accountings(client: TestClient, wire: dict) -> None:
+    ds = _pld_dataset(client)
+    db = client.app.state.db  # type: ignore[attr-defined]
+    with pytest.raises(Unprocessable) as refused:
+        charges.charge(db, SYSTEM, ds["id"], mechanism=mechanism_from_dict(wire), wire=wire)
+    assert "'rdp'" in refused.value.detail and refused.value.extra["accepted_accountings"]
+    assert client.get(f"/v1/datasets/{ds['id']}/budget").json()["entries"] == 0
+
+
+def test_holds_on_a_pld_dataset(client: TestClient, db_url: str) -> None:
+    ds = _pld_dataset(client)
+    url = f"/v1/datasets/{ds['id']}"
+    big = {"mechanism": "laplace", "epsilon": 0.4}
+    holds = [client.post(f"{url}/reservations", json={"mechanism": big}) for _ in range(2)]
+    assert [h.status_code for h in holds] == [201, 201]
+    # the held budget counts: a third, and a charge of the same size, no longer fit
+    assert client.post(f"{url}/reservations", json={"mechanism": big}).status_code == 409
+    assert _charge(client, ds, big) == 409
+    # releasing one frees its budget (the remaining hold is composed again)
+    assert client.delete(f"/v1/reservations/{holds[0].json()['id']}").status_code == 200
+    assert _charge(client, ds, big) == 201
+    # the other expires and is charged (fail closed)
+    expire_active_holds(db_url)
+    assert _charge(client, ds, {"mechanism": "laplace", "epsilon": 0.01}) in (201, 409)
+    entries = client.get(f"{url}/ledger").json()["entries"]
+    assert {e["source"] for e in entries} >= {"charge", "reservation_expired"}
+    report = client.post("/v1/admin/verify").json()
+    assert report["ok"], report
+
+
+def test_compose_with_pld_accounting(client: TestClient) -> None:
+    mechanisms = [{"mechanism": "laplace", "epsilon": 0.1, "count": 100}]
+    body = {"mechanisms": mechanisms, "delta": 1e-5}
+    rdp = client.post("/v1/accounting/compose", json={**body, "accounting": "rdp"}).json()
+    pld = client.post("/v1/accounting/compose", json={**body, "accounting": "pld"}).json()
+    assert pld["method"] == "pld" and pld["epsilon"] < rdp["epsilon"]
+    # FORMULAS.md 3.2 C4: the exact epsilon lies in [4.219900, 4.220795]; the pessimistic PLD
+    # is never below it and within 1 % of dp_accounting's
+    assert 4.2199 <= pld["epsilon"] <= 4.220795 * 1.01
+    assert math.isfinite(pld["conversions"]["rdp_improved"])
