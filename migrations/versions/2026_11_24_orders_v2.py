@@ -79,6 +79,7 @@ def upgrade() -> None:
         sa.column("budget_delta", sa.Float),
         sa.column("filter", sa.String),
         sa.column("filter_bound", sa.Float),
+        sa.column("allowed_mechanisms", sa.JSON),
     )
     totals = _table(
         "dataset_total",
@@ -123,8 +124,13 @@ def upgrade() -> None:
                 held = held.add(curve)
                 if next_expiry is None or h.expires_at < next_expiry:
                     next_expiry = h.expires_at
-        flt = Filter(
-            FilterKind(ds.filter), Budget(ds.budget_epsilon, ds.budget_delta), ds.filter_bound
+        kind, budget = FilterKind(ds.filter), Budget(ds.budget_epsilon, ds.budget_delta)
+        # rdp_fixed_orders (revision 0006) only meets this revision after a forced downgrade;
+        # its parameters are re-derived from the budget as at creation (0006 stores them)
+        flt = (
+            Filter.create(kind, budget, ds.allowed_mechanisms)
+            if kind is FilterKind.RDP_FIXED_ORDERS
+            else Filter(kind, budget, ds.filter_bound)
         )
         spent = flt.spend(total)
         conn.execute(

@@ -3,7 +3,9 @@
 ``dataset.filter_params`` holds the parameters of filters that have them (``rdp_fixed_orders``,
 the new default for adaptive RDP datasets: its orders and thresholds, fixed at creation).
 ``dataset_pld`` holds the composed privacy loss distribution of each ``pld`` dataset and of its
-active holds. Existing datasets keep the filter they were created with.
+active holds. Existing datasets keep the filter they were created with. An
+``rdp_fixed_orders`` dataset found without parameters (only after a forced downgrade below this
+revision and an upgrade) gets them re-derived from its budget, as at its creation.
 
 Revision ID: 0006
 Revises: 0005
@@ -15,6 +17,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from app.accounting.adaptive import choose_filter
 from app.db.migrate import refuse_populated_downgrade
 
 revision = "0006"
@@ -44,6 +47,33 @@ def upgrade() -> None:
         # float data compresses little: skip pglz, store the state out of line
         op.execute("ALTER TABLE dataset_pld ALTER COLUMN state SET STORAGE EXTERNAL")
         op.execute("ALTER TABLE dataset_pld ALTER COLUMN held SET STORAGE EXTERNAL")
+    _rederive_filter_params()
+
+
+def _rederive_filter_params() -> None:
+    bind = op.get_bind()
+    dataset = sa.table(
+        "dataset",
+        sa.column("id", sa.String),
+        sa.column("budget_epsilon", sa.Float),
+        sa.column("budget_delta", sa.Float),
+        sa.column("allowed_mechanisms", sa.JSON),
+        sa.column("filter", sa.String),
+        sa.column("filter_params", sa.JSON),
+    )
+    rows = bind.execute(
+        sa.select(
+            dataset.c.id,
+            dataset.c.budget_epsilon,
+            dataset.c.budget_delta,
+            dataset.c.allowed_mechanisms,
+        ).where(dataset.c.filter == "rdp_fixed_orders", dataset.c.filter_params.is_(None))
+    ).all()
+    for row in rows:
+        params = choose_filter(row.budget_epsilon, row.budget_delta, row.allowed_mechanisms)
+        bind.execute(
+            sa.update(dataset).where(dataset.c.id == row.id).values(filter_params=params.to_dict())
+        )
 
 
 def downgrade() -> None:

@@ -184,7 +184,7 @@ def test_compose_rejects_bad_input(client: TestClient) -> None:
     for body in [
         '{"mechanisms": [], "delta": 1e-5}',
         '{"mechanisms": [{"mechanism": "gaussian", "sigma": 1}], "delta": 0}',
-        '{"mechanisms": [{"mechanism": "gaussian", "sigma": 1}], "delta": 1e-5, "accounting": "pld"}',
+        '{"mechanisms": [{"mechanism": "gaussian", "sigma": 1}], "delta": 1e-5, "accounting": "gdp"}',
         '{"mechanisms": [{"mechanism": "gaussian", "sigma": NaN}], "delta": 1e-5}',
     ]:
         r = client.post("/v1/accounting/compose", content=body, headers=JSON)
