@@ -7,6 +7,9 @@ Run from the repository root: ``.venv/bin/python bench/service.py`` (prints JSON
   baseline is a trivial FastAPI app defined here, served the same way, whose endpoint does
   one single-row insert transaction per request on the same kind of database. The ratio
   ours / baseline is the figure to quote (both measured in this run, on this machine).
+* PLD charges (``pld`` scenario): per-charge latency on an ``accounting: "pld"`` dataset whose
+  ledger grows to 1,000 entries over 20 distinct parameter sets (every kind with a PLD); the
+  stored PLD is convolved with one entry per charge (issue 13: p50 <= 50 ms).
 * Reads: GET /v1/datasets/{id}/budget, and the dashboard's /series?points=400 and /curves,
   latency with 10 and with 100,000 ledger entries (the 100k ledger is bulk-inserted with SQL,
   then totals are rebuilt from it with ``privacy-ledger verify --rebuild``); the ratios should
@@ -414,24 +417,111 @@ def budget_latency(kind: str, tmp: Path) -> dict[str, Any]:
         server.stop()
 
 
-def main() -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="pl-bench-"))
+PLD_PARAMETER_SETS: list[dict[str, Any]] = [
+    *(
+        {"mechanism": "gaussian", "sigma": s, "sensitivity": 1.0}
+        for s in (60.0, 80.0, 100.0, 150.0)
+    ),
+    *({"mechanism": "laplace", "epsilon": e} for e in (0.002, 0.004, 0.006)),
+    *(
+        {"mechanism": "randomized_response", "epsilon": e, "k": k}
+        for e, k in ((0.005, 2), (0.004, 5))
+    ),
+    *({"mechanism": "rappor", "epsilon": e} for e in (0.004, 0.008)),
+    *({"mechanism": "discrete_laplace", "epsilon": e, "sensitivity": 2} for e in (0.003, 0.005)),
+    *(
+        {"mechanism": "subsampled_gaussian", "sigma": s, "sample_rate": q, "steps": 5}
+        for s, q in ((4.0, 0.001), (5.0, 0.002), (6.0, 0.001))
+    ),
+    *({"mechanism": "gaussian", "sigma": s, "sensitivity": 2.0} for s in (120.0, 200.0)),
+    *({"mechanism": "laplace", "scale": b, "sensitivity": 1.0} for b in (300.0, 500.0)),
+]
+PLD_ENTRIES = 1_000
+PLD_MEASURED = 200  # the last charges, ledger between 800 and 1,000 entries
+
+
+def pld_charge_latency(tmp: Path) -> dict[str, Any]:
+    """Sequential charges on a ``pld`` dataset (SQLite, 1 worker): latency of the last
+    ``PLD_MEASURED`` of ``PLD_ENTRIES``, and of a budget read at the end."""
+    assert len(PLD_PARAMETER_SETS) == 20
+    url = f"sqlite:///{tmp / 'pld.db'}"
+    server = Server("app.main:app", {**OUR_ENV, "PRIVACY_LEDGER_DATABASE_URL": url}, 1)
     try:
-        result = {
-            "benchmark": "service",
-            "machine": {
-                "cores": os.cpu_count(),
-                "note": "load generator and server share these cores",
-            },
-            "connections": CONNECTIONS,
-            "duration_seconds": DURATION,
-            "throughput": {kind: throughput(kind, tmp) for kind in ("sqlite", "postgresql")},
-            "throughput_16_datasets": {
+        server.wait("/readyz")
+        with httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=60
+        ) as c:
+            ds = c.post(
+                "/v1/datasets",
+                json={
+                    "name": "pld",
+                    "budget": {"epsilon": 8.0, "delta": 1e-6},
+                    "accounting": "pld",
+                    "adaptive": False,
+                },
+            ).json()
+            charges, cpu0 = [], time.process_time()
+            for i in range(PLD_ENTRIES):
+                body = {"mechanism": PLD_PARAMETER_SETS[i % len(PLD_PARAMETER_SETS)]}
+                t0 = time.perf_counter()
+                r = c.post(f"/v1/datasets/{ds['id']}/charges", json=body)
+                charges.append(time.perf_counter() - t0)
+                assert r.status_code == 201, r.text
+            reads = []
+            for _ in range(20):
+                t0 = time.perf_counter()
+                budget = c.get(f"/v1/datasets/{ds['id']}/budget")
+                reads.append(time.perf_counter() - t0)
+            assert budget.json()["entries"] == PLD_ENTRIES
+        last = sorted(charges[-PLD_MEASURED:])
+        return {
+            "entries": PLD_ENTRIES,
+            "distinct_parameter_sets": len(PLD_PARAMETER_SETS),
+            "charge_p50_ms": 1000 * statistics.median(last),
+            "charge_p90_ms": 1000 * last[int(0.9 * len(last))],
+            "budget_read_p50_ms": 1000 * statistics.median(reads),
+            "epsilon_spent": budget.json()["spent"]["epsilon"],
+            "client_cpu_seconds": time.process_time() - cpu0,
+        }
+    finally:
+        server.stop()
+
+
+SCENARIOS = ("throughput", "throughput_16_datasets", "read_latency", "pld")
+
+
+def main() -> None:
+    """``bench/service.py [scenario ...]`` (default: all of SCENARIOS)."""
+    chosen = sys.argv[1:] or list(SCENARIOS)
+    unknown = set(chosen) - set(SCENARIOS)
+    if unknown:
+        raise SystemExit(f"unknown scenario(s) {sorted(unknown)}; choose from {SCENARIOS}")
+    tmp = Path(tempfile.mkdtemp(prefix="pl-bench-"))
+    result: dict[str, Any] = {
+        "benchmark": "service",
+        "machine": {
+            "cores": os.cpu_count(),
+            "note": "load generator and server share these cores",
+        },
+        "connections": CONNECTIONS,
+        "duration_seconds": DURATION,
+    }
+    try:
+        if "throughput" in chosen:
+            result["throughput"] = {
+                kind: throughput(kind, tmp) for kind in ("sqlite", "postgresql")
+            }
+        if "throughput_16_datasets" in chosen:
+            result["throughput_16_datasets"] = {
                 f"postgresql_{w}_workers": throughput("postgresql", tmp, workers=w, datasets=16)
                 for w in (2, 4)
-            },
-            "read_latency": {kind: budget_latency(kind, tmp) for kind in ("sqlite", "postgresql")},
-        }
+            }
+        if "read_latency" in chosen:
+            result["read_latency"] = {
+                kind: budget_latency(kind, tmp) for kind in ("sqlite", "postgresql")
+            }
+        if "pld" in chosen:
+            result["pld_charges"] = pld_charge_latency(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(result, indent=2))

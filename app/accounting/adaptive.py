@@ -37,8 +37,9 @@ improved conversion. FORMULAS.md 2.6 states the k > 1 case only in the classic t
 
 **The order.** ``choose_filter`` takes one order (k = 1, w = 1): the union over k orders
 costs log(1/w_j) / (alpha_j - 1) at each, more than the orders gain on the workloads measured
-in ``bench/filters.py`` (docs/accounting.md, "Choosing an accounting"). The order maximises the Gaussian capacity
-T_alpha / alpha (the largest total rho a Gaussian ledger may reach), except that when the
+in ``bench/filters.py`` (docs/accounting.md, "Choosing an accounting"). The order maximises
+the Gaussian capacity T_alpha / alpha (the largest total rho a Gaussian ledger may reach),
+except that when the
 dataset may hold subsampled-Gaussian or generic RDP entries, whose curves rise steeply with
 the order, it takes the smallest order within ``STEEP_CURVE_SLACK`` (2 %) of that capacity.
 Everything depends on the budget and the allowed kinds only, never on the ledger.
