@@ -11,7 +11,7 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import FilterKind, spend
+from app.accounting.filters import Budget, Filter, FilterKind
 from app.accounting.mechanisms import Laplace, mechanism_from_dict
 from app.db.engine import Database
 from app.db.models import LedgerEntry
@@ -25,8 +25,9 @@ from tests.live import running
 THREADS = 32
 
 
-def _ledger_spend(url: str, dataset_id: str, kind: FilterKind, delta: float) -> tuple[int, float]:
-    """Spend recomputed from the ledger rows' mechanisms (independently of the totals row)."""
+def _ledger_spend(url: str, dataset_id: str, f: Filter, delta: float) -> tuple[int, float]:
+    """Spend under filter ``f`` recomputed from the ledger rows' mechanisms (independently of
+    the totals row)."""
     engine = create_engine(url)
     try:
         with Session(engine) as s:
@@ -34,7 +35,7 @@ def _ledger_spend(url: str, dataset_id: str, kind: FilterKind, delta: float) -> 
             total = PrivacyCurve.zero()
             for e in rows:
                 total = total + mechanism_from_dict(e.mechanism).curve()
-            return len(rows), spend(kind, total, delta).epsilon
+            return len(rows), f.spend_at(total, delta).epsilon
     finally:
         engine.dispose()
 
@@ -68,7 +69,14 @@ def test_threads_race_through_the_service(db_url: str, accounting: str, adaptive
         admitted = answers.count(201)
         assert admitted + answers.count(409) == THREADS
         assert 0 < admitted < THREADS  # the race straddles the budget
-        n_rows, eps = _ledger_spend(db_url, ds.id, FilterKind(ds.filter), 1e-6)
+        # the filter rebuilt from the dataset's recorded kind and orders (thresholds recomputed)
+        f = Filter.create(
+            FilterKind(ds.filter),
+            Budget(1.0, 1e-6),
+            ds.allowed_mechanisms,
+            orders=(ds.filter_params or {}).get("orders"),
+        )
+        n_rows, eps = _ledger_spend(db_url, ds.id, f, 1e-6)
         assert n_rows == admitted
         assert eps <= 1.0
         assert datasets.get_dataset(db, SYSTEM, ds.id).spent.epsilon <= 1.0
@@ -107,7 +115,9 @@ def _check_http_race(url: str, servers_urls: list[str]) -> None:
     assert set(answers) <= {201, 409}, answers
     admitted = answers.count(201)
     assert 0 < admitted < THREADS
-    n_rows, eps = _ledger_spend(url, ds["id"], FilterKind.RDP, 1e-6)
+    n_rows, eps = _ledger_spend(
+        url, ds["id"], Filter.create(FilterKind.RDP, Budget(3.0, 1e-6)), 1e-6
+    )
     assert n_rows == admitted
     assert eps <= 3.0
     db = Database(url)
