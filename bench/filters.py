@@ -67,7 +67,7 @@ def total_pld(workload: str, n: int, interval: float) -> Pld:
 
 
 def classic_few_orders(eps: float, delta: float, orders: list[float]) -> Predicate:
-    """Union over a few orders, classic tail form (FORMULAS.md 2.6): delta / k per order."""
+    """Union over a few orders, classic tail form (docs/formulas.md §2.6): delta / k per order."""
     idx = [int(np.flatnonzero(ORDERS == a)[0]) for a in orders]
     limits = [eps - (math.log(len(orders)) - math.log(delta)) / (a - 1.0) for a in orders]
 

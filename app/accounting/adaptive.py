@@ -10,7 +10,7 @@ this; the filter below is valid for it.
 
     T_j = eps_B - log1p(-1/alpha_j) + (log(w_j delta_B) + log alpha_j) / (alpha_j - 1),
 
-the improved RDP -> DP conversion [CKS20 Prop 12; BBGHS20 Thm 21; FORMULAS.md 2.2(b)] solved
+the improved RDP -> DP conversion [CKS20 Prop 12; BBGHS20 Thm 21; docs/formulas.md §2.2(b)] solved
 for the RDP value, at delta_B w_j. A charge is admitted iff afterwards S(alpha_j) <= T_j for
 some j (S: the composed RDP of the admitted charges), or the pure-DP sum is <= eps_B.
 
@@ -32,7 +32,7 @@ S(alpha*) <= T_{alpha*}, so e^{(alpha* - 1)(T - S)} >= 1 there, and
 Taking E_P: delta(eps_B) <= sum_j K_j e^{(alpha_j - 1)(T_j - eps_B)} = sum_j w_j delta_B = delta_B,
 by the choice of T_j. On paths admitted by the pure-DP sum instead, L <= eps_B surely and the
 left side is 0. [Derived here from the cited results; with k = 1 it is Feldman-Zrnic plus the
-improved conversion. FORMULAS.md 2.6 states the k > 1 case only in the classic tail form
+improved conversion. docs/formulas.md §2.6 states the k > 1 case only in the classic tail form
 (Ville's inequality at delta / k per order); this weighted kernel form is never worse.]
 
 **The order.** ``choose_filter`` takes one order (k = 1, w = 1): the union over k orders
@@ -166,7 +166,7 @@ class RenyiFilter:
     ) -> tuple[float, float | None]:
         """(epsilon, order): the least epsilon at ``delta`` (default: the budget's) for which the
         same orders and weights would still admit this ledger: an odometer reading, whose
-        guarantee under adaptivity is the filter's budget (FORMULAS.md 2.6). Order None: the
+        guarantee under adaptivity is the filter's budget (docs/formulas.md §2.6). Order None: the
         pure-DP sum."""
         dlt = self.delta if delta is None else conv.check_delta(delta)
         a = np.array(self.orders)

@@ -1,4 +1,4 @@
-"""Closed-form RDP curves and tight zCDP values (FORMULAS.md section 1), in stable form.
+"""Closed-form RDP curves and tight zCDP values (docs/formulas.md section 1), in stable form.
 
 Every function takes the order vector ``alpha`` (all > 1) and returns eps(alpha) with the
 conventions stated in the mechanism docstrings of ``mechanisms.py``. Functions named
@@ -40,7 +40,7 @@ def gaussian_rho(sigma: float, sensitivity: float) -> float:
     return 0.5 * ratio * ratio
 
 
-# --- k-ary randomized response (M17 Table II; HM25; FORMULAS.md 1.4-1.5) -----------------
+# --- k-ary randomized response (M17 Table II; HM25; docs/formulas.md §1.4-1.5) -----------------
 
 
 def rr_rdp(alpha: Vector, eps: float | Vector, k: int | Vector = 2) -> Vector:
@@ -69,7 +69,7 @@ def rr_rdp(alpha: Vector, eps: float | Vector, k: int | Vector = 2) -> Vector:
 
 
 def rr_kl(eps: float, k: int = 2) -> float:
-    """KL limit eps(1) = eps (e^eps - 1) / (e^eps + k - 1) (FORMULAS.md 1.5)."""
+    """KL limit eps(1) = eps (e^eps - 1) / (e^eps + k - 1) (docs/formulas.md §1.5)."""
     log_num = float(log_expm1(np.array(eps)))
     log_den = float(np.logaddexp(eps, math.log(k - 1)))
     # the exponent errs by a few ulps of its two logs' magnitudes
@@ -165,7 +165,7 @@ def laplace_rho_array(eps: Vector) -> Vector:
     return out
 
 
-# --- RAPPOR (CH24 Thm 1, Thm 4; FORMULAS.md 1.6) -------------------------------------------
+# --- RAPPOR (CH24 Thm 1, Thm 4; docs/formulas.md §1.6) -------------------------------------------
 
 
 def rappor_rdp(alpha: Vector, eps: float | Vector) -> Vector:
@@ -178,7 +178,7 @@ def rappor_rho(eps: float) -> float:
     return eps * math.tanh(eps / 4.0) * (1.0 + 8.0 * ULP_HALF)
 
 
-# --- bounded range / exponential mechanism (FORMULAS.md 1.7) ---------------------------------
+# --- bounded range / exponential mechanism (docs/formulas.md §1.7) --------------------------
 
 
 def _expm1_minus_x(x: float) -> float:
@@ -211,7 +211,7 @@ def _x_minus_log1p(u: float) -> float:
 
 def bounded_range_rho(eta: float) -> float:
     """Tight zCDP of an eta-bounded-range mechanism: c - 1 - log c with c = eta / (e^eta - 1)
-    [HM25; FORMULAS.md 1.7], at most eta^2 / 8 [CR21 section 3]. With u = c - 1 =
+    [HM25; docs/formulas.md §1.7], at most eta^2 / 8 [CR21 section 3]. With u = c - 1 =
     -(e^eta - 1 - eta) / (e^eta - 1) in (-1, 0), rho = u - log1p(u), both parts evaluated from
     positive series where the closed form would cancel; a relative margin of 2^-48 covers the
     remaining rounding."""
@@ -225,7 +225,7 @@ def bounded_range_rho(eta: float) -> float:
     return min(value * (1.0 + 2.0**-48), eta * eta / 8.0 * (1.0 + 2.0**-50))
 
 
-# --- discrete Laplace (FORMULAS.md 1.3) ------------------------------------------------------
+# --- discrete Laplace (docs/formulas.md §1.3) -----------------------------------------------
 
 
 def discrete_laplace_rdp(
@@ -257,7 +257,8 @@ def discrete_laplace_rdp(
 
 
 def discrete_laplace_kl(eps: float, sensitivity: int) -> float:
-    """KL = eps - t (1 - e^{-eps}) / sinh t, t = eps / Delta (FORMULAS.md 1.3), + 4 ulps of eps."""
+    """KL = eps - t (1 - e^{-eps}) / sinh t, t = eps / Delta (docs/formulas.md §1.3), plus 4
+    ulps of eps."""
     t = eps / sensitivity
     ratio = 2.0 * t * math.exp(-t) * (-math.expm1(-eps)) / (-math.expm1(-2.0 * t))
     return max(0.0, eps - ratio) + 4.0 * math.ulp(eps)
@@ -266,7 +267,8 @@ def discrete_laplace_kl(eps: float, sensitivity: int) -> float:
 # --- numerical supremum of eps(alpha) / alpha ----------------------------------------------
 
 SUP_MARGIN = 1e-9
-"""Relative margin added to a numerically located interior supremum (FORMULAS.md 1.5, item 2)."""
+"""Relative margin added to a numerically located interior supremum (docs/formulas.md §1.5,
+item 2)."""
 
 
 def rho_from_curve(

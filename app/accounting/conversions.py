@@ -13,7 +13,7 @@ through the cancellation between them (interval arithmetic on the log-space form
 safety margin is relative and grows where they nearly cancel (tiny mu): about 1e-15 relative
 for mu ~ 1, up to ~1e-5 relative in delta for mu ~ 1e-9.
 
-Sources (FORMULAS.md section 2): Bun-Steinke [BS16 Prop 3 / 1.3]; Canonne-Kamath-Steinke
+Sources (docs/formulas.md section 2): Bun-Steinke [BS16 Prop 3 / 1.3]; Canonne-Kamath-Steinke
 [CKS20 Cor 13]; Mironov [M17 Prop 3]; improved RDP conversion [CKS20 Prop 12, BBGHS20 Thm 21,
 ALCKS20 eq. 20]; analytic Gaussian [BW18 Thm 8, DRS19 Cor 2.13].
 """
@@ -93,7 +93,7 @@ def _cks_eps_at(t: Vector, rho: float, log_inv_delta: float) -> Vector:
 
 def zcdp_epsilon_cks(rho: float, delta: float) -> float:
     """eps(delta) = inf_alpha [alpha rho + log1p(-1/alpha) + (log(1/delta) - log alpha)/(alpha-1)]
-    [CKS20 Cor 13; FORMULAS.md 2.1(b)(ii)], and 0 when delta >= sqrt(1 - e^{-rho}) (total
+    [CKS20 Cor 13; docs/formulas.md §2.1(b)(ii)], and 0 when delta >= sqrt(1 - e^{-rho}) (total
     variation).
 
     Scan over t = log(alpha - 1) in [-12, 30], then bounded Brent around the best point; the
@@ -126,7 +126,7 @@ def zcdp_delta_cks(rho: float, epsilon: float) -> float:
     [CKS20 Cor 13], capped by the total-variation bound sqrt(1 - e^{-rho}) and by 1.
 
     The derivative (2 alpha - 1) rho - eps + log(1 - 1/alpha) is increasing, so the minimiser is
-    its root, bracketed as in FORMULAS.md 2.1(b).
+    its root, bracketed as in docs/formulas.md §2.1(b).
     """
     rho, epsilon = _check_rho(rho), check_epsilon(epsilon)
     if rho == 0.0:

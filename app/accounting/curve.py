@@ -6,7 +6,7 @@ A curve carries every summary the accountant composes:
 * ``rdp``      RDP values on the fixed grid ``ORDERS`` (a read-only float64 vector),
 * ``pure_eps`` pure-DP epsilon (``inf`` for Gaussians); the sum is itself an (eps, 0) spend,
 * ``gaussian_only``  every component is a Gaussian mechanism, so the composition is exactly
-  mu-GDP with mu = sqrt(2 rho) and the analytic-Gaussian conversion applies (FORMULAS.md 2.3),
+  mu-GDP with mu = sqrt(2 rho) and the analytic-Gaussian conversion applies (docs/formulas.md §2.3),
 * ``delta``    the entries' own delta (approximate DP / approximate zCDP / approximate RDP):
   each such entry is, for every neighbouring pair, the mixture (1 - delta_i) A + delta_i B with
   A satisfying the entry's rho / RDP / pure-DP values (BS16 section 8, approximate zCDP). The

@@ -1,4 +1,5 @@
-"""Admission rules (privacy filters) and the spend each one guarantees (DESIGN.md, FORMULAS.md 2.6).
+"""Admission rules (privacy filters) and the spend each one guarantees (DESIGN.md,
+docs/formulas.md §2.6).
 
 A dataset fixes its filter when it is created:
 

@@ -1,14 +1,14 @@
 """The fixed grid of Renyi orders on which every RDP curve is stored and composed.
 
 ``ORDERS`` = dp_accounting's ``DEFAULT_RDP_ORDERS`` (1.1, 1.2, ..., 10.9, 11, ..., 63, 128,
-256, 512, 1024) united with ``round(64 * 1.1**k)`` for k >= 0 up to 1e5 (FORMULAS.md 2.5) and
+256, 512, 1024) united with ``round(64 * 1.1**k)`` for k >= 0 up to 1e5 (docs/formulas.md §2.5) and
 with 1.01, 1.02, ..., 1.09: 243 orders (version 2; version 1 had 234, without 1.01 .. 1.09).
 
 * Containing every default dp_accounting order means the improved RDP conversion on our grid
   is never looser than dp_accounting's ``RdpAccountant`` on the same curve.
 * The geometric tail reaches the large orders that small per-run rho (few steps, large
   sigma, tiny delta) needs: worst excess over the continuum optimum 0.39 % for
-  rho in [1e-7, 100] and delta in {1e-5, 1e-9, 1e-12} (FORMULAS.md 2.5), where the
+  rho in [1e-7, 100] and delta in {1e-5, 1e-9, 1e-12} (docs/formulas.md §2.5), where the
   dp_accounting default alone reaches several hundred percent at rho = 1e-7.
 * The orders 1.01 .. 1.09 serve very large totals (composed epsilon in the hundreds or
   thousands, where the optimal order approaches 1 + sqrt(log(1/delta) / rho)): with 1.1 the

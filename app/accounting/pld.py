@@ -100,7 +100,7 @@ def interval_for_budget(epsilon: float, delta: float) -> float:
 
     ``BASE_INTERVAL * 2**j`` with the least j >= 0 such that the PLD of a Gaussian ledger that
     exactly exhausts the budget, N(mu^2/2, mu^2) with mu the largest mu-GDP fitting the budget
-    (FORMULAS.md 2.3), spans at most half of ``MAX_SUPPORT`` points over +-9 standard
+    (docs/formulas.md §2.3), spans at most half of ``MAX_SUPPORT`` points over +-9 standard
     deviations (plus 2 nats). Budgets up to epsilon ~ 12 (delta = 1e-6) keep 1e-4, the
     interval dp_accounting uses; larger budgets start coarser instead of hitting the cap later.
     """

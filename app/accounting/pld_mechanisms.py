@@ -1,7 +1,7 @@
 """Mechanism parameters -> pessimistic privacy loss distribution (``Pld``), cached.
 
 One function per kind, each with its neighbouring relation and parameter convention (the
-same as ``mechanisms.py`` and FORMULAS.md section 1). ``count`` repetitions are composed by
+same as ``mechanisms.py`` and docs/formulas.md section 1). ``count`` repetitions are composed by
 ``Pld.self_compose`` (Gaussians exactly, by scaling the sensitivity with sqrt(count)).
 
 * Continuous additive-noise mechanisms (Gaussian, Laplace, Poisson-subsampled Gaussian) use
@@ -243,7 +243,7 @@ def gaussian(
 ) -> Pld:
     """Gaussian mechanism f(x) + N(0, sigma^2 I), L2 sensitivity ``sensitivity`` under the
     caller's neighbouring relation (symmetric PLD). ``count`` repetitions are exactly one
-    Gaussian with sensitivity * sqrt(count) (FORMULAS.md 2.3), rounded up."""
+    Gaussian with sensitivity * sqrt(count) (docs/formulas.md §2.3), rounded up."""
     sigma = _check("sigma", sigma, 0.0, math.inf, open_lo=True)
     sens = _check("sensitivity", sensitivity, 0.0, math.inf, open_lo=True)
     count = _check_count(count)
@@ -323,7 +323,7 @@ def discrete_laplace(
     epsilon: float, sensitivity: int = 1, count: int = 1, *, interval: float = BASE_INTERVAL
 ) -> Pld:
     """Discrete Laplace on Z, Pr[Z = z] = tanh(t/2) e^{-t |z|}, t = epsilon / Delta (rounded up),
-    integer L1 sensitivity Delta, worst pair shifted by Delta (FORMULAS.md 1.3; symmetric).
+    integer L1 sensitivity Delta, worst pair shifted by Delta (docs/formulas.md §1.3; symmetric).
 
     The loss t(|o - Delta| - |o|) takes Delta + 1 values: t Delta w.p. 1 / (1 + e^-t) (o <= 0),
     t (Delta - 2 o) w.p. tanh(t/2) e^{-t o} (0 < o < Delta), -t Delta w.p.
@@ -381,7 +381,7 @@ def randomized_response(
     epsilon: float, k: int = 2, count: int = 1, *, interval: float = BASE_INTERVAL
 ) -> Pld:
     """k-ary randomized response: the true value w.p. e^eps / (e^eps + k - 1), each other w.p.
-    1 / (e^eps + k - 1). Neighbours: the single input changes (replace-one, FORMULAS.md 1.5).
+    1 / (e^eps + k - 1). Neighbours: the single input changes (replace-one, docs/formulas.md §1.5).
     Loss +eps, -eps, 0 with those probabilities (symmetric)."""
     eps = _check("epsilon", epsilon, 0.0, 700.0, open_lo=True)
     if isinstance(k, bool) or not isinstance(k, int) or k < 2:
@@ -401,7 +401,7 @@ def randomized_response(
 
 def rappor(epsilon: float, count: int = 1, *, interval: float = BASE_INTERVAL) -> Pld:
     """Basic one-time RAPPOR, ``epsilon`` the total for one user's value change (two bits
-    differ, each kept w.p. e^{eps/2} / (1 + e^{eps/2}); FORMULAS.md 1.6): two binary
+    differ, each kept w.p. e^{eps/2} / (1 + e^{eps/2}); docs/formulas.md §1.6): two binary
     randomized responses at eps / 2, composed exactly (loss eps, 0, -eps)."""
     eps = _check("epsilon", epsilon, 0.0, 700.0, open_lo=True)
     count = _check_count(count)

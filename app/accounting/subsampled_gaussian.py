@@ -1,6 +1,6 @@
 """RDP of the Poisson-subsampled Gaussian mechanism (DP-SGD), with bounded work and sound rounding.
 
-Setting (FORMULAS.md 1.8): each record is included independently with probability q, the
+Setting (docs/formulas.md §1.8): each record is included independently with probability q, the
 contributions are clipped, N(0, sigma^2) noise is added (sigma = noise multiplier); neighbours
 add or remove one record. The worst pair is one-dimensional: mu0 = N(0, sigma^2),
 mu = (1 - q) mu0 + q N(1, sigma^2), and eps(alpha) = log(A_alpha) / (alpha - 1) with
@@ -38,7 +38,7 @@ Fractional orders (all below 11) take the least of four upper bounds:
   above and below; every even K gives a bound and the least is taken. Tight where sigma is
   large (A - 1 tiny); used where q e^{8a} < 1, and where it is tight to 1e-12 the series above
   is skipped.
-* the chord of the convex (alpha - 1) eps(alpha) [FORMULAS.md 0.1, 2.5; WBK19 Cor 10] between
+* the chord of the convex (alpha - 1) eps(alpha) [docs/formulas.md §0.1, 2.5; WBK19 Cor 10] between
   the neighbouring integer orders (alpha = 1 contributes 0);
 * the Gaussian without subsampling, alpha / (2 sigma^2) (joint convexity).
 

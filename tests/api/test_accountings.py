@@ -174,7 +174,7 @@ def test_compose_with_pld_accounting(client: TestClient) -> None:
     rdp = client.post("/v1/accounting/compose", json={**body, "accounting": "rdp"}).json()
     pld = client.post("/v1/accounting/compose", json={**body, "accounting": "pld"}).json()
     assert pld["method"] == "pld" and pld["epsilon"] < rdp["epsilon"]
-    # FORMULAS.md 3.2 C4: the exact epsilon lies in [4.219900, 4.220795]; the pessimistic PLD
+    # docs/formulas.md §3.2 C4: the exact epsilon lies in [4.219900, 4.220795]; the pessimistic PLD
     # is never below it and within 1 % of dp_accounting's
     assert 4.2199 <= pld["epsilon"] <= 4.220795 * 1.01
     assert math.isfinite(pld["conversions"]["rdp_improved"])

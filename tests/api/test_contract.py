@@ -20,7 +20,7 @@ def test_health_endpoints_need_no_key(client: TestClient) -> None:
 @pytest.mark.parametrize(
     ("mechanisms", "delta", "accounting", "epsilon", "method"),
     [
-        # FORMULAS.md 3.2 C1: 10 Gaussians (sigma=3): exact 4.652985
+        # docs/formulas.md §3.2 C1: 10 Gaussians (sigma=3): exact 4.652985
         (
             [{"mechanism": "gaussian", "sigma": 3.0, "count": 10}],
             1e-5,

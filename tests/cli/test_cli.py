@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.conftest import ADMIN_KEY
@@ -126,3 +127,31 @@ def test_migrate_and_verify(tmp_path: Path) -> None:
     assert "schema at head" in cli("migrate", db=url).stdout
     r = cli("verify", "--json", db=url)
     assert r.returncode == 0 and json.loads(r.stdout)["ok"] is True
+
+
+def test_the_installed_command_prints_its_version_and_charges(server: Server) -> None:
+    """The console script pip installed (``.venv/bin/privacy-ledger``), not ``python -m``."""
+    command = Path(sys.executable).with_name("privacy-ledger")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PRIVACY_LEDGER_")}
+    env |= {"PRIVACY_LEDGER_URL": server.url, "PRIVACY_LEDGER_API_KEY": ADMIN_KEY}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(command), *args], env=env, capture_output=True, text=True, timeout=120
+        )
+
+    version = run("--version")
+    assert version.returncode == 0 and version.stdout.startswith("privacy-ledger 0.1.0")
+    assert run("datasets", "create", "census", "--epsilon", "1", "--delta", "1e-6").returncode == 0
+    r = run("charge", "census", "--mechanism", "discrete_laplace", "--sensitivity", "1",
+            "--epsilon", "0.25", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    entry = json.loads(r.stdout)["entry"]
+    assert entry["mechanism"]["sensitivity"] == 1 and entry["seq"] == 1
+    assert (
+        httpx.get(
+            f"{server.url}/v1/datasets/census/budget",
+            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+        ).json()["entries"]
+        == 1
+    )

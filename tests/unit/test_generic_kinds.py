@@ -1,7 +1,7 @@
 """The generic kinds (pure_dp, exponential, zcdp, rdp, approx_dp) against independent oracles:
 50-digit divergences of the worst-case pairs (mpmath), autodp's pure-DP RDP, dp_accounting's
 RDP accountant (ZCDpEvent) and its privacy loss distributions (approx_dp soundness), and the
-golden vectors of FORMULAS.md 1.7."""
+golden vectors of docs/formulas.md §1.7."""
 
 from __future__ import annotations
 
@@ -68,8 +68,8 @@ def test_pure_dp_spends_no_more_than_its_epsilon() -> None:
 
 
 def _worst_two_point(eta: float, alpha: float) -> float:
-    """max over the two-point eta-bounded-range family (the worst case at each order, FORMULAS
-    1.7) of D_alpha, in 50 digits: Q = (q, 1 - q), losses t + eta and t."""
+    """max over the two-point eta-bounded-range family (the worst case at each order,
+    docs/formulas.md §1.7) of D_alpha, in 50 digits: Q = (q, 1 - q), losses t + eta and t."""
     e, a = mp.mpf(eta), mp.mpf(alpha)
 
     def div(q: mp.mpf) -> mp.mpf:
@@ -89,7 +89,7 @@ def _worst_two_point(eta: float, alpha: float) -> float:
     ("eta", "rho"), [(1.0, 0.123301561482), (4.0, 1.66984963351), (0.1, 0.00124982642746)]
 )
 def test_exponential_rho_golden_vectors(eta: float, rho: float) -> None:
-    # FORMULAS.md 3.1 rows 36, 38, 39 (tight rho of eta-bounded range, HM25)
+    # docs/formulas.md §3.1 rows 36, 38, 39 (tight rho of eta-bounded range, HM25)
     assert _m("exponential", epsilon=eta).curve().rho == pytest.approx(rho, rel=1e-11)
 
 

@@ -1,4 +1,4 @@
-"""Golden vectors from FORMULAS.md section 3 (each computed there independently)."""
+"""Golden vectors from docs/formulas.md section 3 (each computed there independently)."""
 
 from __future__ import annotations
 
@@ -405,7 +405,7 @@ def test_section_3_5_exact_gaussian(mu: float, eps: float, delta: float) -> None
 
 
 def test_whitened_gaussian_blocks() -> None:
-    # FORMULAS 2.3: sigma = (1, 2), Delta = (1, 1.5), eps = 0.7 -> delta = 0.2882726135117236
+    # docs/formulas.md §2.3: sigma = (1, 2), Delta = (1, 1.5), eps = 0.7 -> delta = 0.2882726135117236
     curve = Gaussian(sigma=1, sensitivity=1).curve() + Gaussian(sigma=2, sensitivity=1.5).curve()
     d = spend_delta(FilterKind.GDP, curve, 0.7)
     assert _rel(d.delta, 0.2882726135117236) < 1e-12

@@ -34,7 +34,7 @@ class DiscreteLaplace(Mechanism):
     """Discrete Laplace on Z: Pr[Z = z] = tanh(t/2) e^{-t|z|}, t = epsilon / Delta (eps-DP).
 
     Convention: integer-valued query with integer L1 ``sensitivity`` Delta; worst neighbour pair
-    shifts by exactly Delta. RDP: closed form of FORMULAS.md 1.3 (Delta = 1 is binary RR).
+    shifts by exactly Delta. RDP: closed form of docs/formulas.md §1.3 (Delta = 1 is binary RR).
     rho: the KL value eps - t (1 - e^{-eps}) / sinh t (the supremum is the alpha -> 1 limit,
     checked numerically for every instance; a larger interior value would be used instead).
     """

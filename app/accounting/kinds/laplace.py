@@ -54,7 +54,7 @@ class Laplace(Mechanism):
 
     Convention: ``epsilon`` = L1 sensitivity / scale, under the caller's neighbouring relation.
     RDP: Mironov's exact curve [M17 Prop 6]; tight zCDP rho = eps + e^{-eps} - 1 [HM25], not
-    eps^2 / 2. The scalar formula is the worst case for product noise (FORMULAS.md 1.2).
+    eps^2 / 2. The scalar formula is the worst case for product noise (docs/formulas.md §1.2).
     """
 
     kind: ClassVar[str] = "laplace"

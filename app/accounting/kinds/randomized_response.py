@@ -33,7 +33,7 @@ class RandomizedResponse(Mechanism):
     RDP: exact divergence of the two categorical outputs [M17 Table II; = dp_accounting
     ``RandomizedResponseDpEvent(noise_parameter = k / (e^eps + k - 1), k)`` under REPLACE_ONE].
     zCDP: eps tanh(eps/2) for k = 2 [S24 Thm 5]; the KL value eps (e^eps - 1) / (e^eps + k - 1)
-    for k <= 6 [HM25]; for k >= 7 the KL value is not a valid rho (FORMULAS.md 1.5), so rho is
+    for k <= 6 [HM25]; for k >= 7 the KL value is not a valid rho (docs/formulas.md §1.5), so rho is
     the numerical supremum of eps(alpha) / alpha with a 1e-9 relative margin.
     """
 

@@ -24,10 +24,10 @@ class RDP(Mechanism):
     RDP, the equal-weight mixture form of BS16 section 8 applied to a curve.
 
     On the grid: an order alpha takes min {eps_j : alpha_j >= alpha}, the best given value at a
-    given order at or above it. D_alpha is non-decreasing in alpha [M17 Prop 5; FORMULAS.md 0.1],
-    so every such value bounds D_alpha; nothing is ever interpolated downward and the given
-    epsilons need not be non-decreasing. Orders above the largest given one get +inf (no bound),
-    so rho and the pure-DP value are infinite too.
+    given order at or above it. D_alpha is non-decreasing in alpha [M17 Prop 5;
+    docs/formulas.md §0.1], so every such value bounds D_alpha; nothing is ever interpolated
+    downward and the given epsilons need not be non-decreasing. Orders above the largest given
+    one get +inf (no bound), so rho and the pure-DP value are infinite too.
 
     Neighbours: the relation of the guarantee.
     """

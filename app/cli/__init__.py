@@ -1,0 +1,80 @@
+"""The ``privacy-ledger`` command (also ``python -m app.cli``).
+
+On the server (the database directly): ``serve``, ``migrate``, ``verify`` (``--server`` asks a
+running server instead) and ``keys create --local``. Everything else talks to a running server
+through ``privacy_ledger_client``, found with ``--url`` / ``--api-key`` or
+``PRIVACY_LEDGER_URL`` / ``PRIVACY_LEDGER_API_KEY``:
+
+* ``datasets`` (list), ``datasets create``, ``datasets update``;
+* ``charge``, ``reserve``, ``commit``, ``release`` (spending), ``calibrate``, ``compose``
+  (planning);
+* ``status``, ``budget``, ``ledger`` (table, CSV or JSON Lines), ``rejections``, ``audit``;
+* ``keys create`` / ``list`` / ``revoke``.
+
+Every client command takes ``--json`` (``ledger``: ``--format``) for scripts. Exit status: 0 done,
+1 error (the message names the setting to check), 2 refused for budget (nothing charged) or a
+usage error.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated
+
+import typer
+from privacy_ledger_client import __version__ as client_version
+
+from app.cli import charging, datasets, keys, reading, server
+
+cli = typer.Typer(
+    name="privacy-ledger",
+    help="A stateful privacy-budget accountant: serve it, migrate it, and talk to it.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,  # plain help: no "<bool>" beside flags, no box drawing to parse
+)
+
+
+def _installed_version() -> str:
+    try:
+        return version("privacy-ledger")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"privacy-ledger {_installed_version()} (client {client_version})")
+        raise typer.Exit()
+
+
+@cli.callback()
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_show_version,
+            is_eager=True,
+            help="Print the server and client versions and exit.",
+        ),
+    ] = False,
+) -> None:
+    """A stateful privacy-budget accountant: serve it, migrate it, and talk to it."""
+
+
+cli.command()(server.migrate)
+cli.command()(server.serve)
+cli.command()(server.verify)
+cli.add_typer(datasets.app, name="datasets")
+charging.register(cli)
+reading.register(cli)
+cli.add_typer(keys.app, name="keys")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli()
+
+
+__all__ = ["cli", "main"]

@@ -1,0 +1,339 @@
+"""Spending budget and planning it: ``charge``, ``reserve`` / ``commit`` / ``release``,
+``calibrate`` and ``compose`` (over HTTP). Mechanism flags come from the registry of kinds
+(``app.cli.mechanism_flags``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+from rich.table import Table
+
+from app.accounting.registry import calibration_parameters, kind_names
+from app.cli.common import (
+    DEFAULT_URL,
+    JSON_OUT,
+    KEY,
+    URL,
+    choice,
+    connect,
+    console,
+    fail,
+    num,
+    print_json,
+)
+from app.cli.mechanism_flags import kind_option, mechanism_from_flags, with_mechanism_flags
+
+DATASET = Annotated[str, typer.Argument(help="Dataset name or id.", metavar="DATASET")]
+KIND = Annotated[str, kind_option("gaussian")]
+MECHANISM_JSON = Annotated[
+    str | None,
+    typer.Option(
+        "--mechanism-json",
+        help='The whole mechanism object as JSON, e.g. \'{"mechanism": "laplace", "epsilon": '
+        "0.1}' (instead of --mechanism and its flags).",
+        show_default=False,
+    ),
+]
+LABEL = Annotated[
+    str | None,
+    typer.Option(
+        help="Free-text label stored with the entry (e.g. the release's name).", show_default=False
+    ),
+]
+METADATA = Annotated[
+    str | None,
+    typer.Option(
+        help="A JSON object stored with the entry (e.g. '{\"run\": 17}').", show_default=False
+    ),
+]
+
+
+def _mechanism(kind: str, raw: str | None, flags: dict[str, str | None]) -> dict[str, Any]:
+    if raw is not None:
+        if any(v is not None for v in flags.values()):
+            fail("give --mechanism-json or mechanism flags, not both")
+        try:
+            parsed = json.loads(raw)
+        except ValueError as exc:
+            raise typer.BadParameter(f"--mechanism-json is not JSON: {exc}") from None
+        if not isinstance(parsed, dict):
+            raise typer.BadParameter("--mechanism-json must be a JSON object")
+        return parsed
+    return mechanism_from_flags(kind, flags)
+
+
+def _metadata(raw: str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        parsed = json.loads(raw)
+    except ValueError as exc:
+        raise typer.BadParameter(f"--metadata is not JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise typer.BadParameter("--metadata must be a JSON object")
+    return parsed
+
+
+def _spent(sp: dict[str, Any]) -> str:
+    return f"epsilon {num(sp['epsilon'])} at delta {sp['delta']:g} ({sp['method']})"
+
+
+def charge(
+    dataset: DATASET,
+    mechanism: KIND = "gaussian",
+    mechanism_json: MECHANISM_JSON = None,
+    label: LABEL = None,
+    metadata: METADATA = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Only ask whether it would be admitted (records nothing)."),
+    ] = False,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            help="Idempotency-Key header: run the command again with the same key and it is "
+            "charged once (default: a fresh key per run).",
+            show_default=False,
+        ),
+    ] = None,
+    url: URL = DEFAULT_URL,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+    *,
+    flags: dict[str, str | None],
+) -> None:
+    """Charge one mechanism invocation to DATASET (pipeline key; exit 2 when refused for
+    budget, and nothing is charged)."""
+    m = _mechanism(mechanism, mechanism_json, flags)
+    meta = _metadata(metadata)
+    with connect(url, api_key) as s:
+        if dry_run:
+            answer = s.call(lambda c: c.dry_run(dataset, m)).raw
+        else:
+            answer = s.call(
+                lambda c: c.charge(
+                    dataset, m, label=label, metadata=meta, idempotency_key=idempotency_key
+                )
+            ).raw
+    if as_json:
+        print_json(answer)
+    elif dry_run:
+        console.print(
+            f"would be admitted: spend would become {_spent(answer['would_spend'])}; "
+            f"now {_spent(answer['spent'])}",
+            markup=False,
+        )
+    else:
+        console.print(
+            f"recorded as entry {answer['entry']['id']} (#{answer['entry']['seq']}); "
+            f"spent {_spent(answer['spent'])}",
+            markup=False,
+        )
+
+
+def reserve(
+    dataset: DATASET,
+    mechanism: KIND = "gaussian",
+    mechanism_json: MECHANISM_JSON = None,
+    ttl: Annotated[
+        int,
+        typer.Option(
+            "--ttl",
+            min=1,
+            help="Seconds the hold lasts; an expired hold is charged (fail closed).",
+        ),
+    ] = 600,
+    label: LABEL = None,
+    metadata: METADATA = None,
+    url: URL = DEFAULT_URL,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+    *,
+    flags: dict[str, str | None],
+) -> None:
+    """Hold budget for a planned invocation (pipeline key); then `commit` or `release` it.
+    Exit 2 when it does not fit."""
+    m = _mechanism(mechanism, mechanism_json, flags)
+    meta = _metadata(metadata)
+    with connect(url, api_key) as s:
+        hold = s.call(lambda c: c.reserve(dataset, m, ttl_seconds=ttl, label=label, metadata=meta))
+    answer = hold.reservation.raw
+    if as_json:
+        print_json(answer)
+    else:
+        console.print(
+            f"reservation {answer['id']} held until {answer['expires_at']}; "
+            f"commit: privacy-ledger commit {answer['id']}; "
+            f"release: privacy-ledger release {answer['id']}",
+            markup=False,
+        )
+
+
+def _resolve_reservation(
+    verb: str, reservation_id: str, url: str, api_key: str | None, as_json: bool
+) -> None:
+    with connect(url, api_key) as s:
+        if verb == "commit":
+            answer = s.call(lambda c: c.commit(reservation_id)).raw
+        else:
+            answer = s.call(lambda c: c.release(reservation_id)).raw
+    if as_json:
+        print_json(answer)
+        return
+    entry = answer.get("ledger_entry_id")
+    console.print(
+        f"reservation {answer['id']}: {answer['status']}"
+        + (f" (ledger entry {entry})" if entry is not None else ""),
+        markup=False,
+    )
+
+
+RESERVATION = Annotated[
+    str, typer.Argument(help="Reservation id (from `reserve`).", metavar="RESERVATION_ID")
+]
+
+
+def commit(
+    reservation_id: RESERVATION,
+    url: URL = DEFAULT_URL,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+) -> None:
+    """Record a held invocation in the ledger (pipeline key; idempotent)."""
+    _resolve_reservation("commit", reservation_id, url, api_key, as_json)
+
+
+def release(
+    reservation_id: RESERVATION,
+    url: URL = DEFAULT_URL,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+) -> None:
+    """Free a hold: you assert that nothing derived from it was released (pipeline key)."""
+    _resolve_reservation("release", reservation_id, url, api_key, as_json)
+
+
+_SOLVABLE = sorted({p for params in calibration_parameters().values() for p in params})
+
+
+def calibrate(
+    dataset: DATASET,
+    mechanism: KIND = "gaussian",
+    parameter: Annotated[
+        str | None,
+        typer.Option(
+            parser=choice(_SOLVABLE, "calibration parameter"),
+            metavar="PARAMETER",
+            help="The parameter to solve for: "
+            + "; ".join(f"{k}: {', '.join(p)}" for k, p in calibration_parameters().items() if p)
+            + " (default: the first listed for the kind).",
+            show_default=False,
+        ),
+    ] = None,
+    url: URL = DEFAULT_URL,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+    *,
+    flags: dict[str, str | None],
+) -> None:
+    """The least noise (or largest epsilon, most steps) the next invocation may use and still
+    fit the budget; the other parameters are fixed by the flags (viewer key)."""
+    solvable = calibration_parameters().get(mechanism) or {}
+    target = parameter or next(iter(solvable), None)
+    if target not in solvable:
+        fail(f"{mechanism} cannot be calibrated for {target} (it can: {', '.join(solvable)})")
+    body = mechanism_from_flags(mechanism, flags, solve_for=target)
+    if target in body:
+        fail(f"--{str(target).replace('_', '-')} is what calibrate solves for; do not give it")
+    fixed = {k: v for k, v in body.items() if k != "mechanism"}
+    with connect(url, api_key) as s:
+        answer = s.call(lambda c: c.calibrate(dataset, mechanism, target, **fixed)).raw
+    if as_json:
+        print_json(answer)
+        return
+    after = answer.get("spent_after")
+    console.print(
+        f"{answer['parameter']} = {num(answer['value'], 8)} "
+        f"({'least' if answer.get('direction') == 'min' else 'largest'} that fits)",
+        markup=False,
+    )
+    console.print(f"mechanism: {json.dumps(answer['mechanism'])}", markup=False)
+    if after:
+        console.print(f"spend after charging it: {_spent(after)}", markup=False)
+
+
+def compose(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help='JSON file with a list of mechanism objects (or {"mechanisms": [...]}); '
+            "- reads standard input.",
+            allow_dash=True,
+            metavar="FILE",
+        ),
+    ],
+    delta: Annotated[float, typer.Option(help="Target delta [probability].")] = 1e-6,
+    accounting: Annotated[
+        Literal["rdp", "zcdp", "pld"],
+        typer.Option(
+            help="Composition: rdp (Renyi DP), zcdp, or pld (privacy loss distributions).",
+        ),
+    ] = "rdp",
+    url: URL = DEFAULT_URL,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+) -> None:
+    """What-if: the epsilon at DELTA of a fixed list of mechanisms (nothing is recorded). Every
+    candidate conversion is shown; the answer is the least of them."""
+    text = sys.stdin.read() if str(file) == "-" else file.read_text()
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        fail(f"{file} is not JSON: {exc}")
+    mechanisms = data.get("mechanisms") if isinstance(data, dict) else data
+    if not isinstance(mechanisms, list):
+        fail(f'{file} must hold a list of mechanisms or {{"mechanisms": [...]}}')
+    with connect(url, api_key) as s:
+        answer = s.call(lambda c: c.compose(mechanisms, delta, accounting)).raw
+    if as_json:
+        print_json({k: v for k, v in answer.items() if k not in ("orders", "rdp")})
+        return
+    method = answer["method"]
+    console.print(
+        f"epsilon {num(answer['epsilon'])} at delta {answer['delta']:g} "
+        f"({accounting} accounting, by {method})",
+        markup=False,
+    )
+    table = Table(title="candidate conversions (each a valid bound; the answer is the least)")
+    table.add_column("conversion")
+    table.add_column("epsilon", justify="right")
+    table.add_column("")
+    for name, eps in sorted((answer.get("conversions") or {}).items(), key=lambda kv: kv[1]):
+        table.add_row(name, num(eps), "<- answer" if name == method else "candidate")
+    console.print(table)
+
+
+def register(cli: typer.Typer) -> None:
+    """Add these commands to the top-level app."""
+    cli.command("charge")(with_mechanism_flags(charge))
+    cli.command("reserve")(with_mechanism_flags(reserve))
+    cli.command("commit")(commit)
+    cli.command("release")(release)
+    cli.command("calibrate")(with_mechanism_flags(calibrate))
+    cli.command("compose")(compose)
+
+
+__all__ = [
+    "calibrate",
+    "charge",
+    "commit",
+    "compose",
+    "kind_names",
+    "register",
+    "release",
+    "reserve",
+]

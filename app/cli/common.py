@@ -1,0 +1,216 @@
+"""What every client command shares: the server and key options, the client, error reporting and
+number formatting.
+
+Client commands talk to a running server through ``privacy_ledger_client``. The server is
+``--url`` (else ``PRIVACY_LEDGER_URL``, else http://127.0.0.1:8000) and the key ``--api-key``
+(else ``PRIVACY_LEDGER_API_KEY``); an error names both, so a person knows what to set.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, Concatenate, NoReturn, ParamSpec, TypeVar
+
+import httpx
+import typer
+from privacy_ledger_client import (
+    DEFAULT_URL,
+    BudgetExceeded,
+    Forbidden,
+    LedgerClient,
+    LedgerError,
+    NotFound,
+    TransportError,
+    Unauthorized,
+)
+from rich.console import Console
+
+from app.accounting.filters import RHO_FILTERS
+
+URL_ENV = "PRIVACY_LEDGER_URL"
+KEY_ENV = "PRIVACY_LEDGER_API_KEY"
+
+EXIT_ERROR = 1
+EXIT_OVER_BUDGET = 2
+"""Exit status of a charge, reservation or dry run refused for budget (nothing charged)."""
+
+URL = Annotated[
+    str,
+    typer.Option(
+        "--url",
+        envvar=URL_ENV,
+        help="Base URL of the privacy-ledger server.",
+    ),
+]
+KEY = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        envvar=KEY_ENV,
+        show_default=False,
+        help="API key (a secret; prefer the environment variable to the flag).",
+    ),
+]
+JSON_OUT = Annotated[
+    bool,
+    typer.Option("--json", help="Print the server's answer as JSON (for scripts)."),
+]
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+TRANSPORT: httpx.BaseTransport | None = None
+"""A transport for every client this module makes (None: real HTTP). Tests set it to reach an
+application in the same process."""
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def choice(values: list[str], what: str) -> Callable[[str], str]:
+    """A typer ``parser`` that accepts one of ``values`` (for choices known only at run time,
+    such as the registry's mechanism kinds)."""
+
+    def parse(value: str) -> str:
+        if value not in values:
+            raise typer.BadParameter(f"{value!r} is not a {what}; one of: {', '.join(values)}")
+        return value
+
+    return parse
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
+    """Print ``error: message`` on stderr and exit with ``code``."""
+    err_console.print(f"error: {message}", markup=False, soft_wrap=True)
+    raise typer.Exit(code=code)
+
+
+@contextmanager
+def connect(url: str, api_key: str | None, timeout: float = 30.0) -> Iterator[Session]:
+    """A client for one command (``timeout``: seconds per request); refuses to start without a
+    key."""
+    if not api_key:
+        fail(
+            f"no API key: set {KEY_ENV}=<key> or pass --api-key. An admin creates keys with "
+            "`privacy-ledger keys create`; a new server prints its first admin key at start-up."
+        )
+    with LedgerClient(
+        url or DEFAULT_URL, api_key, timeout=timeout, retries=2, transport=TRANSPORT
+    ) as client:
+        yield Session(client)
+
+
+class Session:
+    """The client of one command and ``call``, which turns every failure into a clear message."""
+
+    def __init__(self, client: LedgerClient) -> None:
+        self.client = client
+
+    def call(
+        self, fn: Callable[Concatenate[LedgerClient, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """``fn(client, *args, **kwargs)``; a failure exits with a message."""
+        try:
+            return fn(self.client, *args, **kwargs)
+        except LedgerError as exc:
+            explain(exc, self.client.url)
+
+    def dataset_id(self, ref: str) -> str:
+        """The id of a dataset given by name or id."""
+        return self.call(lambda c: c.dataset(ref)).id
+
+
+def explain(exc: LedgerError, url: str) -> NoReturn:
+    """Exit with a message that says what went wrong and which setting to look at."""
+    if isinstance(exc, TransportError):
+        fail(f"cannot reach the server at {url} ({exc.detail}); check {URL_ENV} or --url.")
+    if isinstance(exc, Unauthorized):
+        fail(f"the server refused the API key: {exc.detail}. Check {KEY_ENV} or --api-key.")
+    if isinstance(exc, Forbidden):
+        fail(
+            f"{exc.detail} (the key in {KEY_ENV} / --api-key lacks the role or dataset scope "
+            "for this command)."
+        )
+    if isinstance(exc, BudgetExceeded):
+        fail(over_budget(exc), EXIT_OVER_BUDGET)
+    if isinstance(exc, NotFound):
+        fail(f"{exc.detail} (at {url})")
+    fail(exc.detail or str(exc))
+
+
+def over_budget(exc: BudgetExceeded) -> str:
+    """The refusal in one paragraph: what was spent, what it would become, the budget."""
+    parts = [f"refused, over budget (nothing was charged): {exc.detail}"]
+    if exc.spent is not None:
+        parts.append(f"spent epsilon {num(exc.spent.epsilon)} at delta {exc.spent.delta:g}")
+    if exc.would_spend is not None:
+        parts.append(f"would become {num(exc.would_spend.epsilon)}")
+    if exc.budget is not None:
+        parts.append(f"budget epsilon {exc.budget.epsilon:g}, delta {exc.budget.delta:g}")
+    return "; ".join(parts)
+
+
+def num(x: float | int | None, digits: int = 6) -> str:
+    """A number for people: ``-`` for none, ``inf``, else ``digits`` significant figures."""
+    if x is None:
+        return "-"
+    if isinstance(x, int):
+        return str(x)
+    if not math.isfinite(x):
+        return "inf"
+    return f"{x:.{digits}g}"
+
+
+def uses_rho(filter_name: str | None) -> bool:
+    """Whether the dataset's filter composes zCDP rho (so rho is what its accounting uses)."""
+    return filter_name in {f.value for f in RHO_FILTERS}
+
+
+def describe(mechanism: dict[str, Any] | None) -> str:
+    """A mechanism object in one short line: ``gaussian sigma=20 sensitivity=1``."""
+    if not mechanism:
+        return ""
+    fields = [
+        f"{k}={','.join(f'{x:g}' for x in v) if isinstance(v, list) else v}"
+        for k, v in mechanism.items()
+        if k not in ("mechanism", "v") and not (k == "count" and v == 1)
+    ]
+    return " ".join([str(mechanism.get("mechanism", "?")), *fields])
+
+
+def when(timestamp: Any) -> str:
+    """An ISO 8601 UTC time to the second, for tables."""
+    return str(timestamp or "")[:19].replace("T", " ")
+
+
+def print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+__all__ = [
+    "DEFAULT_URL",
+    "EXIT_ERROR",
+    "EXIT_OVER_BUDGET",
+    "JSON_OUT",
+    "KEY",
+    "KEY_ENV",
+    "TRANSPORT",
+    "URL",
+    "URL_ENV",
+    "Session",
+    "choice",
+    "connect",
+    "console",
+    "describe",
+    "err_console",
+    "explain",
+    "fail",
+    "num",
+    "over_budget",
+    "print_json",
+    "uses_rho",
+    "when",
+]

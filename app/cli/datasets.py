@@ -1,0 +1,202 @@
+"""``privacy-ledger datasets``: list, create and update datasets (over HTTP)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import typer
+from rich.table import Table
+
+from app.accounting.registry import kind_names
+from app.cli.common import (
+    DEFAULT_URL,
+    JSON_OUT,
+    KEY,
+    URL,
+    choice,
+    connect,
+    console,
+    fail,
+    num,
+    print_json,
+)
+
+Accounting = Literal["rdp", "zcdp", "pld"]
+KIND = choice(kind_names(), "mechanism kind")
+
+app = typer.Typer(
+    help="List, create and update datasets (a budget each).",
+    rich_markup_mode=None,
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+ACCOUNTING_HELP = (
+    "How the ledger is composed: rdp (Renyi DP, the default), zcdp (zero-concentrated DP) or "
+    "pld (privacy loss distributions; needs --no-adaptive)."
+)
+ADAPTIVE_HELP = (
+    "Whether a pipeline may choose a mechanism's parameters after seeing earlier outputs "
+    "(adaptive filters cost a little budget; --no-adaptive is tighter)."
+)
+ALLOW_HELP = (
+    "Allow only this mechanism kind (repeat for several; default: every kind). Only gaussian "
+    "gives the Gaussian-DP filter."
+)
+
+
+@app.callback()
+def datasets_list(
+    ctx: typer.Context,
+    url: URL = DEFAULT_URL,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+) -> None:
+    """List datasets with budget, spend and what remains (the default action)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with connect(url, api_key) as s:
+        items = [d.raw for d in s.call(lambda c: c.datasets())]
+    if as_json:
+        print_json(items)
+        return
+    table = Table(title="datasets")
+    for col in ("name", "id", "accounting / filter", "budget ε, δ", "spent ε", "left ε", "entries"):
+        table.add_column(col)
+    table.add_column("state")
+    for d in items:
+        table.add_row(
+            d["name"],
+            d["id"],
+            f"{d['accounting']} / {d['filter']}",
+            f"{d['budget']['epsilon']:g}, {d['budget']['delta']:g}",
+            num(d["spent"]["epsilon"]),
+            num(d["remaining"]["epsilon"]),
+            str(d["entries"]),
+            "EXHAUSTED" if d["exhausted"] else "open",
+        )
+    console.print(table)
+
+
+@app.command("create")
+def datasets_create(
+    name: Annotated[
+        str, typer.Argument(help="Dataset name (unique; usable wherever an id is).", metavar="NAME")
+    ],
+    epsilon: Annotated[
+        float, typer.Option(help="Budget epsilon [nats]: the total privacy loss allowed.")
+    ],
+    delta: Annotated[
+        float, typer.Option(help="Budget delta [probability]: the total failure probability.")
+    ],
+    accounting: Annotated[Accounting, typer.Option(help=ACCOUNTING_HELP)] = "rdp",
+    adaptive: Annotated[bool, typer.Option("--adaptive/--no-adaptive", help=ADAPTIVE_HELP)] = True,
+    allow: Annotated[
+        list[str] | None,
+        typer.Option(parser=KIND, metavar="KIND", help=ALLOW_HELP, show_default=False),
+    ] = None,
+    description: Annotated[
+        str | None, typer.Option(help="Free text shown with the dataset.", show_default=False)
+    ] = None,
+    url: URL = DEFAULT_URL,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+) -> None:
+    """Create a dataset with a budget (admin key)."""
+    fields: dict[str, Any] = {"accounting": accounting, "adaptive": adaptive}
+    if allow:
+        fields["allowed_mechanisms"] = list(allow)
+    if description is not None:
+        fields["description"] = description
+    with connect(url, api_key) as s:
+        d = s.call(lambda c: c.create_dataset(name, epsilon, delta, **fields)).raw
+    if as_json:
+        print_json(d)
+    else:
+        console.print(
+            f"created {d['name']} ({d['id']}): budget epsilon {d['budget']['epsilon']:g}, "
+            f"delta {d['budget']['delta']:g}; accounting {d['accounting']}, filter {d['filter']}",
+            markup=False,
+        )
+
+
+@app.command("update")
+def datasets_update(
+    dataset: Annotated[str, typer.Argument(help="Dataset name or id.", metavar="DATASET")],
+    epsilon: Annotated[
+        float | None, typer.Option(help="New budget epsilon [nats].", show_default=False)
+    ] = None,
+    delta: Annotated[
+        float | None, typer.Option(help="New budget delta [probability].", show_default=False)
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="New name.", show_default=False)] = None,
+    description: Annotated[
+        str | None, typer.Option(help="New description ('' clears it).", show_default=False)
+    ] = None,
+    accounting: Annotated[
+        Accounting | None,
+        typer.Option(
+            help=ACCOUNTING_HELP + " Only before the first charge.",
+            show_default=False,
+        ),
+    ] = None,
+    adaptive: Annotated[
+        bool | None,
+        typer.Option(
+            "--adaptive/--no-adaptive",
+            help=ADAPTIVE_HELP + " Only before the first charge. Unchanged when not given.",
+            show_default=False,
+        ),
+    ] = None,
+    allow: Annotated[
+        list[str] | None,
+        typer.Option(
+            parser=KIND,
+            metavar="KIND",
+            help=ALLOW_HELP + " Only before the first charge.",
+            show_default=False,
+        ),
+    ] = None,
+    allow_all: Annotated[
+        bool,
+        typer.Option("--allow-all", help="Allow every mechanism kind again."),
+    ] = False,
+    url: URL = DEFAULT_URL,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+) -> None:
+    """Change a dataset's budget, name or description (admin key; audited)."""
+    changes: dict[str, Any] = {}
+    budget = {k: v for k, v in {"epsilon": epsilon, "delta": delta}.items() if v is not None}
+    if budget:
+        changes["budget"] = budget
+    if name is not None:
+        changes["name"] = name
+    if description is not None:
+        changes["description"] = description or None
+    if accounting is not None:
+        changes["accounting"] = accounting
+    if adaptive is not None:
+        changes["adaptive"] = adaptive
+    if allow and allow_all:
+        fail("give --allow or --allow-all, not both")
+    if allow:
+        changes["allowed_mechanisms"] = list(allow)
+    if allow_all:
+        changes["allowed_mechanisms"] = None
+    if not changes:
+        fail("nothing to change: give --epsilon, --delta, --name, --description, ...")
+    with connect(url, api_key) as s:
+        ref = s.dataset_id(dataset)
+        d = s.call(lambda c: c.update_dataset(ref, **changes)).raw
+    if as_json:
+        print_json(d)
+    else:
+        console.print(
+            f"updated {d['name']} ({d['id']}): budget epsilon {d['budget']['epsilon']:g}, "
+            f"delta {d['budget']['delta']:g}; spent {num(d['spent']['epsilon'])}",
+            markup=False,
+        )
+
+
+__all__ = ["app"]

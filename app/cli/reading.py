@@ -1,0 +1,353 @@
+"""Reading a dataset's state and history: ``status``, ``budget``, ``ledger`` (table, CSV or
+JSON Lines, streamed page by page), ``rejections`` and ``audit`` (over HTTP)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal
+
+import typer
+from privacy_ledger_client import LedgerClient, LedgerEntry
+from rich.table import Table
+
+from app.cli.common import (
+    DEFAULT_URL,
+    JSON_OUT,
+    KEY,
+    URL,
+    Session,
+    connect,
+    console,
+    describe,
+    num,
+    print_json,
+    uses_rho,
+    when,
+)
+
+DATASET = Annotated[str, typer.Argument(help="Dataset name or id.", metavar="DATASET")]
+PAGE = 1000
+"""Entries per request when streaming a ledger (the server's largest page)."""
+
+CONTRIBUTION_LIMIT = 100_000
+"""``status`` reads at most this many ledger entries to attribute the spend to mechanism kinds."""
+
+
+def _entries(s: Session, dataset: str, limit: int | None) -> Iterator[LedgerEntry]:
+    """Ledger entries newest first, one page request at a time, at most ``limit``."""
+    cursor: str | None = None
+    seen = 0
+    while True:
+        size = PAGE if limit is None else min(PAGE, limit - seen)
+        if size <= 0:
+            return
+        page = s.call(LedgerClient.ledger, dataset, limit=size, cursor=cursor)
+        for e in page.entries:
+            yield e
+            seen += 1
+        cursor = page.next_cursor
+        if not cursor or not page.entries:
+            return
+
+
+def _contributions(s: Session, dataset: str) -> dict[str, float]:
+    """Epsilon each mechanism kind added to the spend, in ledger order: entry i adds its
+    ``spent_epsilon`` minus the one before it (the spend under the dataset's own filter, so the
+    additions sum to the current spend)."""
+    rows = sorted(
+        (
+            (e.seq or e.id, e.kind or e.mechanism.get("mechanism", "?"), e.spent_epsilon or 0.0)
+            for e in _entries(s, dataset, None)
+        ),
+    )
+    added: dict[str, float] = {}
+    before = 0.0
+    for _, kind, after in rows:
+        added[kind] = added.get(kind, 0.0) + (after - before)
+        before = after
+    return added
+
+
+def status(
+    dataset: DATASET,
+    url: URL = DEFAULT_URL,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+) -> None:
+    """Budget, spend, what remains, and what each mechanism kind cost (viewer key). On rho
+    filters (zCDP, Gaussian DP) the cost is each kind's rho; on RDP and PLD datasets it is the
+    epsilon each kind added to the spend, read from the ledger."""
+    with connect(url, api_key) as s:
+        d = s.call(lambda c: c.dataset(dataset)).raw
+        rho_based = uses_rho(d["filter"])
+        counts = d.get("mechanism_counts") or {}
+        added: dict[str, float] | None = None
+        if counts and not rho_based and d["entries"] <= CONTRIBUTION_LIMIT:
+            added = _contributions(s, d["id"])
+    if as_json:
+        print_json({**d, "epsilon_added": added} if added is not None else d)
+        return
+    b, sp, rem = d["budget"], d["spent"], d["remaining"]
+    table = Table(title=f"{d['name']} ({d['id']})", show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    table.add_row("budget", f"epsilon {b['epsilon']:g}, delta {b['delta']:g}")
+    table.add_row(
+        "accounting",
+        f"{d['accounting']}, {'adaptive' if d['adaptive'] else 'non-adaptive'}; "
+        f"filter {d['filter']}",
+    )
+    table.add_row(
+        "spent", f"epsilon {num(sp['epsilon'])} at delta {sp['delta']:g} ({sp['method']})"
+    )
+    if rho_based:
+        table.add_row(
+            "rho",
+            f"{num(sp['rho'])} spent, {num(rem['rho'])} left "
+            f"(the filter admits while the rho sum fits)",
+        )
+    table.add_row("remaining", f"epsilon {num(rem['epsilon'])} (an indication; the filter decides)")
+    table.add_row("entries", str(d["entries"]))
+    table.add_row("state", "EXHAUSTED" if d["exhausted"] else "open")
+    console.print(table)
+    if not counts:
+        return
+    if rho_based:
+        total = sum(c.get("rho") or 0.0 for c in counts.values())
+        by = Table(title="mechanisms by rho (what this filter composes)")
+        for col in ("kind", "entries", "invocations", "rho", "share"):
+            by.add_column(col)
+        for kind, c in sorted(counts.items(), key=lambda kv: -(kv[1].get("rho") or 0.0)):
+            share = f"{100 * (c.get('rho') or 0.0) / total:.1f}%" if total > 0 else "-"
+            by.add_row(kind, str(c["entries"]), str(c["count"]), num(c.get("rho")), share)
+    else:
+        by = Table(
+            title=f"mechanisms by epsilon added to the spend (at delta {b['delta']:g}, in ledger "
+            "order)"
+        )
+        for col in ("kind", "entries", "invocations", "epsilon added", "share"):
+            by.add_column(col)
+        total = sum(added.values()) if added else 0.0
+        ranked = sorted(counts.items(), key=lambda kv: -(added or {}).get(kv[0], 0.0))
+        for kind, c in ranked:
+            eps = None if added is None else added.get(kind, 0.0)
+            share = f"{100 * eps / total:.1f}%" if eps is not None and total > 0 else "-"
+            by.add_row(kind, str(c["entries"]), str(c["count"]), num(eps), share)
+        if added is None:
+            by.caption = f"more than {CONTRIBUTION_LIMIT} entries: not attributed"
+    console.print(by)
+
+
+def budget(
+    dataset: DATASET,
+    url: URL = DEFAULT_URL,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+) -> None:
+    """Budget, spend, what remains after active reservations, and the entry count (viewer key)."""
+    with connect(url, api_key) as s:
+        b = s.call(lambda c: c.budget(dataset)).raw
+    if as_json:
+        print_json(b)
+        return
+    rho_based = uses_rho(b["filter"])
+    table = Table(title=f"budget of {b['name']} ({b['dataset_id']})", show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    bud, sp, rem = b["budget"], b["spent"], b["remaining"]
+    table.add_row("budget", f"epsilon {bud['epsilon']:g}, delta {bud['delta']:g}")
+    table.add_row("filter", f"{b['filter']} ({b['accounting']})")
+    table.add_row(
+        "spent", f"epsilon {num(sp['epsilon'])} at delta {sp['delta']:g} ({sp['method']})"
+    )
+    if rho_based:
+        table.add_row("rho", f"{num(sp['rho'])} spent, {num(rem['rho'])} left")
+    reserved = b.get("reserved") or {}
+    table.add_row("reserved", f"{reserved.get('count', 0)} active holds")
+    table.add_row("remaining", f"epsilon {num(rem['epsilon'])} after holds (an indication)")
+    table.add_row("entries", str(b["entries"]))
+    table.add_row("state", "EXHAUSTED" if b["exhausted"] else "open")
+    console.print(table)
+
+
+CSV_COLUMNS = (
+    "seq",
+    "id",
+    "created_at",
+    "kind",
+    "count",
+    "label",
+    "rho",
+    "pure_epsilon",
+    "spent_epsilon",
+    "source",
+    "key_id",
+    "reservation_id",
+    "mechanism",
+    "metadata",
+)
+
+
+def _csv_row(raw: dict[str, Any]) -> list[Any]:
+    row = []
+    for col in CSV_COLUMNS:
+        v = raw.get(col)
+        row.append(json.dumps(v) if isinstance(v, dict | list) else "" if v is None else v)
+    return row
+
+
+def ledger(
+    dataset: DATASET,
+    output_format: Annotated[
+        Literal["table", "csv", "jsonl"],
+        typer.Option(
+            "--format",
+            help="table for people; csv or jsonl (one JSON entry per line) to export, streamed "
+            "page by page.",
+        ),
+    ] = "table",
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="At most this many entries, newest first [entries] (default: 50 for table, "
+            "all for csv and jsonl).",
+            show_default=False,
+        ),
+    ] = None,
+    url: URL = DEFAULT_URL,
+    api_key: KEY = None,
+) -> None:
+    """Ledger entries, newest first (viewer key)."""
+    if output_format == "table" and limit is None:
+        limit = 50
+    with connect(url, api_key) as s:
+        if output_format == "csv":
+            out = csv.writer(sys.stdout, lineterminator="\n")
+            out.writerow(CSV_COLUMNS)
+            for e in _entries(s, dataset, limit):
+                out.writerow(_csv_row(e.raw))
+            return
+        if output_format == "jsonl":
+            for e in _entries(s, dataset, limit):
+                sys.stdout.write(json.dumps(e.raw) + "\n")
+            return
+        table = Table(title=f"ledger of {dataset} (newest first)")
+        for col in ("#", "time (UTC)", "mechanism", "count", "label", "spent ε after", "source"):
+            table.add_column(col)
+        for e in _entries(s, dataset, limit):
+            table.add_row(
+                str(e.seq),
+                when(e.raw.get("created_at")),
+                describe({k: v for k, v in e.mechanism.items() if k != "count"}),
+                str(e.count),
+                e.label or "",
+                num(e.spent_epsilon),
+                e.source or "",
+            )
+        console.print(table)
+
+
+def rejections(
+    dataset: Annotated[
+        str | None,
+        typer.Option(help="Only this dataset (name or id).", show_default=False),
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many [rejections].")] = 50,
+    url: URL = DEFAULT_URL,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+) -> None:
+    """Charges and reservations refused for budget, newest first (admin key)."""
+    items: list[dict[str, Any]] = []
+    with connect(url, api_key) as s:
+        ref = s.dataset_id(dataset) if dataset else None
+        cursor: str | None = None
+        while len(items) < limit:
+            size = min(PAGE, limit - len(items))
+            page = s.call(LedgerClient.rejections, ref, limit=size, cursor=cursor)
+            items += [r.raw for r in page.rejections]
+            cursor = page.next_cursor
+            if not cursor or not page.rejections:
+                break
+    if as_json:
+        print_json(items)
+        return
+    table = Table(title="rejections (newest first)")
+    for col in ("id", "time (UTC)", "dataset", "operation", "mechanism", "spent ε", "asked ε"):
+        table.add_column(col)
+    for r in items:
+        table.add_row(
+            str(r["id"]),
+            when(r.get("created_at")),
+            r["dataset_id"],
+            r.get("operation") or "",
+            describe(r.get("mechanism")),
+            num((r.get("spent") or {}).get("epsilon")),
+            num((r.get("requested") or {}).get("epsilon")),
+        )
+    console.print(table)
+
+
+def audit(
+    dataset: Annotated[
+        str | None,
+        typer.Option(help="Only events about this dataset (name or id).", show_default=False),
+    ] = None,
+    action: Annotated[
+        str | None,
+        typer.Option(
+            help="Only this action (e.g. dataset.updated, key.created).", show_default=False
+        ),
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many [events].")] = 50,
+    url: URL = DEFAULT_URL,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+) -> None:
+    """The audit trail (budget, dataset and key changes), newest first (admin key)."""
+    items: list[dict[str, Any]] = []
+    with connect(url, api_key) as s:
+        ref = s.dataset_id(dataset) if dataset else None
+        before: int | None = None
+        while len(items) < limit:
+            size = min(PAGE, limit - len(items))
+            events = s.call(LedgerClient.audit, ref, action, limit=size, before_id=before)
+            items += [e.raw for e in events]
+            if not events:
+                break
+            before = events[-1].id
+    if as_json:
+        print_json(items)
+        return
+    table = Table(title="audit trail (newest first)")
+    for col in ("id", "time (UTC)", "action", "dataset", "target", "key", "details"):
+        table.add_column(col)
+    for e in items:
+        table.add_row(
+            str(e["id"]),
+            when(e.get("created_at")),
+            e["action"],
+            e.get("dataset_id") or "",
+            e.get("target_id") or "",
+            e.get("key_id") or "",
+            _brief(e.get("details")),
+        )
+    console.print(table)
+
+
+def _brief(details: dict[str, Any] | None, width: int = 60) -> str:
+    """An audit event's details in one short line (``--json`` has them whole)."""
+    text = json.dumps(details or {}, separators=(",", ":"))
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def register(cli: typer.Typer) -> None:
+    for fn in (status, budget, ledger, rejections, audit):
+        cli.command(fn.__name__)(fn)
+
+
+__all__ = ["CSV_COLUMNS", "audit", "budget", "ledger", "register", "rejections", "status"]

@@ -1,0 +1,223 @@
+"""Commands run where the server runs: ``migrate``, ``serve`` and ``verify`` (which opens the
+database directly, or with ``--server`` asks a running server over HTTP)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Annotated, Any
+
+import typer
+import uvicorn
+from alembic.util import CommandError
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from app.cli.common import DEFAULT_URL, JSON_OUT, KEY, URL, connect, console, err_console, fail
+from app.config import get_settings
+from app.db import migrate as m
+from app.db.engine import Database
+from app.principal import SYSTEM, Principal
+from app.services import datasets as dataset_service
+from app.services.ledger import verify as run_verify
+
+DATABASE_URL = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        help="SQLAlchemy database URL (default: PRIVACY_LEDGER_DATABASE_URL, else "
+        "sqlite:///./privacy_ledger.db).",
+        show_default=False,
+    ),
+]
+
+
+def migrate(
+    database_url: DATABASE_URL = None,
+    downgrade: Annotated[
+        str | None,
+        typer.Option(
+            help="Downgrade to this Alembic revision instead (e.g. 0001, base): drops data.",
+            show_default=False,
+        ),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="With --downgrade: go ahead even though the ledger has rows.",
+        ),
+    ] = False,
+) -> None:
+    """Bring the database schema to the latest Alembic revision (or --downgrade it)."""
+    url = database_url or get_settings().database_url
+    if downgrade is None:
+        m.upgrade(url)
+        typer.echo(f"schema at head: {redact(url)}")
+        return
+    try:
+        m.downgrade(url, downgrade, force=force)
+    except CommandError as exc:
+        fail(str(exc))
+    typer.echo(f"schema at {downgrade}: {redact(url)}")
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="Network interface (IP address) to bind.")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(help="TCP port number.")] = 8000,
+    workers: Annotated[
+        int,
+        typer.Option(
+            envvar="WEB_CONCURRENCY",
+            min=1,
+            help="Worker processes (default: WEB_CONCURRENCY, else 1; use 1 with SQLite).",
+        ),
+    ] = 1,
+    database_url: DATABASE_URL = None,
+) -> None:
+    """Serve the HTTP API with uvicorn (uvloop + httptools)."""
+    if database_url:
+        os.environ["PRIVACY_LEDGER_DATABASE_URL"] = database_url
+        get_settings.cache_clear()
+    settings = get_settings()
+    if settings.database_url.startswith("sqlite") and workers > 1:
+        typer.echo(
+            "note: SQLite writes are serialised in one process; extra workers do not help", err=True
+        )
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # prometheus-client's multiprocess mode: /metrics sums every worker's counters
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="privacy-ledger-metrics-")
+    typer.echo(
+        f"privacy-ledger on http://{host}:{port} (database: {redact(settings.database_url)})"
+    )
+    uvicorn.run(
+        "app.main:app",
+        host=host,
+        port=port,
+        workers=workers,
+        loop="uvloop",
+        http="httptools",
+        log_level=settings.log_level.lower(),
+        log_config=None,  # the app sends uvicorn's loggers through its JSON formatter
+        access_log=False,  # the app writes one access line per request, with its request id
+    )
+
+
+def verify(
+    rebuild: Annotated[
+        bool,
+        typer.Option("--rebuild", help="Rewrite totals that drifted from the ledger (audited)."),
+    ] = False,
+    on_server: Annotated[
+        bool,
+        typer.Option(
+            "--server",
+            help="Ask the running server (POST /v1/admin/verify, admin key) instead of opening "
+            "the database here.",
+        ),
+    ] = False,
+    database_url: DATABASE_URL = None,
+    url: URL = DEFAULT_URL,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+) -> None:
+    """Recompute every dataset's totals from its ledger and report any drift (exit 1 on drift
+    unless --rebuild rewrote it)."""
+    if on_server:
+        report = _verify_on_server(url, api_key, rebuild, quiet=as_json)
+    else:
+        target = database_url or get_settings().database_url
+        try:
+            report = _verify_here(target, rebuild, as_json)
+        except SQLAlchemyError as exc:
+            fail(
+                f"cannot verify the database at {redact(target)}: {type(exc).__name__}: "
+                f"{str(exc.orig if isinstance(exc, DBAPIError) else exc).splitlines()[0]}. Set "
+                "PRIVACY_LEDGER_DATABASE_URL (or --database-url) and run `privacy-ledger migrate`."
+            )
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        for d in report["datasets"]:
+            state = (
+                "ok"
+                if d["ok"]
+                else "DRIFT "
+                + ",".join(d["drift"] or ["curves"])
+                + (" (rebuilt)" if d.get("rebuilt") else "")
+            )
+            console.print(f"{d['name']:<32} {d['entries']:>10} entries  {state}", markup=False)
+        console.print("all totals match the ledger" if report["ok"] else "drift found")
+    if not report["ok"] and not rebuild:
+        raise typer.Exit(code=1)
+
+
+def _verify_here(database_url: str, rebuild: bool, quiet: bool) -> dict[str, Any]:
+    """One dataset at a time (each in its own locked transaction), with a progress bar."""
+    db = Database(database_url)
+    try:
+        listed: list[tuple[str, str, int]] = []
+        while True:
+            page = dataset_service.list_datasets(db, SYSTEM, limit=1000, offset=len(listed))
+            listed += [(d.id, d.name, d.entries) for d in page.datasets]
+            if not page.datasets or len(listed) >= page.total:
+                break
+        datasets: list[dict[str, Any]] = []
+        columns = (
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("ledger entries"),
+        )
+        total_entries = sum(n for _, _, n in listed)
+        with Progress(*columns, console=err_console, transient=True, disable=quiet) as bar:
+            task = bar.add_task("verifying" + (" and rebuilding" if rebuild else ""), total=None)
+            bar.update(task, total=total_entries)
+            for dataset_id, name, entries in listed:
+                bar.update(task, description=f"verifying {name}")
+                scoped = Principal(
+                    key_id=SYSTEM.key_id, role=SYSTEM.role, dataset_ids=(dataset_id,)
+                )
+                part = run_verify(db, scoped, rebuild=rebuild).model_dump(mode="json")
+                datasets += part["datasets"]
+                bar.advance(task, entries)
+    finally:
+        db.dispose()
+    return {"ok": all(d["ok"] for d in datasets), "datasets": datasets}
+
+
+def _verify_on_server(url: str, api_key: str | None, rebuild: bool, quiet: bool) -> dict[str, Any]:
+    """The server verifies every dataset in one request: a spinner while it works."""
+    with connect(url, api_key, timeout=VERIFY_TIMEOUT) as session:
+        what = "the server is verifying" + (" and rebuilding" if rebuild else "") + " totals"
+        with Progress(
+            SpinnerColumn(), TextColumn(what), console=err_console, transient=True, disable=quiet
+        ) as bar:
+            bar.add_task(what, total=None)
+            report: dict[str, Any] = session.call(
+                lambda c: c.request(
+                    "POST", "/v1/admin/verify", params={"rebuild": "true" if rebuild else "false"}
+                )
+            )
+    return report
+
+
+VERIFY_TIMEOUT = 3600.0
+"""Seconds to wait for the server's verify answer (it reads every ledger once)."""
+
+
+def redact(url: str) -> str:
+    """Hide a password in a database URL."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+    return url
+
+
+__all__ = ["migrate", "redact", "serve", "verify"]

@@ -1,0 +1,368 @@
+"""The ``privacy-ledger`` command through typer's runner, against the app in this process.
+
+The CLI's client reaches the TestClient's ASGI transport (``app.cli.common.TRANSPORT``), so every
+command goes through ``privacy_ledger_client`` and the real HTTP routes, on SQLite and (in CI)
+PostgreSQL, without a server process. ``test_cli.py`` runs the installed command as a subprocess
+against a live server.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import typer.main
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner, Result
+
+from app.accounting.registry import kind_names, mechanism_from_dict, spec
+from app.cli import cli, common, reading
+from app.cli.mechanism_flags import FLAG_NAMES, mechanism_from_flags
+from tests.conftest import ADMIN_KEY
+
+# flags for one invocation of every kind; integer parameters given as integers
+KIND_FLAGS: dict[str, list[str]] = {
+    "approx_dp": ["--epsilon", "0.05", "--delta", "1e-9"],
+    "discrete_laplace": ["--epsilon", "0.1", "--sensitivity", "1"],
+    "exponential": ["--epsilon", "0.05"],
+    "gaussian": ["--sigma", "20", "--sensitivity", "1"],
+    "laplace": ["--scale", "40", "--sensitivity", "2"],
+    "pure_dp": ["--epsilon", "0.05"],
+    "randomized_response": ["--epsilon", "0.1", "--k", "3"],
+    "rappor": ["--epsilon", "0.1"],
+    "rdp": ["--orders", "2,4,8,16", "--epsilons", "0.001,0.002,0.004,0.01"],
+    "subsampled_gaussian": ["--sigma", "2", "--sample-rate", "0.001", "--steps", "10"],
+    "zcdp": ["--rho", "0.0001"],
+}
+# the kinds POST /charges accepts today (app/api/schemas.py MechanismIn); the others are
+# accepted by the registry and built by the CLI, but refused by the API's schema (422)
+API_KINDS = {
+    "gaussian",
+    "laplace",
+    "randomized_response",
+    "rappor",
+    "subsampled_gaussian",
+    "discrete_laplace",
+}
+
+
+def _flags(args: list[str]) -> dict[str, str | None]:
+    given = dict(zip(args[::2], args[1::2], strict=True))
+    return {n: given.get("--" + n.replace("_", "-")) for n in FLAG_NAMES}
+
+
+class Cli:
+    """Runs the command with the admin key (or another) against the TestClient's app."""
+
+    def __init__(self, client: TestClient) -> None:
+        self.client = client
+        self.runner = CliRunner()
+
+    def __call__(self, *args: str, key: str | None = ADMIN_KEY, code: int | None = 0) -> Result:
+        env = {"PRIVACY_LEDGER_URL": "http://testserver", "COLUMNS": "200"}
+        env["PRIVACY_LEDGER_API_KEY"] = key or ""
+        result = self.runner.invoke(cli, list(args), env=env)
+        if code is not None:
+            assert result.exit_code == code, (result.stdout, result.stderr, result.exception)
+        return result
+
+    def json(self, *args: str, key: str | None = ADMIN_KEY) -> Any:
+        return json.loads(self(*args, "--json", key=key).stdout)
+
+
+@pytest.fixture
+def run(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cli]:
+    monkeypatch.setattr(common, "TRANSPORT", client._transport)
+    yield Cli(client)
+
+
+def _dataset(run: Cli, name: str = "census", *extra: str) -> dict[str, Any]:
+    created: dict[str, Any] = run.json(
+        "datasets", "create", name, "--epsilon", "1", "--delta", "1e-6", *extra
+    )
+    return created
+
+
+# --- mechanisms from the registry -------------------------------------------------------------
+
+
+def test_the_flag_table_covers_every_kind() -> None:
+    assert set(KIND_FLAGS) == set(kind_names())
+
+
+@pytest.mark.parametrize("kind", sorted(KIND_FLAGS))
+def test_flags_build_a_mechanism_the_core_accepts_with_declared_types(kind: str) -> None:
+    body = mechanism_from_flags(kind, _flags(KIND_FLAGS[kind]))
+    core = mechanism_from_dict(body)  # the registry's own validation
+    assert core.kind == kind
+    for p in spec(kind).params:
+        if p.name in body:
+            expected = {"int": int, "float": float, "float_list": list}[p.type]
+            assert type(body[p.name]) is expected, (p.name, body[p.name])
+
+
+def test_an_integer_parameter_refuses_a_fraction_and_a_foreign_flag_is_named(run: Cli) -> None:
+    _dataset(run)
+    r = run(
+        "charge",
+        "census",
+        "-m",
+        "discrete_laplace",
+        "--epsilon",
+        "1",
+        "--sensitivity",
+        "1.5",
+        code=2,
+    )
+    assert "--sensitivity takes an integer for discrete_laplace" in r.stderr
+    r = run("charge", "census", "-m", "gaussian", "--epsilon", "1", code=2)
+    assert "--epsilon does not apply to gaussian" in r.stderr and "--sigma" in r.stderr
+    r = run("charge", "census", "-m", "gaussian", code=2)
+    assert "gaussian needs --sigma" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        k
+        if k in API_KINDS
+        else pytest.param(
+            k,
+            marks=pytest.mark.xfail(
+                strict=True, reason="the API's MechanismIn schema does not accept this kind yet"
+            ),
+        )
+        for k in sorted(KIND_FLAGS)
+    ],
+)
+def test_charge_every_kind(run: Cli, kind: str) -> None:
+    _dataset(run, "census", "--no-adaptive")
+    r = run("charge", "census", "-m", kind, *KIND_FLAGS[kind], "--label", kind, "--json")
+    answer = json.loads(r.stdout)
+    sent = mechanism_from_flags(kind, _flags(KIND_FLAGS[kind]))
+    stored = {k: v for k, v in answer["entry"]["mechanism"].items() if k != "v"}
+    assert {k: stored[k] for k in sent} == sent
+    assert answer["entry"]["kind"] == kind and answer["entry"]["label"] == kind
+    listed = run.client.get("/v1/datasets/census/ledger").json()["entries"]
+    assert [e["id"] for e in listed] == [answer["entry"]["id"]]
+
+
+def test_discrete_laplace_sensitivity_is_sent_as_an_integer(run: Cli) -> None:
+    _dataset(run)
+    r = run("charge", "census", "--mechanism", "discrete_laplace", "--epsilon", "0.5",
+            "--sensitivity", "1", "--json")  # fmt: skip
+    sensitivity = json.loads(r.stdout)["entry"]["mechanism"]["sensitivity"]
+    assert sensitivity == 1 and isinstance(sensitivity, int)
+
+
+# --- spending ---------------------------------------------------------------------------------
+
+
+def test_refused_for_budget_exits_2_and_records_a_rejection(run: Cli) -> None:
+    _dataset(run)
+    r = run("charge", "census", "-m", "laplace", "--epsilon", "5", code=2)
+    assert "over budget" in r.stderr and "nothing was charged" in r.stderr
+    assert run.client.get("/v1/datasets/census/budget").json()["entries"] == 0
+    rejected = run.json("rejections", "--dataset", "census")
+    assert [x["mechanism"]["epsilon"] for x in rejected] == [5.0]
+    table = run("rejections").stdout
+    assert "laplace epsilon=5" in table
+
+
+def test_reserve_commit_release(run: Cli) -> None:
+    _dataset(run)
+    held = run.json("reserve", "census", "-m", "gaussian", "--sigma", "10", "--ttl", "60")
+    other = run.json("reserve", "census", "-m", "laplace", "--epsilon", "0.1")
+    assert held["status"] == other["status"] == "active"
+    budget = run.json("budget", "census")
+    assert budget["reserved"]["count"] == 2 and budget["entries"] == 0
+    committed = run.json("commit", held["id"])
+    assert committed["status"] == "committed" and committed["ledger_entry_id"] is not None
+    assert run.json("commit", held["id"])["ledger_entry_id"] == committed["ledger_entry_id"]
+    assert run.json("release", other["id"])["status"] == "released"
+    budget = run.json("budget", "census")
+    assert budget["reserved"] is None and budget["entries"] == 1  # no active hold
+    assert "committed (ledger entry" in run("commit", held["id"]).stdout
+
+
+def test_calibrate_gives_the_least_sigma_that_fits(run: Cli) -> None:
+    _dataset(run, "census", "--no-adaptive")
+    run("charge", "census", "-m", "laplace", "--epsilon", "0.3")
+    answer = run.json("calibrate", "census", "-m", "gaussian", "--sensitivity", "1")
+    sigma = answer["value"]
+    assert answer["parameter"] == "sigma" and answer["mechanism"]["sigma"] == sigma
+    # a little less noise does not fit; the calibrated value does
+    run("charge", "census", "-m", "gaussian", "--sigma", repr(sigma * 0.99), "--dry-run",
+        code=2)  # fmt: skip
+    run("charge", "census", "-m", "gaussian", "--sigma", repr(sigma), "--dry-run")
+    text = run("calibrate", "census", "-m", "gaussian", "--sensitivity", "1").stdout
+    assert "sigma =" in text and "least that fits" in text
+    r = run("calibrate", "census", "-m", "gaussian", "--sigma", "3", code=1)
+    assert "what calibrate solves for" in r.stderr
+
+
+def test_compose_labels_candidates_and_marks_the_answer(run: Cli, tmp_path: Any) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps(
+            [
+                {"mechanism": "gaussian", "sigma": 3.0, "count": 10},
+                {"mechanism": "laplace", "epsilon": 0.5},
+            ]
+        )  # fmt: skip
+    )
+    answer = run.json("compose", str(plan), "--delta", "1e-5")
+    conversions = answer["conversions"]
+    assert len(conversions) >= 2
+    assert answer["epsilon"] == min(conversions.values())
+    text = run("compose", str(plan), "--delta", "1e-5").stdout
+    for name in conversions:
+        row = next(
+            line for line in text.splitlines() if "│" in line and re.search(rf"\b{name}\b", line)
+        )
+        assert ("<- answer" in row) == (name == answer["method"]), row
+        assert ("candidate" in row) == (name != answer["method"]), row
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+def test_status_on_rdp_shows_epsilon_added_not_rho(run: Cli) -> None:
+    _dataset(run, "train", "--no-adaptive")
+    run("charge", "train", "-m", "subsampled_gaussian", "--sigma", "4", "--sample-rate",
+        "0.01", "--steps", "100")  # fmt: skip
+    run("charge", "train", "-m", "laplace", "--epsilon", "0.1")
+    run("charge", "train", "-m", "gaussian", "--sigma", "30")
+    st = run.json("status", "train")
+    added = st["epsilon_added"]
+    assert set(added) == {"subsampled_gaussian", "laplace", "gaussian"}
+    assert math.isclose(sum(added.values()), st["spent"]["epsilon"], rel_tol=1e-9)
+    # each kind's addition, recomputed from the ledger's spend after each entry
+    entries = sorted(run.client.get("/v1/datasets/train/ledger").json()["entries"],
+                     key=lambda e: e["seq"])  # fmt: skip
+    before = 0.0
+    for e in entries:
+        assert math.isclose(added[e["kind"]], e["spent_epsilon"] - before, rel_tol=1e-9)
+        before = e["spent_epsilon"]
+    text = run("status", "train").stdout
+    assert "epsilon added" in text and "rho" not in text
+
+
+def test_status_on_zcdp_ranks_by_rho(run: Cli) -> None:
+    _dataset(run, "z", "--accounting", "zcdp")
+    run("charge", "z", "-m", "gaussian", "--sigma", "10")
+    text = run("status", "z").stdout
+    assert "mechanisms by rho" in text and "epsilon added" not in text
+
+
+def test_ledger_export_streams_every_page(run: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reading, "PAGE", 2)  # five entries: three page requests
+    _dataset(run, "census", "--no-adaptive")
+    for i in range(5):
+        run("charge", "census", "-m", "gaussian", "--sigma", "50", "--label", f"run {i}",
+            "--metadata", json.dumps({"i": i}))  # fmt: skip
+    api = run.client.get("/v1/datasets/census/ledger", params={"limit": 100}).json()["entries"]
+    rows = list(csv.DictReader(io.StringIO(run("ledger", "census", "--format", "csv").stdout)))
+    assert [int(r["id"]) for r in rows] == [e["id"] for e in api]
+    assert [r["label"] for r in rows] == [e["label"] for e in api]
+    assert [json.loads(r["metadata"]) for r in rows] == [e["metadata"] for e in api]
+    lines = run("ledger", "census", "--format", "jsonl").stdout.splitlines()
+    assert [json.loads(line) for line in lines] == api
+    two = run("ledger", "census", "--format", "jsonl", "--limit", "3").stdout.splitlines()
+    assert [json.loads(line)["id"] for line in two] == [e["id"] for e in api[:3]]
+    table = run("ledger", "census").stdout
+    assert "gaussian sigma=50.0" in table and "run 4" in table
+
+
+def test_audit_shows_a_budget_change(run: Cli) -> None:
+    ds = _dataset(run)
+    updated = run.json("datasets", "update", "census", "--epsilon", "2", "--description", "US")
+    assert updated["budget"]["epsilon"] == 2.0 and updated["description"] == "US"
+    events = run.json("audit", "--dataset", "census")
+    # raising the budget and describing the dataset are audited as well as its creation
+    assert {e["action"] for e in events} >= {"dataset.created", "budget.raised"}
+    assert all(e["dataset_id"] == ds["id"] for e in events)
+    assert "budget.raised" in run("audit").stdout
+
+
+def test_datasets_list_and_update_refuses_nothing_to_change(run: Cli) -> None:
+    _dataset(run)
+    assert [d["name"] for d in run.json("datasets")] == ["census"]
+    assert "census" in run("datasets").stdout
+    assert "nothing to change" in run("datasets", "update", "census", code=1).stderr
+
+
+# --- keys -------------------------------------------------------------------------------------
+
+
+def test_keys_by_dataset_name(run: Cli) -> None:
+    ds = _dataset(run)
+    created = run.json("keys", "create", "--role", "viewer", "--dataset", "census",
+                       "--label", "dash")  # fmt: skip
+    assert created["datasets"] == [ds["id"]] and created["key"].startswith("pl_v_")
+    listed = run("keys", "list").stdout
+    assert created["key"] not in listed and "census" in listed
+    assert run.json("budget", "census", key=created["key"])["entries"] == 0
+    run("keys", "revoke", created["id"])
+    r = run("budget", "census", key=created["key"], code=1)
+    assert "PRIVACY_LEDGER_API_KEY" in r.stderr and "revoked" in r.stderr
+
+
+# --- errors and help --------------------------------------------------------------------------
+
+
+def test_errors_name_the_environment_variables(run: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    r = run("datasets", key=None, code=1)
+    assert "PRIVACY_LEDGER_API_KEY" in r.stderr and "Authorization" not in r.stderr
+    r = run("datasets", key="not-a-key", code=1)
+    assert "refused the API key" in r.stderr and "PRIVACY_LEDGER_API_KEY" in r.stderr
+    monkeypatch.setattr(common, "TRANSPORT", None)
+    r = run("datasets", "--url", "http://127.0.0.1:9", code=1)
+    assert "cannot reach the server" in r.stderr and "PRIVACY_LEDGER_URL" in r.stderr
+
+
+def _commands(group: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Every command path under ``group`` (typer ships its own copy of click's classes)."""
+    yield path
+    for name, sub in getattr(group, "commands", {}).items():
+        yield from _commands(sub, (*path, name))
+
+
+def test_every_option_has_help_and_no_flag_prints_bool() -> None:
+    root = typer.main.get_command(cli)
+    paths = list(_commands(root))
+    assert len(paths) > 20
+    runner = CliRunner()
+    for path in paths:
+        command: Any = root
+        for name in path:
+            command = command.commands[name]
+        for p in command.params:
+            if p.param_type_name == "option":
+                assert p.help, f"{' '.join(path)} {p.opts} has no help"
+        out = runner.invoke(cli, [*path, "--help"], env={"COLUMNS": "200"}).stdout
+        assert "<bool>" not in out, path
+
+
+def test_version() -> None:
+    r = CliRunner().invoke(cli, ["--version"])
+    assert r.exit_code == 0 and r.stdout.startswith("privacy-ledger ") and "client" in r.stdout
+
+
+# --- verify -----------------------------------------------------------------------------------
+
+
+def test_verify_here_and_on_the_server(run: Cli, db_url: str) -> None:
+    _dataset(run)
+    run("charge", "census", "-m", "gaussian", "--sigma", "30")
+    here = run.json("verify", "--database-url", db_url)
+    assert here["ok"] and [d["entries"] for d in here["datasets"]] == [1]
+    remote = run.json("verify", "--server")
+    assert remote["ok"] and [d["name"] for d in remote["datasets"]] == ["census"]
+    assert "all totals match the ledger" in run("verify", "--database-url", db_url).stdout
