@@ -153,6 +153,12 @@ def _resolve(
         now = utcnow()
         row = s.get(Reservation, reservation_id)
         assert row is not None
+        if principal.allocations is not None:  # a key limited to allocations: one of its own
+            held_for = None
+            if row.allocation_id is not None:
+                held_for = st.tallies().allocation_by_id(s, row.allocation_id).name
+            if (why := principal.may_charge(held_for)) is not None:
+                raise Forbidden(why)
         if row.status is ReservationStatus.ACTIVE:
             row.status = to
             row.resolved_by = principal.key_id
