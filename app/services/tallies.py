@@ -265,13 +265,15 @@ class Tallies:
         """The tallies of ``owner``'s blocks ``keys`` (in key order; zero tallies for blocks
         without a row). One statement for the ones not loaded yet, rows locked in key order
         (``lock``; reads outside a write transaction pass False)."""
-        missing = [k for k in keys if (kind, owner, k) not in self.loaded]
+        missing = sorted(k for k in keys if (kind, owner, k) not in self.loaded)
         if missing:
             table = _TABLE[kind]
             owner_column = table.c.dataset_id if kind == BLOCK else table.c.allocation_id
             stmt = (
                 select(table.c.key, *(table.c[c] for c in _TOTALS))
-                .where(owner_column == owner, table.c.key.in_(missing))
+                # a key range (an index range scan on the primary key); keys of one unit sort in
+                # time order, so it holds exactly the blocks between the first and last missing
+                .where(owner_column == owner, table.c.key.between(missing[0], missing[-1]))
                 .order_by(table.c.key)
             )
             if lock:
