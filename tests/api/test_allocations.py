@@ -127,6 +127,12 @@ def test_allocation_limit_then_dataset_limit(
     assert a_after == next(x for x in before[1] if x["name"] == "team-a")
     rejections = client.get("/v1/rejections", params={"dataset": ds["id"]}).json()["rejections"]
     assert len(rejections) == 2
+    metrics = client.get("/metrics").text
+    for limit in ("allocation", "dataset"):
+        line = (
+            f'privacy_ledger_structure_refusals_total{{dataset="{ds["id"]}",limit="{limit}"}} 1.0'
+        )
+        assert line in metrics, limit
     assert client.post("/v1/admin/verify").json()["ok"] is True
 
 
