@@ -54,6 +54,12 @@ RESERVATIONS = Counter(
     "(reserved, refused, committed, released, expired).",
     ["dataset", "mechanism", "outcome"],
 )
+STRUCTURE_REFUSALS = Counter(
+    "privacy_ledger_structure_refusals",
+    "Charges and reservations refused by a budget structure, by dataset id and the first limit "
+    "hit (dataset: the budget or a block's; lifetime; allocation).",
+    ["dataset", "limit"],
+)
 REQUEST_SECONDS = Histogram(
     "privacy_ledger_http_request_duration_seconds",
     "HTTP request latency by method, route template and status code.",
@@ -289,6 +295,7 @@ __all__ = [
     "DB_ERRORS",
     "RESERVATIONS",
     "REQUEST_SECONDS",
+    "STRUCTURE_REFUSALS",
     "JsonFormatter",
     "RequestContext",
     "configure_logging",

@@ -35,12 +35,29 @@ class Principal:
     key_id: str | None
     role: Role
     dataset_ids: tuple[str, ...] | None = None
+    # budget structures: the allocations this key must charge to (None = not limited)
+    allocations: tuple[str, ...] | None = None
 
     def has_role(self, role: Role) -> bool:
         return self.role.rank >= role.rank
 
     def can_see(self, dataset_id: str) -> bool:
         return self.dataset_ids is None or dataset_id in self.dataset_ids
+
+    def may_charge(self, allocation: str | None) -> str | None:
+        """Why this key may not charge to ``allocation`` (None when it may): a key limited to
+        allocations must name one of them."""
+        if self.allocations is None or allocation in self.allocations:
+            return None
+        if allocation is None:
+            return (
+                "this key is limited to allocations "
+                f"{list(self.allocations)}: name one of them in 'allocation'"
+            )
+        return (
+            f"this key may not charge allocation {ascii(allocation)[:80]}; it is limited to "
+            f"{list(self.allocations)}"
+        )
 
     def covers(self, dataset_ids: Sequence[str] | None) -> bool:
         """Whether a key scoped to ``dataset_ids`` (None = all) reaches nothing this principal

@@ -83,6 +83,12 @@ class Dataset(_Answer):
     created_at: Timestamp
     updated_at: Timestamp
     last_entry_at: Timestamp | None
+    partition: Partition | None = Field(
+        default=None, description="time partition: the budget applies to each block"
+    )
+    lifetime_budget: Budget | None = Field(
+        default=None, description="cap on the composition of all charges (partitioned only)"
+    )
 
 
 class DatasetList(_Answer):
@@ -104,6 +110,23 @@ class BudgetView(_Answer):
     accounting: str
     adaptive: bool
     reserved: Reserved | None
+    blocks: BlocksSummary | None = Field(
+        default=None, description="partitioned datasets: most-spent block, exhausted blocks"
+    )
+    lifetime: Lifetime | None = Field(
+        default=None, description="partitioned datasets: the spend of all charges composed"
+    )
+
+
+class BlockSpan(_Answer):
+    """An inclusive range of block keys of a partitioned dataset."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", validate_by_name=True, serialize_by_alias=True
+    )
+
+    from_: str = Field(alias="from", serialization_alias="from")
+    to: str
 
 
 class Entry(_Answer):
@@ -124,6 +147,8 @@ class Entry(_Answer):
     source: str = Field(description="charge, reservation or reservation_expired")
     key_id: str | None
     reservation_id: str | None
+    allocation_id: str | None = Field(default=None, description="the allocation charged")
+    blocks: BlockSpan | None = Field(default=None, description="the block range charged")
 
 
 class Requested(_Answer):
@@ -140,6 +165,15 @@ class Charge(_Answer):
 
     entry: Entry
     spent: Spent
+    allocation: Allocation | None = Field(
+        default=None, description="the allocation charged, after the charge"
+    )
+    blocks: list[Block] | None = Field(
+        default=None, description="the blocks charged (partitioned datasets), after the charge"
+    )
+    allocation_blocks: list[Block] | None = Field(
+        default=None, description="the allocation's share of each block charged, after it"
+    )
 
 
 class DryRun(_Answer):
@@ -150,6 +184,13 @@ class DryRun(_Answer):
     spent: Spent
     would_spend: Spent
     requested: Requested
+    allocation: Allocation | None = Field(
+        default=None, description="the allocation as it would be after the charge"
+    )
+    blocks: list[Block] | None = Field(
+        default=None, description="the blocks as they would be after the charge"
+    )
+    allocation_blocks: list[Block] | None = None
 
 
 class LedgerPage(_Answer):
@@ -173,6 +214,8 @@ class Reservation(_Answer):
     resolved_at: Timestamp | None
     ledger_entry_id: int | None
     key_id: str | None
+    allocation_id: str | None = None
+    blocks: BlockSpan | None = None
 
 
 class ReservationAnswer(Reservation):
@@ -189,6 +232,9 @@ class Key(_Answer):
     id: str
     role: str
     datasets: list[str] | None
+    allocations: list[str] | None = Field(
+        default=None, description="allocations the key must charge to (null: not limited)"
+    )
     label: str | None
     created_at: Timestamp
     created_by: str | None
@@ -342,7 +388,83 @@ class VerifyReport(_Answer):
     datasets: list[VerifiedDataset]
 
 
+# --- budget structures (issue 15) -------------------------------------------------------------
+
+
+class Partition(_Answer):
+    unit: str = Field(description="day, week or month (UTC)")
+    max_span: int = Field(description="most blocks one charge, reservation or listing covers")
+
+
+class Block(_Answer):
+    """One block of a partitioned dataset (or an allocation's share of it)."""
+
+    block: str
+    spent: Spent
+    remaining: Remaining
+    exhausted: bool
+    entries: int
+    reserved: Reserved | None = None
+
+
+class BlockList(_Answer):
+    dataset_id: str
+    unit: str
+    allocation: str | None = None
+    blocks: list[Block]
+
+
+class BlocksSummary(_Answer):
+    unit: str
+    most_spent: Block | None = Field(description="the block with the largest spend")
+    exhausted_blocks: int
+    charged_blocks: int
+
+
+class Lifetime(_Answer):
+    """The composition of every charge of a partitioned dataset against its lifetime budget
+    (``budget`` null: none set; ``spent`` is then under the per-block budget's filter)."""
+
+    budget: Budget | None
+    spent: Spent
+    remaining: Remaining | None
+    exhausted: bool
+
+
+class Allocation(_Answer):
+    """A sub-budget of a dataset. On a partitioned dataset its budget applies to each block:
+    ``spent``, ``remaining`` and ``exhausted`` are those of its most-spent block
+    (``most_spent_block``) and ``lifetime_spent`` composes all its charges."""
+
+    id: str
+    dataset_id: str
+    name: str
+    budget: Budget
+    spent: Spent
+    remaining: Remaining
+    exhausted: bool
+    entries: int
+    reserved: Reserved | None = None
+    most_spent_block: str | None = None
+    lifetime_spent: Spent | None = None
+    created_at: Timestamp | None = None
+    updated_at: Timestamp | None = None
+
+
+class AllocationList(_Answer):
+    dataset_id: str
+    allocations: list[Allocation]
+
+
 __all__ = [
+    "Allocation",
+    "AllocationList",
+    "Block",
+    "BlockList",
+    "BlockSpan",
+    "BlocksSummary",
+    "Lifetime",
+    "Partition",
     "Adds",
     "AuditEvent",
     "AuditPage",

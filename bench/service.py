@@ -1,6 +1,7 @@
 """Service benchmark: charge throughput vs a trivial-insert baseline, and read latency.
 
-Run from the repository root: ``.venv/bin/python bench/service.py`` (prints JSON).
+Run from the repository root: ``.venv/bin/python bench/service.py`` (prints JSON);
+``bench/service.py partitioned`` (or any of ``SCENARIOS``) runs only those scenarios.
 
 * Throughput: 16 concurrent keep-alive HTTP connections POST charges to a running server
   (uvicorn[standard]: uvloop + httptools); SQLite with 1 worker, PostgreSQL with 2. The
@@ -14,6 +15,9 @@ Run from the repository root: ``.venv/bin/python bench/service.py`` (prints JSON
   latency with 10 and with 100,000 ledger entries (the 100k ledger is bulk-inserted with SQL,
   then totals are rebuilt from it with ``privacy-ledger verify --rebuild``); the ratios should
   be about 1 (O(1) in the ledger length; the series costs O(points)).
+
+* Partitioned (issue 15): charges/s on a daily-partitioned dataset whose charges each cover 7
+  blocks (overlapping ranges), against a plain dataset on the same server in the same run.
 
 The load generator is a small asyncio HTTP/1.1 client in a separate process; client and server
 share the machine's cores, which the JSON records.
@@ -289,6 +293,60 @@ def throughput(
     }
 
 
+def partitioned(kind: str, tmp: Path, span: int = 7) -> dict[str, Any]:
+    """Charges/s on a daily-partitioned dataset, each charge over ``span`` blocks (ranges that
+    overlap between connections), against a plain dataset, same server, same run (issue 15)."""
+    workers = 1 if kind == "sqlite" else 2
+    if kind == "sqlite":
+        for stale in tmp.glob("*.db*"):
+            stale.unlink()
+    url = (
+        f"sqlite:///{tmp / 'partitioned.db'}" if kind == "sqlite" else _pg_database("pl_bench_part")
+    )
+    server = Server("app.main:app", {**OUR_ENV, "PRIVACY_LEDGER_DATABASE_URL": url}, workers)
+    charge = {"mechanism": {"mechanism": "gaussian", "sigma": 10.0}}
+    try:
+        server.wait("/readyz")
+        with httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+        ) as c:
+            budget = {"epsilon": 1e6, "delta": 1e-6}
+            plain = c.post("/v1/datasets", json={"name": "plain", "budget": budget}).json()["id"]
+            part = c.post(
+                "/v1/datasets",
+                json={"name": "daily", "budget": budget, "partition": {"unit": "day"}},
+            ).json()["id"]
+        plain_result = load(
+            server.port, _request("POST", f"/v1/datasets/{plain}/charges", charge, auth=True)
+        )
+        reqs = [
+            _request(
+                "POST",
+                f"/v1/datasets/{part}/charges",
+                {
+                    **charge,
+                    "blocks": {
+                        "from": f"2026-11-{1 + i % 10:02d}",
+                        "to": f"2026-11-{i % 10 + span:02d}",
+                    },
+                },
+                auth=True,
+            )
+            for i in range(CONNECTIONS)
+        ]
+        part_result = load(server.port, reqs)
+    finally:
+        server.stop()
+    return {
+        "workers": workers,
+        "span_blocks": span,
+        "plain_dataset": plain_result,
+        "partitioned_dataset": part_result,
+        "ratio_partitioned_over_plain": part_result["requests_per_second"]
+        / plain_result["requests_per_second"],
+    }
+
+
 def _bulk_fill(url: str, dataset_id: str, n: int) -> None:
     """Insert n ledger rows of one Gaussian charge with SQL, then rebuild totals from them."""
     from sqlalchemy import create_engine, insert
@@ -487,7 +545,7 @@ def pld_charge_latency(tmp: Path) -> dict[str, Any]:
         server.stop()
 
 
-SCENARIOS = ("throughput", "throughput_16_datasets", "read_latency", "pld")
+SCENARIOS = ("throughput", "throughput_16_datasets", "read_latency", "pld", "partitioned")
 
 
 def main() -> None:
@@ -522,6 +580,10 @@ def main() -> None:
             }
         if "pld" in chosen:
             result["pld_charges"] = pld_charge_latency(tmp)
+        if "partitioned" in chosen:
+            result["partitioned_7_blocks"] = {
+                kind: partitioned(kind, tmp) for kind in ("sqlite", "postgresql")
+            }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(result, indent=2))

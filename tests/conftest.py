@@ -35,6 +35,9 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 BACKENDS = ["sqlite", "postgres"]
 
 _TABLES = [
+    "allocation_block",
+    "dataset_block",
+    "allocation",
     "dataset_pld",
     "audit_event",
     "idempotency_record",

@@ -212,13 +212,33 @@ class _WithLabel(_Strict):
         return check_metadata(v)
 
 
-class ChargeIn(_WithLabel):
+class BlocksIn(_Strict):
+    """An inclusive range of block keys (``2026-11-23``, ``2026-W48``, ``2026-11``; UTC)."""
+
+    from_: Annotated[str, Field(alias="from", min_length=1, max_length=16)]
+    to: Annotated[str, Field(min_length=1, max_length=16)]
+
+    def span(self) -> tuple[str, str]:
+        return (self.from_, self.to)
+
+
+AllocationName = DatasetName
+
+
+class _Structures(_Strict):
+    """Budget structures a charge or reservation is made to (issue 15)."""
+
+    allocation: AllocationName | None = None
+    blocks: BlocksIn | None = None
+
+
+class ChargeIn(_WithLabel, _Structures):
     """``POST /v1/datasets/{id}/charges``."""
 
     mechanism: MechanismIn
 
 
-class ReservationIn(_WithLabel):
+class ReservationIn(_WithLabel, _Structures):
     """``POST /v1/datasets/{id}/reservations``."""
 
     mechanism: MechanismIn
@@ -256,6 +276,12 @@ Name = DatasetName
 Description = Annotated[SafeText, Field(max_length=2000)]
 
 
+class PartitionIn(_Strict):
+    """Time partition of a dataset: its budget applies to each block (UTC)."""
+
+    unit: Literal["day", "week", "month"]
+
+
 class DatasetIn(_Strict):
     """``POST /v1/datasets``."""
 
@@ -265,6 +291,21 @@ class DatasetIn(_Strict):
     adaptive: bool = True
     allowed_mechanisms: Annotated[list[Kind], Field(min_length=1, max_length=16)] | None = None
     description: Description | None = None
+    partition: PartitionIn | None = None
+    lifetime_budget: BudgetIn | None = None
+
+
+class AllocationIn(_Strict):
+    """``POST /v1/datasets/{id}/allocations``."""
+
+    name: AllocationName
+    budget: BudgetIn
+
+
+class AllocationPatch(_Strict):
+    """``PATCH /v1/datasets/{id}/allocations/{name}``: its budget."""
+
+    budget: BudgetPatch
 
 
 class DatasetPatch(_Strict):
@@ -294,9 +335,14 @@ class KeyIn(_Strict):
         Annotated[list[Annotated[SafeText, Field(max_length=64)]], Field(max_length=1000)] | None
     ) = None
     label: Annotated[SafeText, Field(max_length=MAX_LABEL)] | None = None
+    allocations: Annotated[list[AllocationName], Field(min_length=1, max_length=1000)] | None = None
 
 
 __all__ = [
+    "AllocationIn",
+    "AllocationPatch",
+    "BlocksIn",
+    "PartitionIn",
     "MIN_SAMPLE_RATE",
     "BudgetIn",
     "ChargeIn",

@@ -99,6 +99,8 @@ class ApiKey(Base):
     dataset_ids: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     label: Mapped[str | None] = mapped_column(String(200), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # budget structures: the allocation names this key must charge to (None = any or none)
+    allocations: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     created_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
@@ -123,6 +125,13 @@ class Dataset(Base):
     filter_params: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # budget structures (issue 15): a time-partitioned dataset's block unit (day, week, month;
+    # None = not partitioned) and its optional lifetime budget with that budget's filter
+    partition_unit: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    lifetime_budget_epsilon: Mapped[float | None] = mapped_column(Float, nullable=True)
+    lifetime_budget_delta: Mapped[float | None] = mapped_column(Float, nullable=True)
+    lifetime_filter_bound: Mapped[float | None] = mapped_column(Float, nullable=True)
+    lifetime_filter_params: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class DatasetTotal(Base):
@@ -200,6 +209,10 @@ class LedgerEntry(Base):
     )
     reservation_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     spent_epsilon: Mapped[float] = mapped_column(Float)
+    # budget structures: the allocation charged and the block range (inclusive keys)
+    allocation_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    block_from: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    block_to: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 class IdempotencyRecord(Base):
@@ -276,6 +289,10 @@ class Reservation(Base):
     resolved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     resolved_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
     ledger_entry_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # budget structures: the allocation and block range the hold is held against
+    allocation_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    block_from: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    block_to: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 class AuditEvent(Base):
@@ -303,8 +320,94 @@ class AppSetting(Base):
     value: Mapped[str] = mapped_column(Text)
 
 
+# --- budget structures (issue 15): allocations and time blocks ---------------------------------
+
+
+class Allocation(Base):
+    """A sub-budget of a dataset (a team's or analyst's), with the running totals of the
+    charges made to it (same columns and codec as ``dataset_total``). Its filter has the
+    dataset's kind (and, for ``rdp_fixed_orders``, the dataset's orders)."""
+
+    __tablename__ = "allocation"
+    __table_args__ = (UniqueConstraint("dataset_id", "name", name="uq_allocation_dataset_name"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    dataset_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("dataset.id", ondelete="CASCADE")
+    )
+    name: Mapped[str] = mapped_column(String(200))
+    budget_epsilon: Mapped[float] = mapped_column(Float)
+    budget_delta: Mapped[float] = mapped_column(Float)
+    filter_bound: Mapped[float | None] = mapped_column(Float, nullable=True)
+    filter_params: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    orders_version: Mapped[int] = mapped_column(Integer)
+    rho: Mapped[float] = mapped_column(Float)
+    rdp: Mapped[bytes] = mapped_column(LargeBinary)
+    pure_eps: Mapped[float] = mapped_column(Float)
+    gaussian_only: Mapped[bool] = mapped_column(Boolean)
+    delta: Mapped[float] = mapped_column(Float, default=0.0)
+    entry_count: Mapped[int] = mapped_column(BigInteger)
+    spent_epsilon: Mapped[float] = mapped_column(Float)
+    spent_method: Mapped[str] = mapped_column(String(32))
+    held_count: Mapped[int] = mapped_column(BigInteger, default=0)
+    held: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+
+
+class DatasetBlock(Base):
+    """Running totals of one time block of a partitioned dataset (``key``: ``2026-11-23``,
+    ``2026-W48`` or ``2026-11``), created by the first charge or hold that touches it."""
+
+    __tablename__ = "dataset_block"
+
+    dataset_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("dataset.id", ondelete="CASCADE"), primary_key=True
+    )
+    key: Mapped[str] = mapped_column(String(16), primary_key=True)
+    orders_version: Mapped[int] = mapped_column(Integer)
+    rho: Mapped[float] = mapped_column(Float)
+    rdp: Mapped[bytes] = mapped_column(LargeBinary)
+    pure_eps: Mapped[float] = mapped_column(Float)
+    gaussian_only: Mapped[bool] = mapped_column(Boolean)
+    delta: Mapped[float] = mapped_column(Float, default=0.0)
+    entry_count: Mapped[int] = mapped_column(BigInteger)
+    spent_epsilon: Mapped[float] = mapped_column(Float)
+    spent_method: Mapped[str] = mapped_column(String(32))
+    held_count: Mapped[int] = mapped_column(BigInteger, default=0)
+    held: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class AllocationBlock(Base):
+    """Running totals of one allocation in one time block (an allocation of a partitioned
+    dataset has its budget per block, as the dataset has)."""
+
+    __tablename__ = "allocation_block"
+
+    allocation_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("allocation.id", ondelete="CASCADE"), primary_key=True
+    )
+    key: Mapped[str] = mapped_column(String(16), primary_key=True)
+    orders_version: Mapped[int] = mapped_column(Integer)
+    rho: Mapped[float] = mapped_column(Float)
+    rdp: Mapped[bytes] = mapped_column(LargeBinary)
+    pure_eps: Mapped[float] = mapped_column(Float)
+    gaussian_only: Mapped[bool] = mapped_column(Boolean)
+    delta: Mapped[float] = mapped_column(Float, default=0.0)
+    entry_count: Mapped[int] = mapped_column(BigInteger)
+    spent_epsilon: Mapped[float] = mapped_column(Float)
+    spent_method: Mapped[str] = mapped_column(String(32))
+    held_count: Mapped[int] = mapped_column(BigInteger, default=0)
+    held: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 __all__ = [
     "MAX_BIGINT",
+    "Allocation",
+    "AllocationBlock",
+    "DatasetBlock",
     "ApiKey",
     "AppSetting",
     "AuditEvent",

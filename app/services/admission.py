@@ -23,7 +23,7 @@ import math
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
@@ -34,7 +34,7 @@ from app import observability
 from app import responses as r
 from app.accounting import pld_mechanisms
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import RHO_FILTERS, Spend
+from app.accounting.filters import RHO_FILTERS, DryRun, Spend
 from app.accounting.mechanisms import Mechanism
 from app.accounting.pld import Pld
 from app.accounting.pld_filter import PldFilter
@@ -50,8 +50,9 @@ from app.db.models import (
 )
 from app.errors import BudgetExceeded, NotFound, ProblemError, Unprocessable
 from app.principal import SYSTEM, Principal
-from app.services import answers, audit, state
+from app.services import answers, audit, blocks, state
 from app.services.state import DatasetState
+from app.services.tallies import ALLOCATION_BLOCK, BLOCK, Tally
 
 _LEDGER = cast(Table, LedgerEntry.__table__)
 _INSERT_ENTRY = insert(_LEDGER).returning(_LEDGER.c.id)
@@ -70,6 +71,12 @@ class Ask:
     label: str | None = None
     metadata: dict[str, Any] | None = None
     key_id: str | None = None
+    # budget structures (issue 15): the allocation named and the block range asked for, and
+    # once resolved under the lock (``prepare``), the tallies they stand for
+    allocation: str | None = None
+    blocks: tuple[str, str] | None = None
+    allocation_id: str | None = None
+    target: Target | None = None
 
     @classmethod
     def of(
@@ -79,20 +86,41 @@ class Ask:
         label: str | None = None,
         metadata: dict[str, Any] | None = None,
         key_id: str | None = None,
+        allocation: str | None = None,
+        blocks: tuple[str, str] | None = None,
     ) -> Ask:
         """The ask for ``mechanism`` (422 when its privacy loss overflows)."""
         try:
             curve = mechanism.curve()
         except ValueError as exc:
             raise Unprocessable(str(exc)) from None
-        return cls(mechanism.kind, mechanism.count, wire, curve, label, metadata, key_id)
+        return cls(
+            mechanism.kind,
+            mechanism.count,
+            wire,
+            curve,
+            label,
+            metadata,
+            key_id,
+            allocation=allocation,
+            blocks=blocks,
+        )
 
     @classmethod
     def of_hold(cls, hold: Reservation) -> Ask:
         """The ask a reservation made (its stored curve: never recomputed)."""
         wire = {k: v for k, v in hold.mechanism.items() if k != "v"}
+        span = (hold.block_from, hold.block_to) if hold.block_from and hold.block_to else None
         return cls(
-            hold.kind, hold.count, wire, curve_of(hold), hold.label, hold.metadata_, hold.key_id
+            hold.kind,
+            hold.count,
+            wire,
+            curve_of(hold),
+            hold.label,
+            hold.metadata_,
+            hold.key_id,
+            blocks=span,
+            allocation_id=hold.allocation_id,
         )
 
 
@@ -163,6 +191,12 @@ class Decision:
     spend_after: Spend
     pld_new: Pld | None = None
     pld_after: Pld | None = None
+    # budget structures: each tally's dry run, the limits hit ("dataset", "lifetime",
+    # "allocation") and the blocks whose budget (the dataset's, the allocation's) refused
+    checks: tuple[tuple[Tally, DryRun], ...] = ()
+    limits: tuple[str, ...] = ()
+    blocks_exceeded: tuple[str, ...] = ()
+    allocation_blocks_exceeded: tuple[str, ...] = ()
 
 
 def entry_pld(st: DatasetState, wire: dict[str, Any]) -> Pld:
@@ -178,7 +212,15 @@ def entry_pld(st: DatasetState, wire: dict[str, Any]) -> Pld:
 
 def decide(st: DatasetState, ask: Ask) -> Decision:
     """Would ``ask`` fit? One dry run: the dataset's filter over the composed curves, or, on a
-    ``pld`` dataset, its composed privacy loss distribution."""
+    ``pld`` dataset, its composed privacy loss distribution; with budget structures (an
+    allocation, a block range: ``prepare``), a dry run of each of their tallies too, and the
+    ask fits only if every one of them admits it (``decide_structures``)."""
+    if st.partition_unit is not None or ask.target is not None:
+        return decide_structures(st, ask)
+    return _decide_dataset(st, ask)
+
+
+def _decide_dataset(st: DatasetState, ask: Ask) -> Decision:
     if not st.is_pld:
         dry = st.filter.dry_run(st.committed, st.held_curve, ask.curve)
         return Decision(dry.admitted, dry.after, dry.spend_after)
@@ -186,6 +228,190 @@ def decide(st: DatasetState, ask: Ask) -> Decision:
     new = entry_pld(st, ask.wire)
     p = PldFilter(st.budget).dry_run(st.pld, st.pld_held, new)
     return Decision(p.admitted, st.committed + ask.curve, p.spend_after, new, p.after)
+
+
+# --- budget structures (issue 15): allocations and time blocks -------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """What an ask is charged to besides the dataset's totals: its allocation and the tallies
+    of its blocks (the dataset's; the allocation's, on a partitioned dataset)."""
+
+    allocation: Tally | None
+    blocks: tuple[Tally, ...]
+    allocation_blocks: tuple[Tally, ...]
+    block_from: str | None
+    block_to: str | None
+
+    def tallies(self) -> tuple[Tally, ...]:
+        head = (self.allocation,) if self.allocation is not None else ()
+        return head + self.blocks + self.allocation_blocks
+
+
+def prepare(session: Session, st: DatasetState, ask: Ask) -> Ask:
+    """``ask`` with its allocation and blocks resolved into tallies, under the dataset's lock;
+    422 for an unknown allocation, blocks on a dataset that is not partitioned, no blocks on
+    one that is, or a bad range (``blocks.block_range``). Reads O(blocks) rows."""
+    unit = st.partition_unit
+    if ask.blocks is not None and unit is None:
+        raise Unprocessable(
+            f"dataset {st.name!r} is not partitioned: 'blocks' applies only to datasets "
+            "created with a 'partition'"
+        )
+    if ask.blocks is None and unit is not None:
+        raise Unprocessable(
+            f"dataset {st.name!r} is partitioned by {unit}: give the blocks the charge reads, "
+            "'blocks': {'from': <key>, 'to': <key>} (inclusive)",
+            partition_unit=unit,
+        )
+    if ask.allocation is None and ask.allocation_id is None and ask.blocks is None:
+        return ask
+    if st.is_pld:
+        raise Unprocessable("allocations are not available on 'pld' datasets")
+    keys = blocks.block_range(unit, *ask.blocks) if unit is not None and ask.blocks else []
+    tallies = st.tallies()
+    allocation = None
+    if ask.allocation is not None:
+        allocation = tallies.allocation(session, ask.allocation)
+    elif ask.allocation_id is not None:
+        allocation = tallies.allocation_by_id(session, ask.allocation_id)
+    block_tallies: list[Tally] = []
+    allocation_blocks: list[Tally] = []
+    if keys:
+        block_tallies = tallies.blocks(session, BLOCK, st.id, keys, st.filter)
+        if allocation is not None:
+            allocation_blocks = tallies.blocks(
+                session, ALLOCATION_BLOCK, allocation.owner, keys, allocation.filter
+            )
+    target = Target(
+        allocation,
+        tuple(block_tallies),
+        tuple(allocation_blocks),
+        keys[0] if keys else None,
+        keys[-1] if keys else None,
+    )
+    return replace(ask, allocation_id=allocation.owner if allocation else None, target=target)
+
+
+def totals_filter_spend(st: DatasetState, curve: PrivacyCurve) -> Spend:
+    """The spend stored in a dataset's totals row: under its filter, or on a partitioned
+    dataset (whose totals compose every block's charges) under its lifetime budget's filter
+    when it has one."""
+    flt = st.lifetime if st.partition_unit is not None and st.lifetime is not None else st.filter
+    return flt.spend(curve)
+
+
+def decide_structures(st: DatasetState, ask: Ask) -> Decision:
+    """The dataset's check (on a partitioned dataset: its lifetime budget, if any, over the
+    composition of all charges) and one dry run per tally of the ask's target: admitted iff
+    all admit. On a partitioned dataset an allocation's budget applies to each block, like the
+    dataset's; elsewhere to the allocation's whole ledger."""
+    target = ask.target
+    limits: list[str] = []
+    if st.partition_unit is None:
+        base = _decide_dataset(st, ask)
+        if not base.admitted:
+            limits.append("dataset")
+    else:
+        after = st.committed + ask.curve
+        if st.lifetime is not None:
+            life = st.lifetime.dry_run(st.committed, st.held_curve, ask.curve)
+            base = Decision(life.admitted, life.after, life.spend_after)
+            if not life.admitted:
+                limits.append("lifetime")
+        else:
+            base = Decision(True, after, st.filter.spend(after))
+    checks: list[tuple[Tally, DryRun]] = []
+    exceeded: list[str] = []
+    allocation_exceeded: list[str] = []
+    if target is not None:
+        for t in target.blocks:
+            d = t.dry_run(ask.curve)
+            checks.append((t, d))
+            if not d.admitted:
+                exceeded.append(str(t.key))
+        for t in target.allocation_blocks:
+            d = t.dry_run(ask.curve)
+            checks.append((t, d))
+            if not d.admitted:
+                allocation_exceeded.append(str(t.key))
+        if target.allocation is not None:
+            a = target.allocation
+            if st.partition_unit is None:
+                d = a.dry_run(ask.curve)
+                if not d.admitted:
+                    limits.append("allocation")
+            else:  # its budget applies per block: its totals only record the composition
+                after_a = a.committed + ask.curve
+                d = DryRun(True, after_a, a.filter.spend(after_a))
+            checks.append((a, d))
+    if exceeded:
+        limits.insert(0, "dataset")
+    if allocation_exceeded:
+        limits.append("allocation")
+    return replace(
+        base,
+        admitted=not limits,
+        checks=tuple(checks),
+        limits=tuple(dict.fromkeys(limits)),
+        blocks_exceeded=tuple(exceeded),
+        allocation_blocks_exceeded=tuple(allocation_exceeded),
+    )
+
+
+def _structure_fields(ask: Ask, dry: Decision) -> dict[str, Any]:
+    """The problem members that say which limit refused an ask with budget structures."""
+    if not dry.limits:
+        return {}
+    extra: dict[str, Any] = {"limit": dry.limits[0], "limits": list(dry.limits)}
+    t = ask.target
+    if t is not None and t.block_from is not None:
+        extra["blocks"] = {"from": t.block_from, "to": t.block_to}
+        extra["blocks_exceeded"] = list(dry.blocks_exceeded)
+        if t.allocation is not None:
+            extra["allocation_blocks_exceeded"] = list(dry.allocation_blocks_exceeded)
+    if t is not None and t.allocation is not None:
+        a = t.allocation
+        extra["allocation"] = {
+            "name": a.name,
+            "budget": {"epsilon": a.budget.epsilon, "delta": a.budget.delta},
+            "spent_epsilon": a.spent.epsilon,
+        }
+    return extra
+
+
+def _structure_detail(st: DatasetState, ask: Ask, dry: Decision) -> str | None:
+    """The refusal's detail when a structure (not the plain dataset budget) refused."""
+    first = dry.limits[0] if dry.limits else None
+    t = ask.target
+    if first == "dataset" and dry.blocks_exceeded:
+        b = st.budget
+        return (
+            f"refused: blocks {', '.join(dry.blocks_exceeded)} would exceed the per-block budget "
+            f"(epsilon={b.epsilon:g}, delta={b.delta:g}; {st.filter.kind.value} filter, active "
+            "reservations counted); no block was charged"
+        )
+    if first == "lifetime" and st.lifetime is not None:
+        b = st.lifetime.budget
+        return (
+            f"refused: the composition of all charges would exceed the lifetime budget "
+            f"(epsilon={b.epsilon:g}, delta={b.delta:g}; {st.filter.kind.value} filter, active "
+            "reservations counted)"
+        )
+    if first == "allocation" and t is not None and t.allocation is not None:
+        a = t.allocation
+        where = (
+            f" in blocks {', '.join(dry.allocation_blocks_exceeded)}"
+            if dry.allocation_blocks_exceeded
+            else ""
+        )
+        return (
+            f"refused: allocation {a.name!r} would exceed its budget{where} "
+            f"(epsilon={a.budget.epsilon:g}, delta={a.budget.delta:g}; {a.filter.kind.value} "
+            "filter, active reservations counted); the dataset's budget was not the limit"
+        )
+    return None
 
 
 # --- refusing ---------------------------------------------------------------------------------
@@ -206,8 +432,10 @@ def refusal(st: DatasetState, ask: Ask, dry: Decision, *, dry_run: bool = False)
             f"(with active reservations counted), above the budget {b.epsilon:g} "
             f"({f.kind.value} filter)"
         )
+    detail = _structure_detail(st, ask, dry) or detail
     return BudgetExceeded(
         detail,
+        **_structure_fields(ask, dry),
         dataset_id=st.id,
         spent=answers.spent(st).model_dump(mode="json"),
         budget=answers.budget(st).model_dump(mode="json"),
@@ -254,6 +482,7 @@ def append(
     reservation_id: str | None = None,
     now: datetime | None = None,
     pld_after: Pld | None = None,
+    checks: tuple[tuple[Tally, DryRun], ...] = (),
 ) -> r.Entry:
     """Insert a ledger entry for ``ask`` (the ledger becomes ``after``, spending
     ``spend_after``; on a ``pld`` dataset its PLD becomes ``pld_after``) and update the totals
@@ -273,8 +502,13 @@ def append(
         "source": source,
         "reservation_id": reservation_id,
         "spent_epsilon": spend_after.epsilon,
+        "allocation_id": ask.allocation_id,
+        "block_from": ask.target.block_from if ask.target is not None else None,
+        "block_to": ask.target.block_to if ask.target is not None else None,
     }
     entry_id = session.connection().execute(_INSERT_ENTRY, values).scalar_one()
+    for tally, d in checks:  # the ask's allocation and blocks (budget structures)
+        tally.record(d.after, d.spend_after)
     c = st.mechanism_counts.get(ask.kind) or {"entries": 0, "count": 0, "rho": 0.0}
     rho_sum = c["rho"] + ask.curve.rho if c["rho"] is not None else None
     st.mechanism_counts = {
@@ -298,8 +532,9 @@ def append(
 def append_held(
     session: Session, st: DatasetState, hold: Reservation, source: EntrySource, now: datetime
 ) -> r.Entry:
-    """Charge a reservation's hold into the ledger and take it out of the held sum."""
-    ask = Ask.of_hold(hold)
+    """Charge a reservation's hold into the ledger and take it out of the held sum (and out
+    of its allocation's and blocks', into their totals)."""
+    ask = prepare_held(session, st, Ask.of_hold(hold))
     after = st.committed + ask.curve
     pld_after = None
     if st.is_pld:
@@ -307,7 +542,7 @@ def append_held(
         pld_after = st.pld.compose(entry_pld(st, ask.wire))
         spend_after = PldFilter(st.budget).spend(pld_after)
     else:
-        spend_after = st.filter.spend(after)
+        spend_after = totals_filter_spend(st, after)
     entry = append(
         session,
         st,
@@ -320,9 +555,21 @@ def append_held(
         pld_after=pld_after,
     )
     _unhold(session, st, hold, ask.curve)
+    if ask.target is not None:
+        for tally in ask.target.tallies():
+            tally.record_held(ask.curve)
     hold.resolved_at = now
     hold.ledger_entry_id = entry.id
     return entry
+
+
+def prepare_held(session: Session, st: DatasetState, ask: Ask) -> Ask:
+    """A held ask's allocation and blocks as tallies (they were checked when it was held)."""
+    if ask.allocation_id is None and ask.blocks is None:
+        return ask
+    if st.partition_unit is None:  # never: a dataset's partition is fixed at creation
+        ask = replace(ask, blocks=None)
+    return prepare(session, st, ask)
 
 
 # --- holds ------------------------------------------------------------------------------------
@@ -351,8 +598,14 @@ def hold(
         key_id=ask.key_id,
         created_at=now,
         expires_at=now + timedelta(seconds=ttl_seconds),
+        allocation_id=ask.allocation_id,
+        block_from=ask.target.block_from if ask.target is not None else None,
+        block_to=ask.target.block_to if ask.target is not None else None,
     )
     session.add(row)
+    if ask.target is not None:
+        for tally in ask.target.tallies():
+            tally.hold(ask.curve)
     st.held = st.held.add(ask.curve)
     if st.is_pld:
         assert st.pld is not None and decision.pld_new is not None
@@ -366,7 +619,12 @@ def hold(
 
 def release_hold(session: Session, st: DatasetState, hold: Reservation) -> None:
     """Free a hold: its budget leaves the held sum (nothing enters the ledger)."""
-    _unhold(session, st, hold, curve_of(hold))
+    curve = curve_of(hold)
+    _unhold(session, st, hold, curve)
+    ask = prepare_held(session, st, Ask.of_hold(hold))
+    if ask.target is not None:
+        for tally in ask.target.tallies():
+            tally.unhold(curve)
 
 
 def _unhold(session: Session, st: DatasetState, hold: Reservation, curve: PrivacyCurve) -> None:
@@ -417,6 +675,11 @@ def settle(session: Session, st: DatasetState, now: datetime) -> int:
 __all__ = [
     "Ask",
     "Decision",
+    "Target",
+    "decide_structures",
+    "prepare",
+    "prepare_held",
+    "totals_filter_spend",
     "append",
     "append_held",
     "aware",

@@ -7,13 +7,15 @@ the last entry was admitted), so every read is O(1) and computes nothing.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from app import responses as r
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import Spend
+from app.accounting.filters import DryRun, Spend
+from app.services import blocks as block_keys
 from app.services.state import DatasetState
+from app.services.tallies import Tally
 
 
 def finite_or_none(x: float | None) -> float | None:
@@ -42,13 +44,23 @@ def spent(st: DatasetState, curve: PrivacyCurve | None = None, sp: Spend | None 
 
 
 def remaining(st: DatasetState) -> r.Remaining:
-    """What is left (the filter's rule, on the stored spend: no conversion)."""
+    """What is left (the filter's rule, on the stored spend: no conversion). A partitioned
+    dataset: what its lifetime budget leaves, or with none, a fresh block's whole budget."""
+    if st.partition_unit is not None:
+        if st.lifetime is None:
+            left = st.filter.remaining(PrivacyCurve.zero(), st.filter.spend(PrivacyCurve.zero()))
+        else:
+            left = st.lifetime.remaining(st.committed, st.spent)
+        return r.Remaining(epsilon=left.epsilon, delta=left.delta, rho=left.rho)
     left = st.filter.remaining(st.committed, st.spent)
     return r.Remaining(epsilon=left.epsilon, delta=left.delta, rho=left.rho)
 
 
 def exhausted(st: DatasetState) -> bool:
-    """No budget left (the filter's rule, on the stored spend: no conversion)."""
+    """No budget left (the filter's rule, on the stored spend: no conversion). A partitioned
+    dataset is exhausted only when its lifetime budget is (a new block has a fresh budget)."""
+    if st.partition_unit is not None:
+        return st.lifetime is not None and st.lifetime.exhausted(st.committed, st.spent)
     return st.filter.exhausted(st.committed, st.spent)
 
 
@@ -74,6 +86,8 @@ def dataset(st: DatasetState) -> r.Dataset:
         created_at=st.created_at,
         updated_at=st.updated_at,
         last_entry_at=st.last_entry_at,
+        partition=partition(st),
+        lifetime_budget=lifetime_budget(st),
     )
 
 
@@ -126,10 +140,155 @@ def entry(m: Mapping[Any, Any]) -> r.Entry:
         source=str(m["source"]),
         key_id=m["key_id"],
         reservation_id=m["reservation_id"],
+        allocation_id=m.get("allocation_id"),
+        blocks=block_span(m.get("block_from"), m.get("block_to")),
     )
 
 
+# --- budget structures (issue 15) -------------------------------------------------------------
+
+
+def block_span(first: str | None, last: str | None) -> r.BlockSpan | None:
+    return None if first is None or last is None else r.BlockSpan(**{"from": first, "to": last})
+
+
+def tally_spent(t: Tally, curve: PrivacyCurve | None = None, sp: Spend | None = None) -> r.Spent:
+    """A tally's spend (or, with ``curve`` and ``sp``, what it would be)."""
+    curve = t.committed if curve is None else curve
+    sp = t.spent if sp is None else sp
+    return r.Spent(
+        epsilon=sp.epsilon,
+        delta=sp.delta,
+        rho=finite_or_none(curve.rho),
+        pure_epsilon=finite_or_none(curve.pure_eps),
+        method=sp.method,
+        filter=t.filter.kind.value,
+    )
+
+
+def _reserved(t: Tally) -> r.Reserved | None:
+    held = t.held.total()
+    return None if held is None else r.Reserved(rho=finite_or_none(held.rho), count=t.held.count)
+
+
+def tally_view(t: Tally, dry: DryRun | None = None) -> dict[str, Any]:
+    """spent / remaining / exhausted / entries / reserved of a tally (after ``dry``, if given)."""
+    curve, sp = (t.committed, t.spent) if dry is None else (dry.after, dry.spend_after)
+    left = t.filter.remaining(curve, sp)
+    return {
+        "spent": tally_spent(t, curve, sp),
+        "remaining": r.Remaining(epsilon=left.epsilon, delta=left.delta, rho=left.rho),
+        "exhausted": t.filter.exhausted(curve, sp),
+        "entries": t.entry_count + (dry is not None),
+        "reserved": _reserved(t),
+    }
+
+
+def block(t: Tally, dry: DryRun | None = None) -> r.Block:
+    return r.Block(block=str(t.key), **tally_view(t, dry))
+
+
+def allocation(
+    t: Tally,
+    dataset_id: str,
+    dry: DryRun | None = None,
+    most_spent: Tally | None = None,
+    partitioned: bool = False,
+) -> r.Allocation:
+    """An allocation's view. Partitioned datasets: its budget applies per block, so spent,
+    remaining and exhausted are those of its most-spent block (``most_spent``; none charged
+    yet: an empty block) and ``lifetime_spent`` composes all its charges."""
+    view = tally_view(t, dry)
+    extra: dict[str, Any] = {}
+    if partitioned:
+        extra["lifetime_spent"] = view["spent"]
+        if most_spent is not None:
+            per_block = tally_view(most_spent)
+            extra["most_spent_block"] = most_spent.key
+        else:
+            zero = PrivacyCurve.zero()
+            sp = t.filter.spend(zero)
+            left = t.filter.remaining(zero, sp)
+            per_block = {
+                "spent": tally_spent(t, zero, sp),
+                "remaining": r.Remaining(epsilon=left.epsilon, delta=left.delta, rho=left.rho),
+                "exhausted": False,
+            }
+        view.update({k: per_block[k] for k in ("spent", "remaining", "exhausted")})
+    return r.Allocation(
+        id=t.owner,
+        dataset_id=dataset_id,
+        name=str(t.name),
+        budget=r.Budget(epsilon=t.budget.epsilon, delta=t.budget.delta),
+        created_at=t.created_at,
+        updated_at=t.updated_at,
+        **view,
+        **extra,
+    )
+
+
+class _Target(Protocol):
+    @property
+    def allocation(self) -> Tally | None: ...
+    @property
+    def blocks(self) -> tuple[Tally, ...]: ...
+    @property
+    def allocation_blocks(self) -> tuple[Tally, ...]: ...
+
+
+def structures(target: _Target | None, dataset_id: str = "") -> dict[str, Any]:
+    """The ``allocation`` / ``blocks`` / ``allocation_blocks`` members of a charge's answer."""
+    if target is None:
+        return {}
+    out: dict[str, Any] = {}
+    if target.blocks:
+        out["blocks"] = [block(t) for t in target.blocks]
+        if target.allocation_blocks:
+            out["allocation_blocks"] = [block(t) for t in target.allocation_blocks]
+    elif target.allocation is not None:
+        out["allocation"] = allocation(target.allocation, dataset_id)
+    return out
+
+
+def structures_after(
+    target: _Target | None, checks: Sequence[tuple[Tally, DryRun]], dataset_id: str = ""
+) -> dict[str, Any]:
+    """The same members as ``structures``, as they would be after a dry run's charge."""
+    if target is None:
+        return {}
+    dry = {id(t): d for t, d in checks}
+    out: dict[str, Any] = {}
+    if target.blocks:
+        out["blocks"] = [block(t, dry.get(id(t))) for t in target.blocks]
+        if target.allocation_blocks:
+            out["allocation_blocks"] = [block(t, dry.get(id(t))) for t in target.allocation_blocks]
+    elif target.allocation is not None:
+        a = target.allocation
+        out["allocation"] = allocation(a, dataset_id, dry.get(id(a)))
+    return out
+
+
+def partition(st: DatasetState) -> r.Partition | None:
+    unit = st.partition_unit
+    return None if unit is None else r.Partition(unit=unit, max_span=block_keys.MAX_SPAN[unit])
+
+
+def lifetime_budget(st: DatasetState) -> r.Budget | None:
+    if st.lifetime is None:
+        return None
+    return r.Budget(epsilon=st.lifetime.budget.epsilon, delta=st.lifetime.budget.delta)
+
+
 __all__ = [
+    "allocation",
+    "block",
+    "block_span",
+    "lifetime_budget",
+    "partition",
+    "structures",
+    "structures_after",
+    "tally_spent",
+    "tally_view",
     "budget",
     "budget_view",
     "dataset",

@@ -22,7 +22,7 @@ from app.services import key_digest
 
 _K = ApiKey.__table__.c
 # built once: the steady-state path of every request
-_BY_DIGEST = select(_K.id, _K.role, _K.dataset_ids, _K.revoked_at).where(
+_BY_DIGEST = select(_K.id, _K.role, _K.dataset_ids, _K.revoked_at, _K.allocations).where(
     _K.lookup == bindparam("digest")
 )
 
@@ -85,7 +85,8 @@ def authenticated(db: Database, caller: Caller, session: Session | None = None) 
     if row.revoked_at is not None:
         raise Unauthorized("this API key has been revoked")
     ids = tuple(row.dataset_ids) if row.dataset_ids is not None else None
-    principal = Principal(key_id=row.id, role=Role(row.role), dataset_ids=ids)
+    limited = tuple(row.allocations) if row.allocations is not None else None
+    principal = Principal(key_id=row.id, role=Role(row.role), dataset_ids=ids, allocations=limited)
     require_role(principal, caller.role)
     return principal
 

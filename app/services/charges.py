@@ -14,7 +14,7 @@ from app import observability
 from app import responses as r
 from app.accounting.mechanisms import Mechanism
 from app.db.engine import Database
-from app.errors import BudgetExceeded
+from app.errors import BudgetExceeded, Forbidden
 from app.principal import Caller
 from app.services import admission, answers, idempotency
 from app.services.auth import authenticated
@@ -34,6 +34,8 @@ def charge(
     metadata: dict[str, Any] | None = None,
     idempotency_key: str | None = None,
     dry_run: bool = False,
+    allocation: str | None = None,
+    blocks: tuple[str, str] | None = None,
 ) -> r.Charge | r.DryRun:
     """Charge ``mechanism`` to dataset ``ref``: the new entry and the spend after it, or
     ``BudgetExceeded`` (409) after recording the rejection. With ``dry_run`` the answer says it
@@ -41,15 +43,23 @@ def charge(
     stored first answer (or raises the stored refusal).
     """
     principal = authenticated(db, caller)
-    ask = admission.Ask.of(mechanism, wire, label, metadata, principal.key_id)
-    req_hash = idempotency.request_hash({"mechanism": wire, "label": label, "metadata": metadata})
+    if (why := principal.may_charge(allocation)) is not None:
+        raise Forbidden(why)
+    asked = admission.Ask.of(
+        mechanism, wire, label, metadata, principal.key_id, allocation=allocation, blocks=blocks
+    )
+    request: dict[str, Any] = {"mechanism": wire, "label": label, "metadata": metadata}
+    if allocation is not None or blocks is not None:  # budget structures
+        request["allocation"], request["blocks"] = allocation, blocks
+    req_hash = idempotency.request_hash(request)
 
     def work(s: Session, st: DatasetState) -> r.Charge | r.DryRun | BudgetExceeded:
         if idempotency_key is not None and not dry_run:
             first = idempotency.replay(s, st.id, SCOPE, idempotency_key, req_hash)
             if first is not None:
                 return r.Charge.model_validate(first)
-        admission.check_allowed(st, ask.kind)
+        admission.check_allowed(st, asked.kind)
+        ask = admission.prepare(s, st, asked)
         dry = admission.decide(st, ask)
         if dry_run:
             if not dry.admitted:
@@ -60,13 +70,16 @@ def charge(
                 spent=answers.spent(st),
                 would_spend=answers.spent(st, dry.after, dry.spend_after),
                 requested=answers.requested(st, wire, ask.curve),
+                **answers.structures_after(ask.target, dry.checks, st.id),
             )
         outcome: r.Charge | BudgetExceeded
         if dry.admitted:
             entry = admission.append(
-                s, st, ask, dry.after, dry.spend_after, pld_after=dry.pld_after
+                s, st, ask, dry.after, dry.spend_after, pld_after=dry.pld_after, checks=dry.checks
             )
-            outcome = r.Charge(entry=entry, spent=answers.spent(st))
+            outcome = r.Charge(
+                entry=entry, spent=answers.spent(st), **answers.structures(ask.target, st.id)
+            )
         else:
             outcome = admission.refuse(s, st, ask, dry, "charge")
         admitted = isinstance(outcome, r.Charge)
@@ -77,6 +90,10 @@ def charge(
             mechanism=ask.kind,
             outcome="admitted" if admitted else "refused",
         )
+        if not admitted and dry.limits:
+            observability.count(
+                s, observability.STRUCTURE_REFUSALS, dataset=st.id, limit=dry.limits[0]
+            )
         if idempotency_key is not None:
             status, body = (
                 (201, outcome.model_dump(mode="json"))

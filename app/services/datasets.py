@@ -23,8 +23,9 @@ from app.db.engine import Database
 from app.db.models import Dataset, DatasetPld, DatasetTotal, Reservation, utcnow
 from app.errors import Conflict, Forbidden, Unprocessable
 from app.principal import Caller
-from app.services import admission, answers, audit, state
+from app.services import admission, answers, audit, partitions, state
 from app.services.auth import authenticated
+from app.services.tallies import BLOCK, allocation_filter
 
 
 def _filter(
@@ -72,9 +73,14 @@ def create_dataset(
     adaptive: bool = True,
     allowed_mechanisms: list[str] | None = None,
     description: str | None = None,
+    partition_unit: str | None = None,
+    lifetime_budget: tuple[float, float] | None = None,
 ) -> r.Dataset:
     """Create a dataset with an empty ledger; its filter is fixed here (audited). A key scoped
-    to datasets cannot create one (403): it could neither see it nor be given it."""
+    to datasets cannot create one (403): it could neither see it nor be given it.
+
+    ``partition_unit`` (day, week, month) makes it time-partitioned: the budget applies to each
+    block; ``lifetime_budget`` (partitioned only) caps the composition of all its charges."""
     actor = authenticated(db, caller)
     if actor.dataset_ids is not None:
         raise Forbidden(
@@ -84,11 +90,14 @@ def create_dataset(
     if allowed_mechanisms is not None:
         allowed_mechanisms = sorted(set(allowed_mechanisms))
     flt = _filter(accounting, adaptive, allowed_mechanisms, budget)
+    lifetime = _structure_filters(flt, partition_unit, lifetime_budget)
     zero = PrivacyCurve.zero()
     pld_state = (
         state_for_budget(budget.epsilon, budget.delta) if flt.kind is FilterKind.PLD else None
     )
     spent = flt.spend(zero) if pld_state is None else PldFilter(budget).spend(pld_state)
+    if lifetime is not None:
+        spent = lifetime.spend(zero)
     now = utcnow()
     ds = Dataset(
         id="ds_" + secrets.token_hex(8),
@@ -104,6 +113,13 @@ def create_dataset(
         filter_params=flt.params.to_dict() if flt.params is not None else None,
         created_at=now,
         updated_at=now,
+        partition_unit=partition_unit,
+        lifetime_budget_epsilon=lifetime.budget.epsilon if lifetime is not None else None,
+        lifetime_budget_delta=lifetime.budget.delta if lifetime is not None else None,
+        lifetime_filter_bound=lifetime.bound if lifetime is not None else None,
+        lifetime_filter_params=(
+            lifetime.params.to_dict() if lifetime is not None and lifetime.params else None
+        ),
     )
     totals = DatasetTotal(
         dataset_id=ds.id,
@@ -139,12 +155,51 @@ def create_dataset(
                     "adaptive": adaptive,
                     "allowed_mechanisms": allowed_mechanisms,
                     "filter": flt.kind.value,
+                    **(
+                        {"partition": {"unit": partition_unit}}
+                        if partition_unit is not None
+                        else {}
+                    ),
+                    **(
+                        {
+                            "lifetime_budget": {
+                                "epsilon": ds.lifetime_budget_epsilon,
+                                "delta": ds.lifetime_budget_delta,
+                            }
+                        }
+                        if lifetime is not None
+                        else {}
+                    ),
                 },
             )
             s.flush()
             return answers.dataset(state.load(s, ds.id, actor))
     except IntegrityError:
         raise Conflict(f"a dataset named {name!r} already exists") from None
+
+
+def _structure_filters(
+    flt: Filter, partition_unit: str | None, lifetime_budget: tuple[float, float] | None
+) -> Filter | None:
+    """Budget structures at creation: 422 for a partition on a ``pld`` dataset or a lifetime
+    budget without a partition; the lifetime budget's filter (the dataset's kind and orders)."""
+    if partition_unit is not None and flt.kind is FilterKind.PLD:
+        raise Unprocessable(
+            "'pld' datasets cannot be partitioned (a PLD per block is not kept); use 'rdp' or "
+            "'zcdp' accounting for a partitioned dataset"
+        )
+    if lifetime_budget is None:
+        return None
+    if partition_unit is None:
+        raise Unprocessable(
+            "'lifetime_budget' applies only to partitioned datasets (give 'partition'); an "
+            "unpartitioned dataset's budget already caps all its charges"
+        )
+    orders = flt.params.orders if flt.params is not None else None
+    try:
+        return allocation_filter(flt.kind, _budget(*lifetime_budget), orders)
+    except ValueError as exc:
+        raise Unprocessable(str(exc)) from None
 
 
 def list_datasets(
@@ -173,7 +228,11 @@ def budget_view(db: Database, caller: Caller, ref: str) -> r.BudgetView:
     """``GET /budget``: budget, spent, remaining, exhausted, entries (O(1) in ledger length)."""
     with db.read() as s:
         principal = authenticated(db, caller, s)
-        return answers.budget_view(state.load(s, ref, principal))
+        st = state.load(s, ref, principal)
+        view = answers.budget_view(st)
+        if st.partition_unit is not None:  # budget structures: blocks and lifetime
+            view = view.model_copy(update=partitions.summary(s, st))
+        return view
 
 
 def spend_query(
@@ -309,7 +368,9 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
                     )
                 st.spent = PldFilter(budget).spend(st.pld)
             else:
-                st.spent = flt.spend(st.committed)
+                st.spent = admission.totals_filter_spend(st, st.committed)
+            if st.partition_unit is not None and "budget" in changes:
+                partitions.rebudget(s, st, BLOCK, st.id, flt)  # each block's spend, new delta
             st.dirty = True
             new = _settings(ds)
             changed = {k: {"old": old[k], "new": new[k]} for k in _SETTINGS if old[k] != new[k]}

@@ -10,6 +10,7 @@ itself, not even a prefix. Finding a key: ``app.services.auth``.
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -17,9 +18,9 @@ from sqlalchemy.orm import Session
 
 from app import responses as r
 from app.db.engine import Database
-from app.db.models import ApiKey, AppSetting, Dataset, utcnow
+from app.db.models import Allocation, ApiKey, AppSetting, Dataset, utcnow
 from app.errors import Forbidden, NotFound, Unprocessable
-from app.principal import SYSTEM, Caller, Role
+from app.principal import SYSTEM, Caller, Principal, Role
 from app.services import audit, key_digest
 from app.services.auth import authenticated, find_key
 
@@ -36,6 +37,7 @@ def key_answer(k: ApiKey) -> r.Key:
         id=k.id,
         role=k.role.value,
         datasets=k.dataset_ids,
+        allocations=k.allocations,
         label=k.label,
         created_at=k.created_at,
         created_by=k.created_by,
@@ -51,6 +53,7 @@ def _insert_key(
     dataset_ids: list[str] | None,
     label: str | None,
     created_by: str | None,
+    allocations: list[str] | None = None,
 ) -> ApiKey:
     row = ApiKey(
         id="key_" + secrets.token_hex(8),
@@ -60,6 +63,7 @@ def _insert_key(
         label=label,
         created_at=utcnow(),
         created_by=created_by,
+        allocations=allocations,
     )
     session.add(row)
     session.flush()
@@ -72,6 +76,7 @@ def create_key(
     role: Role,
     dataset_ids: list[str] | None = None,
     label: str | None = None,
+    allocations: list[str] | None = None,
 ) -> r.KeyCreated:
     """Create a key; the answer is the only time the secret is shown.
 
@@ -87,24 +92,49 @@ def create_key(
             "a key scoped to datasets can only create keys scoped to some of them: give "
             "'datasets' (a subset of this key's datasets)"
         )
+    if actor.allocations is not None and (
+        allocations is None or not set(allocations) <= set(actor.allocations)
+    ):
+        raise Forbidden(
+            "a key limited to allocations can only create keys limited to some of them: give "
+            f"'allocations' (a subset of {list(actor.allocations)})"
+        )
     key = _new_key(role)
     digest = key_digest.digester(db).digest(key)
     with db.write() as s:
+        if allocations is not None:
+            allocations = list(dict.fromkeys(allocations))
+            _check_allocations(s, allocations, dataset_ids, actor)
         if dataset_ids is not None:
             dataset_ids = list(dict.fromkeys(dataset_ids))
             found = set(s.scalars(select(Dataset.id).where(Dataset.id.in_(dataset_ids))))
             missing = [d for d in dataset_ids if d not in found or not actor.can_see(d)]
             if missing:
                 raise Unprocessable(f"unknown dataset ids: {missing}", unknown=missing)
-        row = _insert_key(s, digest, role, dataset_ids, label, actor.key_id)
-        audit.record(
-            s,
-            actor,
-            "key.created",
-            target_id=row.id,
-            details={"role": role.value, "datasets": dataset_ids, "label": label},
-        )
+        row = _insert_key(s, digest, role, dataset_ids, label, actor.key_id, allocations)
+        details: dict[str, Any] = {"role": role.value, "datasets": dataset_ids, "label": label}
+        if allocations is not None:
+            details["allocations"] = allocations
+        audit.record(s, actor, "key.created", target_id=row.id, details=details)
         return r.KeyCreated(**key_answer(row).model_dump(), key=key)
+
+
+def _check_allocations(
+    s: Session, names: list[str], dataset_ids: list[str] | None, actor: Principal
+) -> None:
+    """422 unless each name is an allocation of some dataset within the key's (and the
+    actor's) scope: a typo would otherwise lock the key out of every charge."""
+    q = select(Allocation.name).where(Allocation.name.in_(names))
+    scope = dataset_ids if dataset_ids is not None else actor.dataset_ids
+    if scope is not None:
+        q = q.where(Allocation.dataset_id.in_(list(scope)))
+    found = set(s.scalars(q))
+    unknown = [n for n in names if n not in found]
+    if unknown:
+        raise Unprocessable(
+            f"unknown allocations {unknown} (no dataset within the key's scope has them)",
+            unknown_allocations=unknown,
+        )
 
 
 def list_keys(db: Database, caller: Caller) -> r.KeyList:

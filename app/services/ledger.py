@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from app import responses as r
 from app.accounting.curve import PrivacyCurve
@@ -31,7 +31,10 @@ from app.db.codec import curve_of
 from app.db.engine import Database
 from app.db.models import (
     MAX_BIGINT,
+    Allocation,
+    AllocationBlock,
     Dataset,
+    DatasetBlock,
     LedgerEntry,
     Rejection,
     Reservation,
@@ -39,9 +42,16 @@ from app.db.models import (
 )
 from app.errors import Unprocessable
 from app.principal import SYSTEM, Caller
-from app.services import admission, answers, audit, state
+from app.services import admission, answers, audit, blocks, state
 from app.services.auth import authenticated
 from app.services.state import DatasetState
+from app.services.tallies import (
+    ALLOCATION,
+    ALLOCATION_BLOCK,
+    BLOCK,
+    Tally,
+    allocation_columns,
+)
 
 _L = LedgerEntry.__table__.c
 _ENTRY_COLUMNS = (
@@ -60,6 +70,9 @@ _ENTRY_COLUMNS = (
     _L.source,
     _L.key_id,
     _L.reservation_id,
+    _L.allocation_id,
+    _L.block_from,
+    _L.block_to,
 )
 _R = Reservation.__table__.c
 
@@ -248,6 +261,115 @@ def _held_drift(stored: RunningSum, fresh: RunningSum) -> bool:
     )
 
 
+# --- budget structures (issue 15) -------------------------------------------------------------
+
+
+def _structure_sums(
+    s: Any, st: DatasetState
+) -> tuple[dict[tuple[str, str, str | None], tuple[PrivacyCurve, int]], dict[Any, RunningSum]]:
+    """Each tally's composed curve and entry count recomputed from the ledger (stored entry
+    curves in ledger order, as the charge path added them), and each tally's held sum from the
+    active reservations. Keys: (kind, owner, block key)."""
+    sums: dict[tuple[str, str, str | None], tuple[PrivacyCurve, int]] = {}
+    held: dict[Any, RunningSum] = {}
+    unit = st.partition_unit
+
+    def targets(allocation_id: str | None, first: str | None, last: str | None) -> list[Any]:
+        out: list[Any] = []
+        if allocation_id is not None:
+            out.append((ALLOCATION, allocation_id, None))
+        if unit is not None and first is not None and last is not None:
+            for k in blocks.block_range(unit, first, last):
+                out.append((BLOCK, st.id, k))
+                if allocation_id is not None:
+                    out.append((ALLOCATION_BLOCK, allocation_id, k))
+        return out
+
+    q = (
+        select(LedgerEntry)
+        .where(
+            _L.dataset_id == st.id, or_(_L.allocation_id.is_not(None), _L.block_from.is_not(None))
+        )
+        .order_by(_L.seq)
+    )
+    for e in s.execute(q).scalars():
+        curve = curve_of(e)
+        for t in targets(e.allocation_id, e.block_from, e.block_to):
+            total, n = sums.get(t, (PrivacyCurve.zero(), 0))
+            sums[t] = (total + curve, n + 1)
+    for h in s.scalars(
+        select(Reservation)
+        .where(_R.dataset_id == st.id, _R.status == ReservationStatus.ACTIVE)
+        .order_by(_R.created_at, _R.id)
+    ):
+        for t in targets(h.allocation_id, h.block_from, h.block_to):
+            held[t] = held.get(t, RunningSum()).add(curve_of(h))
+    return sums, held
+
+
+def _verify_structures(s: Any, st: DatasetState, rebuild: bool) -> list[str]:
+    """Compare every allocation and block tally of the locked dataset with the ledger; on
+    ``rebuild`` rewrite the ones that drifted (saved when the lock is released). The drifted
+    tallies, named ``allocation:<name>``, ``block:<key>``, ``allocation_block:<name>/<key>``."""
+    allocation_rows = s.execute(
+        allocation_columns().where(Allocation.dataset_id == st.id).order_by(Allocation.id)
+    ).all()
+    if not allocation_rows and st.partition_unit is None:
+        return []
+    sums, held = _structure_sums(s, st)
+    tallies = st.tallies()
+    names: dict[str, str] = {}
+    found: list[Tally] = []
+    for row in allocation_rows:
+        a = tallies.allocation(s, row.name)
+        names[a.owner] = row.name
+        found.append(a)
+    wanted = set(sums) | set(held) | {(t.kind, t.owner, t.key) for t in found}
+    block_keys: list[str] = [k for kind, _, k in wanted if kind == BLOCK and k is not None]
+    stored_blocks = list(
+        s.scalars(select(DatasetBlock.key).where(DatasetBlock.dataset_id == st.id))
+    )
+    block_keys = sorted(set(block_keys) | set(stored_blocks))
+    if block_keys:
+        found += tallies.blocks(s, BLOCK, st.id, block_keys, st.filter)
+    for a in [t for t in found if t.kind == ALLOCATION]:
+        keys: set[str] = {
+            k
+            for kind, owner, k in wanted
+            if kind == ALLOCATION_BLOCK and owner == a.owner and k is not None
+        }
+        keys |= set(
+            s.scalars(select(AllocationBlock.key).where(AllocationBlock.allocation_id == a.owner))
+        )
+        if keys:
+            found += tallies.blocks(s, ALLOCATION_BLOCK, a.owner, sorted(keys), a.filter)
+    drifted: list[str] = []
+    for t in found:
+        ident = (t.kind, t.owner, t.key)
+        total, n = sums.get(ident, (PrivacyCurve.zero(), 0))
+        fresh_held = held.get(ident, RunningSum())
+        stored = t.committed
+        if (
+            stored.rho != total.rho
+            or not np.array_equal(stored.rdp, total.rdp)
+            or stored.pure_eps != total.pure_eps
+            or stored.gaussian_only != total.gaussian_only
+            or t.entry_count != n
+            or _held_drift(t.held, fresh_held)
+        ):
+            name = names.get(t.owner, t.owner)
+            drifted.append(
+                f"{t.kind}:{name}" + (f"/{t.key}" if t.kind == ALLOCATION_BLOCK else "")
+                if t.kind != BLOCK
+                else f"block:{t.key}"
+            )
+            if rebuild:
+                t.committed, t.entry_count, t.held = total, n, fresh_held
+                t.spent = t.filter.spend(total)
+                t.dirty = True
+    return drifted
+
+
 def verify(db: Database, caller: Caller = SYSTEM, rebuild: bool = False) -> r.VerifyReport:
     """Recompute totals from the ledger for every dataset the caller can see; report drift;
     optionally rebuild.
@@ -279,6 +401,8 @@ def verify(db: Database, caller: Caller = SYSTEM, rebuild: bool = False) -> r.Ve
             if st.is_pld:
                 pld, pld_held = _pld_of(s, st, False), _pld_of(s, st, True)
                 drift["pld"] = _pld_drift(st, pld)
+            structures = _verify_structures(s, st, rebuild)  # allocations and blocks
+            drift.update(dict.fromkeys(structures, True))
             drifted = [k for k, v in drift.items() if v]
             item: dict[str, Any] = {
                 "dataset_id": st.id,
@@ -293,7 +417,7 @@ def verify(db: Database, caller: Caller = SYSTEM, rebuild: bool = False) -> r.Ve
                 item["recomputed"] = {"rho": total.rho, "entries": n}
             if rebuild and drifted:
                 st.committed, st.entry_count, st.mechanism_counts = total, n, counts
-                st.spent = st.filter.spend(total)
+                st.spent = admission.totals_filter_spend(st, total)
                 st.held = held
                 if st.is_pld:
                     assert st.pld is not None

@@ -24,7 +24,7 @@ from app import responses as r
 from app.accounting.mechanisms import Mechanism
 from app.db.engine import Database
 from app.db.models import EntrySource, Reservation, ReservationStatus, utcnow
-from app.errors import BudgetExceeded, Conflict, NotFound, Unprocessable
+from app.errors import BudgetExceeded, Conflict, Forbidden, NotFound, Unprocessable
 from app.principal import SYSTEM, Caller, Principal
 from app.services import admission, answers, idempotency
 from app.services.auth import authenticated
@@ -53,6 +53,8 @@ def _fields(row: Reservation) -> dict[str, Any]:
         "resolved_at": row.resolved_at,
         "ledger_entry_id": row.ledger_entry_id,
         "key_id": row.key_id,
+        "allocation_id": row.allocation_id,
+        "blocks": answers.block_span(row.block_from, row.block_to),
     }
 
 
@@ -80,23 +82,36 @@ def reserve(
     metadata: dict[str, Any] | None,
     max_ttl_seconds: int,
     idempotency_key: str | None = None,
+    allocation: str | None = None,
+    blocks: tuple[str, str] | None = None,
 ) -> r.ReservationAnswer:
     """Hold budget for a planned invocation: the reservation, or BudgetExceeded (recorded).
     A retry with the same Idempotency-Key answers the first answer and holds nothing more."""
     if not 1 <= ttl_seconds <= max_ttl_seconds:
         raise Unprocessable(f"ttl_seconds must be in [1, {max_ttl_seconds}], got {ttl_seconds}")
     principal = authenticated(db, caller)
-    ask = admission.Ask.of(mechanism, wire, label, metadata, principal.key_id)
-    req_hash = idempotency.request_hash(
-        {"mechanism": wire, "ttl_seconds": ttl_seconds, "label": label, "metadata": metadata}
+    if (why := principal.may_charge(allocation)) is not None:
+        raise Forbidden(why)
+    asked = admission.Ask.of(
+        mechanism, wire, label, metadata, principal.key_id, allocation=allocation, blocks=blocks
     )
+    request: dict[str, Any] = {
+        "mechanism": wire,
+        "ttl_seconds": ttl_seconds,
+        "label": label,
+        "metadata": metadata,
+    }
+    if allocation is not None or blocks is not None:  # budget structures
+        request["allocation"], request["blocks"] = allocation, blocks
+    req_hash = idempotency.request_hash(request)
 
     def work(s: Session, st: DatasetState) -> r.ReservationAnswer | BudgetExceeded:
         if idempotency_key is not None:
             first = idempotency.replay(s, st.id, SCOPE, idempotency_key, req_hash)
             if first is not None:
                 return r.ReservationAnswer.model_validate(first)
-        admission.check_allowed(st, ask.kind)
+        admission.check_allowed(st, asked.kind)
+        ask = admission.prepare(s, st, asked)
         dry = admission.decide(st, ask)
         outcome: r.ReservationAnswer | BudgetExceeded
         if dry.admitted:
@@ -106,6 +121,10 @@ def reserve(
             outcome = _answer(row, st, answers.requested(st, wire, ask.curve))
         else:
             _count(s, st.id, ask.kind, "refused")
+            if dry.limits:
+                observability.count(
+                    s, observability.STRUCTURE_REFUSALS, dataset=st.id, limit=dry.limits[0]
+                )
             outcome = admission.refuse(s, st, ask, dry, "reservation")
         if idempotency_key is not None:
             status, body = (
@@ -134,6 +153,12 @@ def _resolve(
         now = utcnow()
         row = s.get(Reservation, reservation_id)
         assert row is not None
+        if principal.allocations is not None:  # a key limited to allocations: one of its own
+            held_for = None
+            if row.allocation_id is not None:
+                held_for = st.tallies().allocation_by_id(s, row.allocation_id).name
+            if (why := principal.may_charge(held_for)) is not None:
+                raise Forbidden(why)
         if row.status is ReservationStatus.ACTIVE:
             row.status = to
             row.resolved_by = principal.key_id

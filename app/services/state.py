@@ -29,6 +29,7 @@ from app.db.codec import curve_columns, held_from_bytes, held_to_bytes, rdp_from
 from app.db.models import Dataset, DatasetPld, DatasetTotal, utcnow
 from app.errors import NotFound
 from app.principal import Principal
+from app.services.tallies import Tallies, stored_filter
 
 _TOTALS = cast(Table, DatasetTotal.__table__)
 _D = Dataset.__table__.c
@@ -61,6 +62,12 @@ _COLUMNS = (
     _T.held_count,
     _T.held,
     _T.held_next_expiry,
+    # budget structures (issue 15)
+    _D.partition_unit,
+    _D.lifetime_budget_epsilon,
+    _D.lifetime_budget_delta,
+    _D.lifetime_filter_bound,
+    _D.lifetime_filter_params,
 )
 
 
@@ -102,6 +109,17 @@ class DatasetState:
     pld: Pld | None = None
     pld_held: Pld | None = None
     pld_dirty: bool = False
+    # budget structures (issue 15): the block unit of a partitioned dataset, the filter of its
+    # lifetime budget, and the allocation and block tallies loaded under the lock
+    partition_unit: str | None = None
+    lifetime: Filter | None = None
+    structures: Tallies | None = None
+
+    def tallies(self) -> Tallies:
+        """The budget-structure tallies of this transaction (loaded on demand)."""
+        if self.structures is None:
+            self.structures = Tallies(self.id, self.filter.kind)
+        return self.structures
 
     @property
     def is_pld(self) -> bool:
@@ -148,6 +166,15 @@ def _state(row: Row[Any]) -> DatasetState:
         last_entry_at=row.last_entry_at,
         held=held_from_bytes(row.held, row.orders_version),
         held_next_expiry=row.held_next_expiry,
+        partition_unit=row.partition_unit,
+        lifetime=None
+        if row.lifetime_budget_epsilon is None
+        else stored_filter(
+            FilterKind(row.filter),
+            Budget(row.lifetime_budget_epsilon, row.lifetime_budget_delta),
+            row.lifetime_filter_bound,
+            row.lifetime_filter_params,
+        ),
     )
 
 
@@ -226,6 +253,8 @@ _SAVE = (
 
 def save(session: Session, st: DatasetState, now: datetime | None = None) -> None:
     """Write the totals back (one ``UPDATE``) if anything changed since ``load``."""
+    if st.structures is not None:
+        st.structures.save(session, now)
     if not st.dirty:
         return
     values = {

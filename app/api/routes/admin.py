@@ -27,7 +27,9 @@ router = APIRouter(tags=["admin"])
     summary="Create a key (shown once)",
 )
 def create_key(body: KeyIn, db: DbDep, caller: Admin) -> Response:
-    created = keys.create_key(db, caller, Role(body.role), body.datasets, body.label)
+    created = keys.create_key(
+        db, caller, Role(body.role), body.datasets, body.label, allocations=body.allocations
+    )
     return send(created, status.HTTP_201_CREATED)
 
 

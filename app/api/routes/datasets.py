@@ -50,6 +50,12 @@ def create(body: DatasetIn, db: DbDep, caller: Admin) -> Response:
         adaptive=body.adaptive,
         allowed_mechanisms=list(body.allowed_mechanisms) if body.allowed_mechanisms else None,
         description=body.description,
+        partition_unit=body.partition.unit if body.partition is not None else None,
+        lifetime_budget=(
+            (body.lifetime_budget.epsilon, body.lifetime_budget.delta)
+            if body.lifetime_budget is not None
+            else None
+        ),
     )
     return send(answer, status.HTTP_201_CREATED)
 
@@ -127,6 +133,8 @@ def charge(
         metadata=body.metadata,
         idempotency_key=idempotency_key,
         dry_run=dry_run,
+        allocation=body.allocation,
+        blocks=body.blocks.span() if body.blocks is not None else None,
     )
     return send(answer, status.HTTP_200_OK if dry_run else status.HTTP_201_CREATED)
 

@@ -41,6 +41,8 @@ def reserve(
         metadata=body.metadata,
         max_ttl_seconds=settings.reservation_max_ttl_seconds,
         idempotency_key=idempotency_key,
+        allocation=body.allocation,
+        blocks=body.blocks.span() if body.blocks is not None else None,
     )
     return send(answer, status.HTTP_201_CREATED)
 

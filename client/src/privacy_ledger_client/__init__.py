@@ -67,8 +67,10 @@ from privacy_ledger_client._mechanisms import (
     subsampled_gaussian,
 )
 from privacy_ledger_client._models import (
+    Allocation,
     ApiKey,
     AuditEvent,
+    Block,
     Budget,
     BudgetStatus,
     Calibration,
@@ -95,7 +97,9 @@ from privacy_ledger_client.dp_events import dp_event_to_dict
 
 __all__ = [
     "DEFAULT_URL",
+    "Allocation",
     "ApiKey",
+    "Block",
     "AsyncHold",
     "AsyncLedgerClient",
     "AuditEvent",

@@ -14,8 +14,10 @@ from privacy_ledger_client._calls import Call, Delivery
 from privacy_ledger_client._config import Endpoint, read_answer
 from privacy_ledger_client._errors import TransportError, add_note
 from privacy_ledger_client._models import (
+    Allocation,
     ApiKey,
     AuditEvent,
+    Block,
     BudgetStatus,
     Calibration,
     Charge,
@@ -188,13 +190,24 @@ class AsyncLedgerClient:
         label: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
+        allocation: str | None = None,
+        blocks: tuple[str, str] | None = None,
     ) -> Charge:
         """As ``LedgerClient.charge``."""
-        return await self.send(calls.charge(dataset, mechanism, label, metadata, idempotency_key))
+        return await self.send(
+            calls.charge(dataset, mechanism, label, metadata, idempotency_key, allocation, blocks)
+        )
 
-    async def dry_run(self, dataset: str, mechanism: Mapping[str, Any]) -> DryRun:
+    async def dry_run(
+        self,
+        dataset: str,
+        mechanism: Mapping[str, Any],
+        *,
+        allocation: str | None = None,
+        blocks: tuple[str, str] | None = None,
+    ) -> DryRun:
         """As ``LedgerClient.dry_run``."""
-        return await self.send(calls.dry_run(dataset, mechanism))
+        return await self.send(calls.dry_run(dataset, mechanism, allocation, blocks))
 
     async def reserve(
         self,
@@ -204,10 +217,15 @@ class AsyncLedgerClient:
         ttl_seconds: int = 600,
         label: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        allocation: str | None = None,
+        blocks: tuple[str, str] | None = None,
     ) -> AsyncHold:
         """As ``LedgerClient.reserve``."""
         return AsyncHold(
-            self, await self.send(calls.reserve(dataset, mechanism, ttl_seconds, label, metadata))
+            self,
+            await self.send(
+                calls.reserve(dataset, mechanism, ttl_seconds, label, metadata, allocation, blocks)
+            ),
         )
 
     async def reservation_status(self, reservation_id: str) -> Reservation:
@@ -249,13 +267,51 @@ class AsyncLedgerClient:
         if hold.outcome is None:
             await hold.commit()
 
+    # -- budget structures: allocations and blocks --
+
+    async def create_allocation(
+        self, dataset: str, name: str, epsilon: float, delta: float
+    ) -> Allocation:
+        """As ``LedgerClient.create_allocation``."""
+        return await self.send(calls.create_allocation(dataset, name, epsilon, delta))
+
+    async def allocations(self, dataset: str) -> list[Allocation]:
+        """As ``LedgerClient.allocations``."""
+        return await self.send(calls.allocations(dataset))
+
+    async def allocation(self, dataset: str, name: str) -> Allocation:
+        """As ``LedgerClient.allocation``."""
+        return await self.send(calls.allocation(dataset, name))
+
+    async def update_allocation(
+        self,
+        dataset: str,
+        name: str,
+        *,
+        epsilon: float | None = None,
+        delta: float | None = None,
+    ) -> Allocation:
+        """As ``LedgerClient.update_allocation``."""
+        return await self.send(calls.update_allocation(dataset, name, epsilon, delta))
+
+    async def blocks(
+        self, dataset: str, first: str, last: str, *, allocation: str | None = None
+    ) -> list[Block]:
+        """As ``LedgerClient.blocks``."""
+        return await self.send(calls.blocks(dataset, first, last, allocation))
+
     # -- administration --
 
     async def create_key(
-        self, role: str, datasets: Sequence[str] | None = None, label: str | None = None
+        self,
+        role: str,
+        datasets: Sequence[str] | None = None,
+        label: str | None = None,
+        *,
+        allocations: Sequence[str] | None = None,
     ) -> NewApiKey:
         """As ``LedgerClient.create_key``."""
-        return await self.send(calls.create_key(role, datasets, label))
+        return await self.send(calls.create_key(role, datasets, label, allocations))
 
     async def keys(self) -> list[ApiKey]:
         """As ``LedgerClient.keys``."""

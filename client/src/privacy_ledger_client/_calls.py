@@ -15,8 +15,10 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 from privacy_ledger_client._models import (
+    Allocation,
     ApiKey,
     AuditEvent,
+    Block,
     BudgetStatus,
     Calibration,
     Charge,
@@ -142,26 +144,49 @@ def calibrate(
 # --- charges and reservations -----------------------------------------------------------------
 
 
+def _structures(allocation: str | None, blocks: tuple[str, str] | None) -> dict[str, Any]:
+    """The budget-structure members of a charge or reservation (sent only when given)."""
+    out: dict[str, Any] = {}
+    if allocation is not None:
+        out["allocation"] = allocation
+    if blocks is not None:
+        first, last = blocks
+        out["blocks"] = {"from": first, "to": last}
+    return out
+
+
 def charge(
     ref: str,
     mechanism: Mapping[str, Any],
     label: str | None,
     metadata: Mapping[str, Any] | None,
     idempotency_key: str | None,
+    allocation: str | None = None,
+    blocks: tuple[str, str] | None = None,
 ) -> Call[Charge]:
-    body = {"mechanism": dict(mechanism), "label": label, "metadata": metadata}
+    body = {
+        "mechanism": dict(mechanism),
+        "label": label,
+        "metadata": metadata,
+        **_structures(allocation, blocks),
+    }
     headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
     return Call(
         "POST", f"/v1/datasets/{_seg(ref)}/charges", _one(Charge), json=body, headers=headers
     )
 
 
-def dry_run(ref: str, mechanism: Mapping[str, Any]) -> Call[DryRun]:
+def dry_run(
+    ref: str,
+    mechanism: Mapping[str, Any],
+    allocation: str | None = None,
+    blocks: tuple[str, str] | None = None,
+) -> Call[DryRun]:
     return Call(
         "POST",
         f"/v1/datasets/{_seg(ref)}/charges",
         _one(DryRun),
-        json={"mechanism": dict(mechanism)},
+        json={"mechanism": dict(mechanism), **_structures(allocation, blocks)},
         params={"dry_run": "true"},
     )
 
@@ -172,12 +197,15 @@ def reserve(
     ttl_seconds: int,
     label: str | None,
     metadata: Mapping[str, Any] | None,
+    allocation: str | None = None,
+    blocks: tuple[str, str] | None = None,
 ) -> Call[Reservation]:
     body = {
         "mechanism": dict(mechanism),
         "ttl_seconds": ttl_seconds,
         "label": label,
         "metadata": metadata,
+        **_structures(allocation, blocks),
     }
     # a lost answer would leave a hold that expires and is charged: send twice only if unsent
     return Call(
@@ -201,11 +229,58 @@ def release(reservation_id: str) -> Call[Reservation]:
     return Call("DELETE", f"/v1/reservations/{_seg(reservation_id)}", _one(Reservation))
 
 
+# --- budget structures: allocations and blocks ------------------------------------------------
+
+
+def create_allocation(ref: str, name: str, epsilon: float, delta: float) -> Call[Allocation]:
+    body = {"name": name, "budget": {"epsilon": epsilon, "delta": delta}}
+    return Call(
+        "POST",
+        f"/v1/datasets/{_seg(ref)}/allocations",
+        _one(Allocation),
+        json=body,
+        delivery=Delivery.UNSENT_ONLY,
+    )
+
+
+def allocations(ref: str) -> Call[list[Allocation]]:
+    return Call("GET", f"/v1/datasets/{_seg(ref)}/allocations", _many(Allocation, "allocations"))
+
+
+def allocation(ref: str, name: str) -> Call[Allocation]:
+    return Call("GET", f"/v1/datasets/{_seg(ref)}/allocations/{_seg(name)}", _one(Allocation))
+
+
+def update_allocation(
+    ref: str, name: str, epsilon: float | None, delta: float | None
+) -> Call[Allocation]:
+    body = {"budget": _drop_none({"epsilon": epsilon, "delta": delta})}
+    return Call(
+        "PATCH", f"/v1/datasets/{_seg(ref)}/allocations/{_seg(name)}", _one(Allocation), json=body
+    )
+
+
+def blocks(ref: str, first: str, last: str, allocation: str | None) -> Call[list[Block]]:
+    params = _drop_none({"from": first, "to": last, "allocation": allocation})
+    return Call("GET", f"/v1/datasets/{_seg(ref)}/blocks", _many(Block, "blocks"), params=params)
+
+
 # --- administration ---------------------------------------------------------------------------
 
 
-def create_key(role: str, datasets: Sequence[str] | None, label: str | None) -> Call[NewApiKey]:
-    body = {"role": role, "datasets": list(datasets) if datasets else None, "label": label}
+def create_key(
+    role: str,
+    datasets: Sequence[str] | None,
+    label: str | None,
+    allocations: Sequence[str] | None = None,
+) -> Call[NewApiKey]:
+    body: dict[str, Any] = {
+        "role": role,
+        "datasets": list(datasets) if datasets else None,
+        "label": label,
+    }
+    if allocations is not None:
+        body["allocations"] = list(allocations)
     return Call("POST", "/v1/keys", _one(NewApiKey), json=body, delivery=Delivery.UNSENT_ONLY)
 
 

@@ -73,6 +73,10 @@ class BudgetExceeded(Conflict):
         self.would_spend: Spent | None = parse_or_none(Spent, problem.get("would_spend"))
         limit = problem.get("limit")
         self.limit: str | None = limit if isinstance(limit, str) else None
+        exceeded = problem.get("blocks_exceeded")
+        self.blocks_exceeded: list[str] = (
+            [b for b in exceeded if isinstance(b, str)] if isinstance(exceeded, list) else []
+        )
 
 
 class RateLimited(HTTPStatusError):

@@ -117,6 +117,8 @@ class BudgetStatus(Model):
     accounting: str | None = None
     adaptive: bool | None = None
     reserved: Reserved | None = None
+    blocks: dict[str, Any] | None = None  # partitioned: unit, most_spent, exhausted_blocks
+    lifetime: dict[str, Any] | None = None  # partitioned: the composition of all charges
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,14 +158,53 @@ class LedgerEntry(Model):
     key_id: str | None = None
     reservation_id: str | None = None
     created_at: datetime | None = None
+    allocation_id: str | None = None
+    blocks: dict[str, str] | None = None  # {"from": key, "to": key}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Block(Model):
+    """One block of a partitioned dataset (or an allocation's share of it)."""
+
+    block: str
+    spent: Spent
+    remaining: Remaining
+    exhausted: bool
+    entries: int | None = None
+    reserved: Reserved | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Allocation(Model):
+    """A sub-budget of a dataset. On a partitioned dataset ``spent`` / ``remaining`` /
+    ``exhausted`` are those of its most-spent block, ``lifetime_spent`` composes all its
+    charges."""
+
+    id: str
+    name: str
+    budget: Budget
+    spent: Spent
+    remaining: Remaining
+    exhausted: bool
+    dataset_id: str | None = None
+    entries: int | None = None
+    reserved: Reserved | None = None
+    most_spent_block: str | None = None
+    lifetime_spent: Spent | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class Charge(Model):
-    """A recorded charge: the ledger entry and the dataset's spend after it."""
+    """A recorded charge: the ledger entry and the dataset's spend after it (with the
+    allocation and blocks charged, when there are any)."""
 
     entry: LedgerEntry
     spent: Spent
+    allocation: Allocation | None = None
+    blocks: list[Block] | None = None
+    allocation_blocks: list[Block] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,6 +215,9 @@ class DryRun(Model):
     spent: Spent
     would_spend: Spent
     requested: Requested | None = None
+    allocation: Allocation | None = None
+    blocks: list[Block] | None = None
+    allocation_blocks: list[Block] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -243,6 +287,8 @@ class Reservation(Model):
     ledger_entry_id: int | None = None
     key_id: str | None = None
     spent: Spent | None = None
+    allocation_id: str | None = None
+    blocks: dict[str, str] | None = None
 
 
 # --- administration ---------------------------------------------------------------------------
@@ -256,6 +302,7 @@ class ApiKey(Model):
     role: str
     prefix: str | None = None
     datasets: list[str] | None = None
+    allocations: list[str] | None = None
     label: str | None = None
     created_at: datetime | None = None
     created_by: str | None = None

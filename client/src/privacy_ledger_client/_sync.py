@@ -14,8 +14,10 @@ from privacy_ledger_client._calls import Call, Delivery
 from privacy_ledger_client._config import Endpoint, read_answer
 from privacy_ledger_client._errors import TransportError, add_note
 from privacy_ledger_client._models import (
+    Allocation,
     ApiKey,
     AuditEvent,
+    Block,
     BudgetStatus,
     Calibration,
     Charge,
@@ -192,14 +194,25 @@ class LedgerClient:
         label: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
+        allocation: str | None = None,
+        blocks: tuple[str, str] | None = None,
     ) -> Charge:
         """Record one invocation, or raise ``BudgetExceeded`` (nothing charged). Every retry
         carries the same Idempotency-Key (yours, or a fresh uuid4), so it is charged once."""
-        return self.send(calls.charge(dataset, mechanism, label, metadata, idempotency_key))
+        return self.send(
+            calls.charge(dataset, mechanism, label, metadata, idempotency_key, allocation, blocks)
+        )
 
-    def dry_run(self, dataset: str, mechanism: Mapping[str, Any]) -> DryRun:
+    def dry_run(
+        self,
+        dataset: str,
+        mechanism: Mapping[str, Any],
+        *,
+        allocation: str | None = None,
+        blocks: tuple[str, str] | None = None,
+    ) -> DryRun:
         """Would this charge be admitted? ``BudgetExceeded`` if not; nothing is recorded."""
-        return self.send(calls.dry_run(dataset, mechanism))
+        return self.send(calls.dry_run(dataset, mechanism, allocation, blocks))
 
     def reserve(
         self,
@@ -209,12 +222,17 @@ class LedgerClient:
         ttl_seconds: int = 600,
         label: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        allocation: str | None = None,
+        blocks: tuple[str, str] | None = None,
     ) -> Hold:
         """Hold budget for a planned invocation (``BudgetExceeded`` when it does not fit).
         Retried only if surely never sent: a lost answer would leave a hold behind, which
         expires and is charged, never freed (fail closed)."""
         return Hold(
-            self, self.send(calls.reserve(dataset, mechanism, ttl_seconds, label, metadata))
+            self,
+            self.send(
+                calls.reserve(dataset, mechanism, ttl_seconds, label, metadata, allocation, blocks)
+            ),
         )
 
     def reservation_status(self, reservation_id: str) -> Reservation:
@@ -257,13 +275,51 @@ class LedgerClient:
         if hold.outcome is None:
             hold.commit()
 
+    # -- budget structures: allocations and blocks --
+
+    def create_allocation(
+        self, dataset: str, name: str, epsilon: float, delta: float
+    ) -> Allocation:
+        """Create a sub-budget of a dataset (admin key)."""
+        return self.send(calls.create_allocation(dataset, name, epsilon, delta))
+
+    def allocations(self, dataset: str) -> list[Allocation]:
+        """A dataset's allocations with their spend."""
+        return self.send(calls.allocations(dataset))
+
+    def allocation(self, dataset: str, name: str) -> Allocation:
+        """One allocation with its spend."""
+        return self.send(calls.allocation(dataset, name))
+
+    def update_allocation(
+        self,
+        dataset: str,
+        name: str,
+        *,
+        epsilon: float | None = None,
+        delta: float | None = None,
+    ) -> Allocation:
+        """Change an allocation's budget (admin key, audited)."""
+        return self.send(calls.update_allocation(dataset, name, epsilon, delta))
+
+    def blocks(
+        self, dataset: str, first: str, last: str, *, allocation: str | None = None
+    ) -> list[Block]:
+        """Blocks ``first``..``last`` (inclusive) of a partitioned dataset, with spend."""
+        return self.send(calls.blocks(dataset, first, last, allocation))
+
     # -- administration --
 
     def create_key(
-        self, role: str, datasets: Sequence[str] | None = None, label: str | None = None
+        self,
+        role: str,
+        datasets: Sequence[str] | None = None,
+        label: str | None = None,
+        *,
+        allocations: Sequence[str] | None = None,
     ) -> NewApiKey:
         """Create an API key (admin key); ``.key`` is the secret, shown this once."""
-        return self.send(calls.create_key(role, datasets, label))
+        return self.send(calls.create_key(role, datasets, label, allocations))
 
     def keys(self) -> list[ApiKey]:
         """Every key, newest first (never the secrets)."""

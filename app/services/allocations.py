@@ -1,0 +1,206 @@
+"""Allocations: sub-budgets of a dataset per team or analyst (issue 15).
+
+An allocation has its own budget and running totals (table ``allocation``, the columns and
+codec of ``dataset_total``). A charge or reservation naming it is admitted only if the
+allocation stays within its budget **and** the dataset within the dataset's, both under the
+dataset's filter, in one transaction under the dataset's lock (``admission.decide``). The
+allocation's filter is the dataset's kind with the allocation's budget (for
+``rdp_fixed_orders``, at the dataset's fixed orders). On a partitioned dataset the allocation's
+budget applies to each block, as the dataset's does.
+
+Allocations may be overbooked: their budgets may add up to more than the dataset's. The
+dataset's budget is the guarantee; an allocation only limits who may use how much of it.
+``pld`` datasets have no allocations (422): a PLD per allocation is not kept.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app import responses as r
+from app.accounting.filters import Budget, Filter
+from app.db.engine import Database
+from app.db.models import Allocation, utcnow
+from app.errors import Conflict, NotFound, Unprocessable
+from app.principal import Caller
+from app.services import admission, answers, audit, partitions, state
+from app.services.auth import authenticated
+from app.services.state import DatasetState
+from app.services.tallies import (
+    ALLOCATION_BLOCK,
+    Tallies,
+    Tally,
+    allocation_columns,
+    allocation_filter,
+    allocation_tally,
+    zero_totals,
+)
+
+
+def _budget(epsilon: float, delta: float) -> Budget:
+    try:
+        return Budget(epsilon, delta)
+    except ValueError as exc:
+        raise Unprocessable(str(exc)) from None
+
+
+def _filter_for(st: DatasetState, budget: Budget) -> Filter:
+    """The allocation filter: the dataset's kind, the allocation's budget, the dataset's
+    orders (rdp_fixed_orders)."""
+    if st.is_pld:
+        raise Unprocessable(
+            f"dataset {st.name!r} uses 'pld' accounting, which has no allocations (a PLD per "
+            "allocation is not kept); use 'rdp' or 'zcdp' accounting for datasets split into "
+            "allocations"
+        )
+    orders = st.filter.params.orders if st.filter.params is not None else None
+    try:
+        return allocation_filter(st.filter.kind, budget, orders)
+    except ValueError as exc:
+        raise Unprocessable(str(exc)) from None
+
+
+def _view(s: Session, st: DatasetState, t: Tally, tallies: Tallies) -> r.Allocation:
+    top = None
+    if st.partition_unit is not None:
+        top = partitions.most_spent(s, tallies, ALLOCATION_BLOCK, t.owner, t.filter)
+    return answers.allocation(t, st.id, most_spent=top, partitioned=st.partition_unit is not None)
+
+
+def _budget_action(old: Budget, new: Budget) -> str:
+    if new.epsilon >= old.epsilon and new.delta >= old.delta:
+        return "allocation.budget_raised"
+    if new.epsilon <= old.epsilon and new.delta <= old.delta:
+        return "allocation.budget_lowered"
+    return "allocation.budget_changed"
+
+
+def create_allocation(
+    db: Database, caller: Caller, ref: str, *, name: str, epsilon: float, delta: float
+) -> r.Allocation:
+    """Create allocation ``name`` of dataset ``ref`` with an empty ledger (audited); 409 when
+    the dataset already has one of that name."""
+    actor = authenticated(db, caller)
+    budget = _budget(epsilon, delta)
+    try:
+        with db.write() as s:
+            with admission.locked(s, ref, actor) as st:
+                flt = _filter_for(st, budget)
+                clash = s.scalar(
+                    select(Allocation.id).where(
+                        Allocation.dataset_id == st.id, Allocation.name == name
+                    )
+                )
+                if clash is not None:
+                    raise Conflict(f"dataset {st.name!r} already has an allocation named {name!r}")
+                now = utcnow()
+                row = Allocation(
+                    id="al_" + secrets.token_hex(8),
+                    dataset_id=st.id,
+                    name=name,
+                    budget_epsilon=budget.epsilon,
+                    budget_delta=budget.delta,
+                    filter_bound=flt.bound,
+                    filter_params=flt.params.to_dict() if flt.params is not None else None,
+                    created_at=now,
+                    updated_at=now,
+                    **zero_totals(flt),
+                )
+                s.add(row)
+                s.flush()
+                audit.record(
+                    s,
+                    actor,
+                    "allocation.created",
+                    dataset_id=st.id,
+                    target_id=row.id,
+                    details={
+                        "name": name,
+                        "budget": {"epsilon": budget.epsilon, "delta": budget.delta},
+                        "dataset_budget": {
+                            "epsilon": st.budget.epsilon,
+                            "delta": st.budget.delta,
+                        },
+                    },
+                )
+                tallies = Tallies(st.id, st.filter.kind)
+                return _view(s, st, tallies.allocation(s, name, lock=False), tallies)
+    except IntegrityError:  # PostgreSQL: a concurrent create took the name after our check
+        raise Conflict(f"the dataset already has an allocation named {name!r}") from None
+
+
+def list_allocations(db: Database, caller: Caller, ref: str) -> r.AllocationList:
+    """The dataset's allocations, by name."""
+    with db.read() as s:
+        principal = authenticated(db, caller, s)
+        st = state.load(s, ref, principal)
+        tallies = Tallies(st.id, st.filter.kind)
+        rows = s.execute(
+            allocation_columns().where(Allocation.dataset_id == st.id).order_by(Allocation.name)
+        ).all()
+        items = [_view(s, st, allocation_tally(row, st.filter.kind), tallies) for row in rows]
+        return r.AllocationList(dataset_id=st.id, allocations=items)
+
+
+def get_allocation(db: Database, caller: Caller, ref: str, name: str) -> r.Allocation:
+    """One allocation with its spend (404 when the dataset has none of that name)."""
+    with db.read() as s:
+        principal = authenticated(db, caller, s)
+        st = state.load(s, ref, principal)
+        tallies = Tallies(st.id, st.filter.kind)
+        try:
+            t = tallies.allocation(s, name, lock=False)
+        except Unprocessable:
+            raise NotFound(f"no allocation {name!r} on dataset {st.name!r}") from None
+        return _view(s, st, t, tallies)
+
+
+def update_allocation(
+    db: Database, caller: Caller, ref: str, name: str, budget_in: dict[str, float]
+) -> r.Allocation:
+    """Change an allocation's budget (audited with old and new values), under the dataset's
+    lock. Its filter keeps the dataset's fixed orders. Lowering it below the spend is allowed
+    and leaves the allocation exhausted; nothing is ever reset."""
+    actor = authenticated(db, caller)
+    with db.write() as s:
+        with admission.locked(s, ref, actor) as st:
+            tallies = st.tallies()
+            try:
+                t = tallies.allocation(s, name)
+            except Unprocessable:
+                raise NotFound(f"no allocation {name!r} on dataset {st.name!r}") from None
+            old = t.budget
+            new = _budget(budget_in.get("epsilon", old.epsilon), budget_in.get("delta", old.delta))
+            if new != old:
+                flt = _filter_for(st, new)
+                tallies.set_filter(t, flt)
+                t.updated_at = utcnow()
+                rebudgeted = 0
+                if st.partition_unit is not None:
+                    rebudgeted = partitions.rebudget(s, st, ALLOCATION_BLOCK, t.owner, flt)
+                audit.record(
+                    s,
+                    actor,
+                    _budget_action(old, new),
+                    dataset_id=st.id,
+                    target_id=t.owner,
+                    details={
+                        "name": name,
+                        "changes": {
+                            "budget": {
+                                "old": {"epsilon": old.epsilon, "delta": old.delta},
+                                "new": {"epsilon": new.epsilon, "delta": new.delta},
+                            }
+                        },
+                        "spent_epsilon": t.spent.epsilon,
+                        "blocks_rebudgeted": rebudgeted,
+                    },
+                )
+        return _view(s, st, t, Tallies(st.id, st.filter.kind))
+
+
+__all__ = ["create_allocation", "get_allocation", "list_allocations", "update_allocation"]

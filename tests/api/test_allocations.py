@@ -1,0 +1,218 @@
+"""Allocations (issue 15): sub-budgets of a dataset, admitted together with the dataset's budget
+in one transaction; refusals name the limit hit; keys limited to allocations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.accounting.curve import PrivacyCurve
+from app.accounting.filters import Budget, Filter, FilterKind
+from app.accounting.mechanisms import mechanism_from_dict
+from tests.conftest import new_dataset
+
+LAPLACE = {"mechanism": "laplace", "epsilon": 0.3}
+
+
+def _alloc(client: TestClient, ds: str, name: str, eps: float, delta: float = 1e-6) -> Any:
+    r = client.post(
+        f"/v1/datasets/{ds}/allocations",
+        json={"name": name, "budget": {"epsilon": eps, "delta": delta}},
+    )
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def _charge(client: TestClient, ds: str, **body: Any) -> Any:
+    return client.post(f"/v1/datasets/{ds}/charges", json={"mechanism": LAPLACE, **body})
+
+
+def _state(client: TestClient, ds: str) -> tuple[int, list[Any], list[Any]]:
+    """What a refused or bad request must leave unchanged."""
+    budget = client.get(f"/v1/datasets/{ds}/budget").json()
+    allocations = client.get(f"/v1/datasets/{ds}/allocations").json()["allocations"]
+    ledger = client.get(f"/v1/datasets/{ds}/ledger").json()["entries"]
+    return budget["entries"], allocations, ledger
+
+
+def test_create_list_get_patch_is_audited(client: TestClient) -> None:
+    ds = new_dataset(client, budget={"epsilon": 2.0, "delta": 1e-6}, adaptive=False)["id"]
+    a = _alloc(client, ds, "team-a", 0.5)
+    assert {"id", "dataset_id", "name", "budget", "spent", "remaining", "exhausted"} <= set(a)
+    assert a["dataset_id"] == ds and a["name"] == "team-a"
+    assert a["budget"] == {"epsilon": 0.5, "delta": 1e-6}
+    assert a["spent"]["epsilon"] == 0.0 and a["exhausted"] is False
+    _alloc(client, ds, "team-b", 0.7)
+    names = [x["name"] for x in client.get(f"/v1/datasets/{ds}/allocations").json()["allocations"]]
+    assert names == ["team-a", "team-b"]
+    assert client.get(f"/v1/datasets/{ds}/allocations/team-b").json()["budget"]["epsilon"] == 0.7
+    assert client.get(f"/v1/datasets/{ds}/allocations/nobody").status_code == 404
+    dup = client.post(
+        f"/v1/datasets/{ds}/allocations",
+        json={"name": "team-a", "budget": {"epsilon": 0.1, "delta": 1e-6}},
+    )
+    assert dup.status_code == 409
+    r = client.patch(f"/v1/datasets/{ds}/allocations/team-a", json={"budget": {"epsilon": 0.9}})
+    assert r.status_code == 200, r.text
+    assert r.json()["budget"] == {"epsilon": 0.9, "delta": 1e-6}
+    events = client.get("/v1/audit", params={"dataset": ds}).json()["events"]
+    actions = [e["action"] for e in events]
+    assert "allocation.created" in actions and "allocation.budget_raised" in actions
+    raised = next(e for e in events if e["action"] == "allocation.budget_raised")
+    assert raised["details"]["changes"]["budget"]["old"]["epsilon"] == 0.5
+    assert (
+        client.patch(
+            f"/v1/datasets/{ds}/allocations/nobody", json={"budget": {"epsilon": 1.0}}
+        ).status_code
+        == 404
+    )
+
+
+@pytest.mark.parametrize("accounting,adaptive", [("rdp", False), ("zcdp", True), ("rdp", True)])
+def test_allocation_limit_then_dataset_limit(
+    client: TestClient, accounting: str, adaptive: bool
+) -> None:
+    """Overbooked allocations (0.7 + 0.7 > 1.0): each stops at its own budget; the dataset's
+    budget stops them together; each refusal names its limit and changes nothing."""
+    ds = new_dataset(
+        client,
+        budget={"epsilon": 1.0, "delta": 1e-6},
+        accounting=accounting,
+        adaptive=adaptive,
+    )
+    _alloc(client, ds["id"], "team-a", 0.7)
+    _alloc(client, ds["id"], "team-b", 0.7)
+    flt = Filter.create(
+        FilterKind(ds["filter"]),
+        Budget(0.7, 1e-6),
+        None,
+        ds["filter_params"]["orders"] if ds["filter_params"] else None,
+    )
+    # charge team-a until its own filter refuses: each admitted exactly while it fits
+    total = PrivacyCurve.zero()
+    small = {"mechanism": "laplace", "epsilon": 0.05}
+    curve = mechanism_from_dict(small).curve()
+    for _ in range(500):
+        fits = flt.admits(total + curve)
+        r = client.post(
+            f"/v1/datasets/{ds['id']}/charges", json={"mechanism": small, "allocation": "team-a"}
+        )
+        if not fits:
+            break
+        assert r.status_code == 201, r.text
+        assert r.json()["allocation"]["name"] == "team-a"
+        total = total + curve
+    assert r.status_code == 409, r.text
+    problem = r.json()
+    assert problem["limit"] == "allocation" and problem["limits"] == ["allocation"]
+    assert problem["allocation"]["name"] == "team-a"
+    before = _state(client, ds["id"])
+    # team-b runs into the dataset's budget (team-a used most of it), not its own
+    outcomes = []
+    for _ in range(500):
+        r = client.post(
+            f"/v1/datasets/{ds['id']}/charges", json={"mechanism": small, "allocation": "team-b"}
+        )
+        outcomes.append(r.status_code)
+        if r.status_code == 409:
+            break
+    assert outcomes[-1] == 409
+    assert r.json()["limit"] == "dataset", r.json()
+    b = client.get(f"/v1/datasets/{ds['id']}/allocations/team-b").json()
+    assert b["exhausted"] is False  # its own budget was not the limit
+    assert client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]["epsilon"] <= 1.0
+    a_after = client.get(f"/v1/datasets/{ds['id']}/allocations/team-a").json()
+    assert a_after == next(x for x in before[1] if x["name"] == "team-a")
+    rejections = client.get("/v1/rejections", params={"dataset": ds["id"]}).json()["rejections"]
+    assert len(rejections) == 2
+    metrics = client.get("/metrics").text
+    for limit in ("allocation", "dataset"):
+        line = (
+            f'privacy_ledger_structure_refusals_total{{dataset="{ds["id"]}",limit="{limit}"}} 1.0'
+        )
+        assert line in metrics, limit
+    assert client.post("/v1/admin/verify").json()["ok"] is True
+
+
+def test_unknown_allocation_and_keys_outside_theirs_change_nothing(client: TestClient) -> None:
+    ds = new_dataset(client, budget={"epsilon": 2.0, "delta": 1e-6})["id"]
+    _alloc(client, ds, "team-a", 1.0)
+    _alloc(client, ds, "team-b", 1.0)
+    before = _state(client, ds)
+    r = _charge(client, ds, allocation="team-z")
+    assert r.status_code == 422 and "team-z" in r.json()["detail"]
+    r = client.post(
+        "/v1/keys", json={"role": "pipeline", "allocations": ["team-a", "no-such-team"]}
+    )
+    assert r.status_code == 422 and r.json()["unknown_allocations"] == ["no-such-team"]
+    key = client.post("/v1/keys", json={"role": "pipeline", "allocations": ["team-a"]}).json()
+    assert key["allocations"] == ["team-a"]
+    headers = {"Authorization": f"Bearer {key['key']}"}
+    for body in ({}, {"allocation": "team-b"}):
+        r = client.post(
+            f"/v1/datasets/{ds}/charges", json={"mechanism": LAPLACE, **body}, headers=headers
+        )
+        assert r.status_code == 403, r.text
+        r = client.post(
+            f"/v1/datasets/{ds}/reservations", json={"mechanism": LAPLACE, **body}, headers=headers
+        )
+        assert r.status_code == 403, r.text
+    assert _state(client, ds) == before
+    # the key cannot mint a wider key either
+    r = client.post("/v1/keys", json={"role": "pipeline"}, headers=headers)
+    assert r.status_code == 403
+    r = client.post(
+        f"/v1/datasets/{ds}/charges",
+        json={"mechanism": LAPLACE, "allocation": "team-a"},
+        headers=headers,
+    )
+    assert r.status_code == 201, r.text
+    assert r.json()["entry"]["allocation_id"] == r.json()["allocation"]["id"]
+    # a hold of team-b cannot be committed or released by the team-a key
+    hold = client.post(
+        f"/v1/datasets/{ds}/reservations", json={"mechanism": LAPLACE, "allocation": "team-b"}
+    ).json()
+    assert client.post(f"/v1/reservations/{hold['id']}/commit", headers=headers).status_code == 403
+    assert client.delete(f"/v1/reservations/{hold['id']}", headers=headers).status_code == 403
+
+
+def test_reservations_idempotency_and_dry_runs_with_allocations(client: TestClient) -> None:
+    ds = new_dataset(client, budget={"epsilon": 5.0, "delta": 1e-6}, adaptive=False)["id"]
+    _alloc(client, ds, "team-a", 0.65)
+    body = {"mechanism": LAPLACE, "allocation": "team-a"}
+    dry = client.post(f"/v1/datasets/{ds}/charges", params={"dry_run": "true"}, json=body)
+    assert dry.status_code == 200 and dry.json()["allocation"]["spent"]["epsilon"] == 0.3
+    assert client.get(f"/v1/datasets/{ds}/allocations/team-a").json()["entries"] == 0
+    # a hold counts against the allocation: two 0.3 holds fill 0.65 beyond a third
+    h1 = client.post(f"/v1/datasets/{ds}/reservations", json=body)
+    h2 = client.post(f"/v1/datasets/{ds}/reservations", json=body)
+    assert h1.status_code == h2.status_code == 201
+    assert h1.json()["allocation_id"] is not None
+    refused = client.post(f"/v1/datasets/{ds}/charges", json=body)
+    assert refused.status_code == 409 and refused.json()["limit"] == "allocation"
+    assert client.get(f"/v1/datasets/{ds}/allocations/team-a").json()["reserved"]["count"] == 2
+    assert client.delete(f"/v1/reservations/{h2.json()['id']}").status_code == 200
+    assert client.post(f"/v1/reservations/{h1.json()['id']}/commit").status_code == 200
+    a = client.get(f"/v1/datasets/{ds}/allocations/team-a").json()
+    assert a["entries"] == 1 and a["reserved"] is None and a["spent"]["epsilon"] == 0.3
+    # idempotency: the same key charges once; another allocation under the same key is a 422
+    headers = {"Idempotency-Key": "k-1"}
+    first = client.post(f"/v1/datasets/{ds}/charges", json=body, headers=headers)
+    again = client.post(f"/v1/datasets/{ds}/charges", json=body, headers=headers)
+    assert first.status_code == again.status_code == 201
+    assert first.json() == again.json()
+    assert client.get(f"/v1/datasets/{ds}/allocations/team-a").json()["entries"] == 2
+    other = client.post(f"/v1/datasets/{ds}/charges", json={"mechanism": LAPLACE}, headers=headers)
+    assert other.status_code == 422
+
+
+def test_pld_datasets_have_no_allocations(client: TestClient) -> None:
+    ds = new_dataset(client, accounting="pld", adaptive=False)["id"]
+    r = client.post(
+        f"/v1/datasets/{ds}/allocations",
+        json={"name": "team-a", "budget": {"epsilon": 0.5, "delta": 1e-6}},
+    )
+    assert r.status_code == 422 and "pld" in r.json()["detail"]
+    assert client.get(f"/v1/datasets/{ds}/allocations").json()["allocations"] == []

@@ -1,0 +1,212 @@
+"""Time-partitioned datasets (issue 15): the budget applies to each block; a charge names its
+block range and is admitted in every block or none; an optional lifetime budget caps all."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.accounting.curve import PrivacyCurve
+from app.accounting.filters import Budget, Filter, FilterKind
+from app.accounting.mechanisms import mechanism_from_dict
+from app.services.blocks import MAX_SPAN
+from tests.conftest import new_dataset
+
+LAPLACE = {"mechanism": "laplace", "epsilon": 0.4}
+
+
+def _partitioned(client: TestClient, unit: str = "day", **fields: Any) -> dict[str, Any]:
+    return new_dataset(
+        client,
+        name=f"clicks-{unit}",
+        budget={"epsilon": 1.0, "delta": 1e-6},
+        adaptive=False,
+        partition={"unit": unit},
+        **fields,
+    )
+
+
+def _charge(client: TestClient, ds: str, first: str, last: str, **body: Any) -> Any:
+    return client.post(
+        f"/v1/datasets/{ds}/charges",
+        json={"mechanism": LAPLACE, "blocks": {"from": first, "to": last}, **body},
+    )
+
+
+def _blocks(client: TestClient, ds: str, first: str, last: str, **params: Any) -> list[Any]:
+    r = client.get(f"/v1/datasets/{ds}/blocks", params={"from": first, "to": last, **params})
+    assert r.status_code == 200, r.text
+    return list(r.json()["blocks"])
+
+
+def _snapshot(client: TestClient, ds: str) -> Any:
+    return (
+        client.get(f"/v1/datasets/{ds}/budget").json(),
+        client.get(f"/v1/datasets/{ds}/ledger").json()["entries"],
+        _blocks(client, ds, "2026-11-01", "2026-11-30"),
+    )
+
+
+def test_bad_ranges_get_422_and_change_nothing(client: TestClient) -> None:
+    ds = _partitioned(client)["id"]
+    plain = new_dataset(client, name="plain")["id"]
+    assert _charge(client, ds, "2026-11-20", "2026-11-21").status_code == 201
+    before = _snapshot(client, ds)
+    bad = [
+        ("2026-11-22", "2026-11-21"),  # reversed
+        ("2026-11-31", "2026-12-01"),  # no such day
+        ("2026-W48", "2026-W48"),  # a week key on a daily dataset
+        ("2026-11-1", "2026-11-02"),  # not zero-padded
+        ("2026-01-01", "2027-01-02"),  # 367 days: beyond the maximum span
+    ]
+    for first, last in bad:
+        r = _charge(client, ds, first, last)
+        assert r.status_code == 422, (first, last, r.text)
+        assert r.json()["detail"]
+    r = client.post(f"/v1/datasets/{ds}/charges", json={"mechanism": LAPLACE})
+    assert r.status_code == 422 and "partitioned by day" in r.json()["detail"]
+    r = client.post(
+        f"/v1/datasets/{ds}/charges",
+        json={"mechanism": LAPLACE, "blocks": {"from": "2026-11-01"}},
+    )
+    assert r.status_code == 422
+    assert _snapshot(client, ds) == before
+    r = _charge(client, plain, "2026-11-20", "2026-11-21")
+    assert r.status_code == 422 and "not partitioned" in r.json()["detail"]
+    assert client.get(f"/v1/datasets/{plain}/budget").json()["entries"] == 0
+    # a lifetime budget without a partition, a partition on a pld dataset: 422
+    r = client.post(
+        "/v1/datasets",
+        json={
+            "name": "x",
+            "budget": {"epsilon": 1.0, "delta": 1e-6},
+            "lifetime_budget": {"epsilon": 2.0, "delta": 1e-6},
+        },
+    )
+    assert r.status_code == 422
+    r = client.post(
+        "/v1/datasets",
+        json={
+            "name": "y",
+            "budget": {"epsilon": 1.0, "delta": 1e-6},
+            "accounting": "pld",
+            "adaptive": False,
+            "partition": {"unit": "day"},
+        },
+    )
+    assert r.status_code == 422
+
+
+@pytest.mark.parametrize(
+    "unit,first,last,n",
+    [
+        ("day", "2026-11-23", "2026-11-29", 7),
+        ("week", "2026-W52", "2027-W02", 4),
+        ("month", "2026-11", "2027-02", 4),
+    ],
+)
+def test_keys_per_unit_and_max_span(
+    client: TestClient, unit: str, first: str, last: str, n: int
+) -> None:
+    ds = _partitioned(client, unit)
+    assert ds["partition"] == {"unit": unit, "max_span": MAX_SPAN[unit]}
+    r = _charge(client, ds["id"], first, last)
+    assert r.status_code == 201, r.text
+    charged = [b["block"] for b in r.json()["blocks"]]
+    assert len(charged) == n and charged[0] == first and charged[-1] == last
+    assert charged == sorted(charged)
+    assert r.json()["entry"]["blocks"] == {"from": first, "to": last}
+
+
+def test_all_blocks_or_none(client: TestClient) -> None:
+    """Block 23 is nearly full: a range that includes it is refused in every block, and the
+    refusal lists it in blocks_exceeded."""
+    ds = _partitioned(client)["id"]
+    flt = Filter.create(FilterKind.RDP, Budget(1.0, 1e-6))
+    curve = mechanism_from_dict(LAPLACE).curve()
+    total = PrivacyCurve.zero()
+    while flt.admits(total + curve):
+        assert _charge(client, ds, "2026-11-23", "2026-11-23").status_code == 201
+        total = total + curve
+    before = _snapshot(client, ds)
+    r = _charge(client, ds, "2026-11-20", "2026-11-25")
+    assert r.status_code == 409, r.text
+    problem = r.json()
+    assert problem["limit"] == "dataset"
+    assert problem["blocks_exceeded"] == ["2026-11-23"]
+    assert _snapshot(client, ds) == before
+    rows = {b["block"]: b for b in _blocks(client, ds, "2026-11-20", "2026-11-25")}
+    assert rows["2026-11-20"]["spent"]["epsilon"] == 0.0 and rows["2026-11-20"]["entries"] == 0
+    assert rows["2026-11-23"]["spent"]["epsilon"] == pytest.approx(flt.spend(total).epsilon)
+    # the blocks beside it still take charges
+    assert _charge(client, ds, "2026-11-24", "2026-11-25").status_code == 201
+    view = client.get(f"/v1/datasets/{ds}/budget").json()
+    assert view["blocks"]["most_spent"]["block"] == "2026-11-23"
+    assert view["blocks"]["charged_blocks"] == 3
+    assert view["blocks"]["exhausted_blocks"] == sum(
+        b["exhausted"] for b in _blocks(client, ds, "2026-11-01", "2026-11-30")
+    )
+    assert client.post("/v1/admin/verify").json()["ok"] is True
+
+
+def test_lifetime_budget_caps_the_composition(client: TestClient) -> None:
+    ds = _partitioned(client, lifetime_budget={"epsilon": 1.5, "delta": 1e-6})
+    assert ds["lifetime_budget"] == {"epsilon": 1.5, "delta": 1e-6}
+    life = Filter.create(FilterKind.RDP, Budget(1.5, 1e-6))
+    curve = mechanism_from_dict(LAPLACE).curve()
+    total = PrivacyCurve.zero()
+    day = 1
+    while life.admits(total + curve):  # a fresh day each time: only the lifetime can refuse
+        r = _charge(client, ds["id"], f"2026-11-{day:02d}", f"2026-11-{day:02d}")
+        assert r.status_code == 201, r.text
+        total, day = total + curve, day + 1
+    r = _charge(client, ds["id"], f"2026-11-{day:02d}", f"2026-11-{day:02d}")
+    assert r.status_code == 409 and r.json()["limit"] == "lifetime", r.text
+    assert r.json()["blocks_exceeded"] == []
+    view = client.get(f"/v1/datasets/{ds['id']}/budget").json()
+    assert view["lifetime"]["budget"] == {"epsilon": 1.5, "delta": 1e-6}
+    assert view["lifetime"]["spent"]["epsilon"] == pytest.approx(life.spend(total).epsilon)
+    assert view["lifetime"]["spent"]["epsilon"] <= 1.5
+
+
+def test_reservations_hold_blocks_and_allocations(client: TestClient) -> None:
+    ds = _partitioned(client)["id"]
+    a = client.post(
+        f"/v1/datasets/{ds}/allocations",
+        json={"name": "team-a", "budget": {"epsilon": 0.5, "delta": 1e-6}},
+    )
+    assert a.status_code == 201
+    body = {"mechanism": LAPLACE, "blocks": {"from": "2026-11-01", "to": "2026-11-03"}}
+    hold = client.post(f"/v1/datasets/{ds}/reservations", json={**body, "allocation": "team-a"})
+    assert hold.status_code == 201, hold.text
+    assert hold.json()["blocks"] == {"from": "2026-11-01", "to": "2026-11-03"}
+    # team-a's 0.5 per block is held (0.4): another 0.4 in an overlapping block is refused
+    r = _charge(client, ds, "2026-11-03", "2026-11-04", allocation="team-a")
+    assert r.status_code == 409 and r.json()["limit"] == "allocation"
+    assert r.json()["allocation_blocks_exceeded"] == ["2026-11-03"]
+    held = _blocks(client, ds, "2026-11-01", "2026-11-04")
+    assert [b["reserved"]["count"] if b["reserved"] else 0 for b in held] == [1, 1, 1, 0]
+    dry = client.post(
+        f"/v1/datasets/{ds}/charges",
+        params={"dry_run": "true"},
+        json={**body, "allocation": "team-a"},
+    )
+    assert dry.status_code == 409 and dry.json()["dry_run"] is True
+    assert client.delete(f"/v1/reservations/{hold.json()['id']}").status_code == 200
+    assert all(b["reserved"] is None for b in _blocks(client, ds, "2026-11-01", "2026-11-04"))
+    r = _charge(client, ds, "2026-11-03", "2026-11-04", allocation="team-a")
+    assert r.status_code == 201, r.text
+    shares = _blocks(client, ds, "2026-11-02", "2026-11-04", allocation="team-a")
+    assert [s["entries"] for s in shares] == [0, 1, 1]
+    alloc = client.get(f"/v1/datasets/{ds}/allocations/team-a").json()
+    assert alloc["most_spent_block"] == "2026-11-03"
+    assert client.post("/v1/admin/verify").json()["ok"] is True
+    assert (
+        client.get(
+            f"/v1/datasets/{ds}/blocks",
+            params={"from": "2026-11-01", "to": "2026-11-02", "allocation": "nobody"},
+        ).status_code
+        == 404
+    )
