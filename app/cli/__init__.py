@@ -24,7 +24,7 @@ from typing import Annotated
 import typer
 from privacy_ledger_client import __version__ as client_version
 
-from app.cli import charging, datasets, keys, reading, server
+from app.cli import charging, datasets, keys, reading, server, structures
 
 cli = typer.Typer(
     name="privacy-ledger",
@@ -70,6 +70,7 @@ cli.add_typer(datasets.app, name="datasets")
 charging.register(cli)
 reading.register(cli)
 cli.add_typer(keys.app, name="keys")
+structures.register(cli)
 
 
 def main() -> None:

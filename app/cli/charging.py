@@ -50,6 +50,34 @@ METADATA = Annotated[
         help="A JSON object stored with the entry (e.g. '{\"run\": 17}').", show_default=False
     ),
 ]
+ALLOCATION = Annotated[
+    str | None,
+    typer.Option(
+        help="Charge this allocation (team sub-budget) of the dataset; a key limited to "
+        "allocations must name one of its own.",
+        show_default=False,
+    ),
+]
+BLOCKS = Annotated[
+    str | None,
+    typer.Option(
+        metavar="FROM:TO",
+        help="Blocks of a partitioned dataset this release reads, inclusive, e.g. "
+        "2026-11-01:2026-11-07 (day), 2026-W45:2026-W48 (ISO week), 2026-09:2026-11 (month); "
+        "UTC. Required on partitioned datasets, refused on others.",
+        show_default=False,
+    ),
+]
+
+
+def block_range(raw: str | None) -> tuple[str, str] | None:
+    """``FROM:TO`` (or a single key) -> the (from, to) pair the API takes."""
+    if raw is None:
+        return None
+    first, sep, last = raw.partition(":")
+    if not first or (sep and not last):
+        fail(f"--blocks must be FROM:TO (e.g. 2026-11-01:2026-11-07), got {raw!r}")
+    return first, (last if sep else first)
 
 
 def _mechanism(kind: str, raw: str | None, flags: dict[str, str | None]) -> dict[str, Any]:
@@ -88,6 +116,8 @@ def charge(
     mechanism_json: MECHANISM_JSON = None,
     label: LABEL = None,
     metadata: METADATA = None,
+    allocation: ALLOCATION = None,
+    blocks: BLOCKS = None,
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", help="Only ask whether it would be admitted (records nothing)."),
@@ -110,13 +140,20 @@ def charge(
     budget, and nothing is charged)."""
     m = _mechanism(mechanism, mechanism_json, flags)
     meta = _metadata(metadata)
+    span = block_range(blocks)
     with connect(url, api_key) as s:
         if dry_run:
-            answer = s.call(lambda c: c.dry_run(dataset, m)).raw
+            answer = s.call(lambda c: c.dry_run(dataset, m, allocation=allocation, blocks=span)).raw
         else:
             answer = s.call(
                 lambda c: c.charge(
-                    dataset, m, label=label, metadata=meta, idempotency_key=idempotency_key
+                    dataset,
+                    m,
+                    label=label,
+                    metadata=meta,
+                    idempotency_key=idempotency_key,
+                    allocation=allocation,
+                    blocks=span,
                 )
             ).raw
     if as_json:
@@ -149,6 +186,8 @@ def reserve(
     ] = 600,
     label: LABEL = None,
     metadata: METADATA = None,
+    allocation: ALLOCATION = None,
+    blocks: BLOCKS = None,
     url: URL = DEFAULT_URL,
     api_key: KEY = None,
     as_json: JSON_OUT = False,
@@ -160,7 +199,17 @@ def reserve(
     m = _mechanism(mechanism, mechanism_json, flags)
     meta = _metadata(metadata)
     with connect(url, api_key) as s:
-        hold = s.call(lambda c: c.reserve(dataset, m, ttl_seconds=ttl, label=label, metadata=meta))
+        hold = s.call(
+            lambda c: c.reserve(
+                dataset,
+                m,
+                ttl_seconds=ttl,
+                label=label,
+                metadata=meta,
+                allocation=allocation,
+                blocks=block_range(blocks),
+            )
+        )
     answer = hold.reservation.raw
     if as_json:
         print_json(answer)
@@ -328,6 +377,7 @@ def register(cli: typer.Typer) -> None:
 
 
 __all__ = [
+    "block_range",
     "calibrate",
     "charge",
     "commit",

@@ -22,6 +22,7 @@ from app.cli.common import (
 )
 
 Accounting = Literal["rdp", "zcdp", "pld"]
+Partition = Literal["day", "week", "month"]
 KIND = choice(kind_names(), "mechanism kind")
 
 app = typer.Typer(
@@ -98,12 +99,41 @@ def datasets_create(
     description: Annotated[
         str | None, typer.Option(help="Free text shown with the dataset.", show_default=False)
     ] = None,
+    partition: Annotated[
+        Partition | None,
+        typer.Option(
+            help="Time-partitioned data: the budget then applies to each block of this unit "
+            "(UTC days, ISO weeks or months), and every charge names the blocks it reads.",
+            show_default=False,
+        ),
+    ] = None,
+    lifetime_epsilon: Annotated[
+        float | None,
+        typer.Option(
+            help="Partitioned datasets: a cap [nats] on the composition of all charges, which "
+            "protects a person present in many blocks (with --lifetime-delta).",
+            show_default=False,
+        ),
+    ] = None,
+    lifetime_delta: Annotated[
+        float | None,
+        typer.Option(
+            help="Partitioned datasets: the lifetime cap's delta [probability].",
+            show_default=False,
+        ),
+    ] = None,
     url: URL = DEFAULT_URL,
     api_key: KEY = None,
     as_json: JSON_OUT = False,
 ) -> None:
     """Create a dataset with a budget (admin key)."""
     fields: dict[str, Any] = {"accounting": accounting, "adaptive": adaptive}
+    if partition is not None:
+        fields["partition"] = {"unit": partition}
+    if (lifetime_epsilon is None) != (lifetime_delta is None):
+        fail("--lifetime-epsilon and --lifetime-delta go together")
+    if lifetime_epsilon is not None:
+        fields["lifetime_budget"] = {"epsilon": lifetime_epsilon, "delta": lifetime_delta}
     if allow:
         fields["allowed_mechanisms"] = list(allow)
     if description is not None:

@@ -42,6 +42,14 @@ def keys_create(
     label: Annotated[
         str | None, typer.Option(help="Who or what the key is for.", show_default=False)
     ] = None,
+    allocation: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Limit the key to this allocation (team sub-budget) of its dataset: its "
+            "charges must name one of them (repeat for several).",
+            show_default=False,
+        ),
+    ] = None,
     local: Annotated[
         bool,
         typer.Option(
@@ -60,6 +68,8 @@ def keys_create(
         db = Database(get_settings().database_url)
         try:
             ids = [dataset_service.get_dataset(db, SYSTEM, ref).id for ref in refs]
+            if allocation:
+                fail("--allocation needs the API (drop --local)")
             created = key_service.create_key(db, SYSTEM, Role(role), ids or None, label)
             answer = created.model_dump(mode="json")
         except ProblemError as exc:
@@ -69,7 +79,9 @@ def keys_create(
     else:
         with connect(url, api_key) as s:
             ids = [s.dataset_id(ref) for ref in refs]
-            answer = s.call(lambda c: c.create_key(role, ids or None, label)).raw
+            answer = s.call(
+                lambda c: c.create_key(role, ids or None, label, allocations=allocation or None)
+            ).raw
     if as_json:
         print_json(answer)
     else:

@@ -366,3 +366,44 @@ def test_verify_here_and_on_the_server(run: Cli, db_url: str) -> None:
     remote = run.json("verify", "--server")
     assert remote["ok"] and [d["name"] for d in remote["datasets"]] == ["census"]
     assert "all totals match the ledger" in run("verify", "--database-url", db_url).stdout
+
+
+# --- budget structures (issue 15) -------------------------------------------------------------
+
+
+def test_allocations_and_blocks_through_the_cli(run: Cli) -> None:
+    daily = run.json("datasets", "create", "daily", "--epsilon", "1", "--delta", "1e-6",
+                     "--partition", "day", "--lifetime-epsilon", "5",
+                     "--lifetime-delta", "1e-6")  # fmt: skip
+    assert daily["partition"]["unit"] == "day"
+    made = run.json("allocations", "create", "daily", "team-a", "--epsilon", "0.5",
+                    "--delta", "1e-6")  # fmt: skip
+    assert made["name"] == "team-a" and made["budget"]["epsilon"] == 0.5
+    charged = run.json("charge", "daily", "-m", "laplace", "--epsilon", "0.3",
+                       "--allocation", "team-a", "--blocks", "2026-11-01:2026-11-03")  # fmt: skip
+    assert charged["entry"]["seq"] == 1
+    # the allocation's budget refuses the next one (0.3 + 0.3 > 0.5 under pure DP), exit 2
+    r = run("charge", "daily", "-m", "laplace", "--epsilon", "0.3", "--allocation", "team-a",
+            "--blocks", "2026-11-02", code=2)  # fmt: skip
+    assert "over budget" in r.stderr
+    # without the allocation it fits the dataset's per-block budget
+    run("charge", "daily", "-m", "laplace", "--epsilon", "0.3", "--blocks", "2026-11-02")
+    blocks = run.json("blocks", "daily", "--from", "2026-11-01", "--to", "2026-11-04")
+    spent = {b["block"]: b["spent"]["epsilon"] for b in blocks}
+    api = run.client.get(
+        "/v1/datasets/daily/blocks", params={"from": "2026-11-01", "to": "2026-11-04"}
+    ).json()
+    api_blocks = api["blocks"] if isinstance(api, dict) else api
+    assert spent == {b["block"]: b["spent"]["epsilon"] for b in api_blocks}
+    assert spent["2026-11-04"] == 0.0 and spent["2026-11-02"] > spent["2026-11-01"] > 0
+    listed = run.json("allocations", "list", "daily")
+    assert [a["name"] for a in listed] == ["team-a"]
+    raised = run.json("allocations", "set-budget", "daily", "team-a", "--epsilon", "2")
+    assert raised["budget"]["epsilon"] == 2.0
+    assert "team-a" in run("allocations", "show", "daily", "team-a").stdout
+    key = run.json("keys", "create", "--role", "pipeline", "--dataset", "daily",
+                   "--allocation", "team-a")  # fmt: skip
+    assert key["allocations"] == ["team-a"]
+    # a bad range is refused by the CLI before anything is sent
+    assert "FROM:TO" in run("charge", "daily", "--sigma", "5", "--blocks", "2026-11-01:",
+                            code=1).stderr  # fmt: skip
