@@ -50,6 +50,7 @@ def charge(
             if first is not None:
                 return r.Charge.model_validate(first)
         admission.check_allowed(st, ask.kind)
+        admission.check_admissible(st, ask.kind, ask.curve)
         dry = admission.decide(st, ask)
         if dry_run:
             if not dry.admitted:

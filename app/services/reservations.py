@@ -97,6 +97,7 @@ def reserve(
             if first is not None:
                 return r.ReservationAnswer.model_validate(first)
         admission.check_allowed(st, ask.kind)
+        admission.check_admissible(st, ask.kind, ask.curve)
         dry = admission.decide(st, ask)
         outcome: r.ReservationAnswer | BudgetExceeded
         if dry.admitted:

@@ -36,7 +36,7 @@ BAD_CHARGE_BODIES = {
     "zero_count": _mech('"sigma": 2, "count": 0'),
     "unknown_field": _mech('"sigma": 2, "sigmaa": 3'),
     "sensitivity_ratio": _mech('"sigma": 1e-6, "sensitivity": 1e12'),
-    "unknown_mechanism": '{"mechanism": {"mechanism": "exponential", "epsilon": 1}}',
+    "unknown_mechanism": '{"mechanism": {"mechanism": "sparse_vector", "epsilon": 1}}',
     "missing_kind": '{"mechanism": {"sigma": 2}}',
     "mechanism_not_object": '{"mechanism": "gaussian"}',
     "laplace_both_forms": '{"mechanism": {"mechanism": "laplace", "epsilon": 1, "scale": 1}}',
@@ -184,7 +184,7 @@ def test_compose_rejects_bad_input(client: TestClient) -> None:
     for body in [
         '{"mechanisms": [], "delta": 1e-5}',
         '{"mechanisms": [{"mechanism": "gaussian", "sigma": 1}], "delta": 0}',
-        '{"mechanisms": [{"mechanism": "gaussian", "sigma": 1}], "delta": 1e-5, "accounting": "pld"}',
+        '{"mechanisms": [{"mechanism": "gaussian", "sigma": 1}], "delta": 1e-5, "accounting": "gdp"}',
         '{"mechanisms": [{"mechanism": "gaussian", "sigma": NaN}], "delta": 1e-5}',
     ]:
         r = client.post("/v1/accounting/compose", content=body, headers=JSON)

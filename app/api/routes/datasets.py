@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from fastapi import APIRouter, Query, Response, status
 
 from app import responses as r
+from app.accounting.registry import calibration_parameters
 from app.api.answer import send
 from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer
 from app.api.problems import responses
@@ -18,17 +19,11 @@ from app.services import charges, datasets, ledger
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 
-KindQuery = Annotated[
-    Literal[
-        "gaussian",
-        "laplace",
-        "randomized_response",
-        "rappor",
-        "subsampled_gaussian",
-        "discrete_laplace",
-    ],
-    Query(description="Mechanism kind to calibrate."),
-]
+if TYPE_CHECKING:
+    CalibratedKind = str
+else:  # the kinds with a parameter to calibrate, from the registry
+    CalibratedKind = Literal[tuple(k for k, p in calibration_parameters().items() if p)]
+KindQuery = Annotated[CalibratedKind, Query(description="Mechanism kind to calibrate.")]
 IdemKey = IdempotencyKey
 
 
@@ -199,6 +194,10 @@ def calibrate(
     sigma: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
     k: Annotated[int | None, Query(ge=2)] = None,
     count: Annotated[int | None, Query(ge=1)] = None,
+    delta: Annotated[
+        float | None, Query(ge=0, lt=1, allow_inf_nan=False, description="approx_dp, zcdp")
+    ] = None,
+    xi: Annotated[float | None, Query(ge=0, allow_inf_nan=False, description="zcdp")] = None,
 ) -> Response:
     fixed = {
         "sensitivity": sensitivity,
@@ -207,6 +206,8 @@ def calibrate(
         "sigma": sigma,
         "k": k,
         "count": count,
+        "delta": delta,
+        "xi": xi,
     }
     answer = calibrate_service.calibrate_next(
         db,
