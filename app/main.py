@@ -14,7 +14,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__, api_docs, observability
 from app.api import problems
-from app.api.routes import accounting, admin, dashboard, datasets, health, reservations, web
+from app.api.routes import (
+    accounting,
+    admin,
+    dashboard,
+    datasets,
+    health,
+    mechanisms,
+    reservations,
+    web,
+)
 from app.api.safe_text import reject_unsafe_parameters
 from app.asgi import send_problem
 from app.config import Settings, get_settings, settings_or_exit
@@ -151,6 +160,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for r in (
         health.router,
         accounting.router,
+        mechanisms.router,
         datasets.router,
         dashboard.router,
         reservations.router,

@@ -342,7 +342,56 @@ class VerifyReport(_Answer):
     datasets: list[VerifiedDataset]
 
 
+class MechanismField(_Answer):
+    """One field of a mechanism kind (``GET /v1/mechanisms``)."""
+
+    name: str
+    type: str = Field(description="float, int or float_list (a list of floats)")
+    required: bool
+    default: Any = Field(description="the value when the field is left out (null: none)")
+    minimum: float | None
+    maximum: float | None
+    exclusive_minimum: bool
+    exclusive_maximum: bool
+    max_items: int | None = Field(description="float_list fields: at most this many values")
+    unit: str
+    help: str
+
+
+class MechanismKind(_Answer):
+    """A mechanism kind of the registry, as a charge's ``mechanism`` object takes it."""
+
+    name: str
+    description: str
+    neighbours: str = Field(description="the neighbouring relation and parameter convention")
+    fields: list[MechanismField]
+    one_of: list[list[str]] = Field(
+        description="alternative forms: exactly one group of fields is given (Laplace)"
+    )
+    calibration: dict[str, str] = Field(
+        description="parameter -> min (least value that fits) or max; the first is the default"
+    )
+    accountings: list[str] = Field(description="the dataset accountings that admit this kind")
+    pld: bool = Field(description="whether pld datasets (and compose) take it")
+    own_delta: bool = Field(
+        description="whether it may carry its own delta (refused by adaptive filters)"
+    )
+    dp_events: list[str] = Field(description="dp_accounting event types translated to it")
+
+
+class MechanismCatalogue(_Answer):
+    """``GET /v1/mechanisms``: every kind a charge, reservation or compose accepts."""
+
+    mechanisms: list[MechanismKind]
+    dp_events: list[str] = Field(
+        description="every dp_accounting event type a dp_event body may use"
+    )
+
+
 __all__ = [
+    "MechanismCatalogue",
+    "MechanismField",
+    "MechanismKind",
     "Adds",
     "AuditEvent",
     "AuditPage",

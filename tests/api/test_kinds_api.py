@@ -284,3 +284,32 @@ def test_calibrate_refuses_what_cannot_be_charged(client: TestClient) -> None:
     assert r.status_code == 422 and "own delta" in r.json()["detail"]
     r = client.get(f"/v1/datasets/{fixed['id']}/calibrate", params={"mechanism": "rdp"})
     assert r.status_code == 422
+
+
+# --- GET /v1/mechanisms -------------------------------------------------------------------------
+
+
+def test_the_mechanism_catalogue_is_the_registry(client: TestClient) -> None:
+    viewer = client.post("/v1/keys", json={"role": "viewer", "datasets": []}).json()["key"]
+    assert client.get("/v1/mechanisms", headers={"Authorization": ""}).status_code == 401
+    r = client.get("/v1/mechanisms", headers={"Authorization": f"Bearer {viewer}"})
+    assert r.status_code == 200, r.text
+    kinds = {k["name"]: k for k in r.json()["mechanisms"]}
+    assert sorted(kinds) == sorted(kind_names())
+    for name, k in kinds.items():
+        s = spec(name)
+        assert k["description"] == s.description and k["neighbours"] == s.neighbours
+        assert k["calibration"] == dict(s.calibration)
+        assert [f["name"] for f in k["fields"]] == [p.name for p in s.params]
+        for f, p in zip(k["fields"], s.params, strict=True):
+            assert (f["type"], f["unit"], f["help"]) == (p.type, p.unit, p.help)
+            assert (f["minimum"], f["maximum"]) == (p.minimum, p.maximum)
+        assert k["pld"] == (name not in NO_PLD)
+        assert k["own_delta"] == any(p.name == "delta" for p in s.params)
+    # what it says about accountings is what a dataset of each accounting answers
+    for name in NO_PLD:
+        ds = new_dataset(client, f"pld-{name}", budget=BUDGET, accounting="pld", adaptive=False)
+        refused = _charge(client, ds, NEW_KINDS[name]).json()
+        assert refused["accepted_accountings"] == kinds[name]["accountings"]
+    assert "PoissonSampledDpEvent" in r.json()["dp_events"]
+    assert "GaussianDpEvent" in kinds["gaussian"]["dp_events"]
