@@ -142,6 +142,14 @@ class Charge(_Answer):
     spent: Spent
 
 
+class ChargeBatch(_Answer):
+    """``POST /charges/dp_event`` (201): one entry per mechanism of the event, all admitted
+    together, and the dataset's spend after them."""
+
+    entries: list[Entry]
+    spent: Spent
+
+
 class DryRun(_Answer):
     """``POST /charges?dry_run=true`` (200): it would be admitted; nothing was recorded."""
 
@@ -389,6 +397,7 @@ class MechanismCatalogue(_Answer):
 
 
 __all__ = [
+    "ChargeBatch",
     "MechanismCatalogue",
     "MechanismField",
     "MechanismKind",

@@ -257,6 +257,30 @@ class ChargeIn(_WithLabel):
     mechanism: MechanismIn
 
 
+MAX_DP_EVENT_DEPTH = 32
+
+
+class DpEventChargeIn(_WithLabel):
+    """``POST /v1/datasets/{id}/charges/dp_event``: a dp_accounting ``DpEvent`` as JSON
+    (``{"type": "<class name>", **its fields}``, nested events as objects; the client's
+    ``dp_event_to_dict`` writes it), charged as the mechanisms it translates to."""
+
+    dp_event: dict[str, Any] = Field(
+        description="A dp_accounting DpEvent as JSON; GET /v1/mechanisms lists the types."
+    )
+
+    @field_validator("dp_event", mode="before")
+    @classmethod
+    def _safe(cls, v: Any) -> Any:
+        check_json_tree(v, "dp_event")
+        depth = _depth(v)
+        if depth > MAX_DP_EVENT_DEPTH:
+            raise ValueError(
+                f"dp_event nests {depth} levels deep; the limit is {MAX_DP_EVENT_DEPTH}"
+            )
+        return v
+
+
 class ReservationIn(_WithLabel):
     """``POST /v1/datasets/{id}/reservations``."""
 
@@ -334,6 +358,7 @@ __all__ = [
     "ComposeIn",
     "DatasetIn",
     "DatasetPatch",
+    "DpEventChargeIn",
     "MECHANISM_MODELS",
     "KeyIn",
     "Kind",

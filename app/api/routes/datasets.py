@@ -12,7 +12,7 @@ from app.api.answer import send
 from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer
 from app.api.problems import responses
 from app.api.safe_text import IdempotencyKey
-from app.api.schemas import ChargeIn, DatasetIn, DatasetPatch, SampleRate
+from app.api.schemas import ChargeIn, DatasetIn, DatasetPatch, DpEventChargeIn, SampleRate
 from app.db.models import MAX_BIGINT
 from app.services import calibrate as calibrate_service
 from app.services import charges, datasets, ledger
@@ -118,6 +118,37 @@ def charge(
         dataset_id,
         mechanism=body.mechanism.core,
         wire=body.mechanism.wire(),
+        label=body.label,
+        metadata=body.metadata,
+        idempotency_key=idempotency_key,
+        dry_run=dry_run,
+    )
+    return send(answer, status.HTTP_200_OK if dry_run else status.HTTP_201_CREATED)
+
+
+@router.post(
+    "/{dataset_id}/charges/dp_event",
+    status_code=status.HTTP_201_CREATED,
+    response_model=r.ChargeBatch,
+    summary="Charge a dp_accounting DpEvent: its mechanisms, all or none (one entry each)",
+    responses={
+        200: {"model": r.DryRun, "description": "dry run: it would be admitted (nothing recorded)"},
+        **responses(404, 409, budget=True),
+    },
+)
+def charge_dp_event(
+    dataset_id: str,
+    body: DpEventChargeIn,
+    db: DbDep,
+    caller: Pipeline,
+    idempotency_key: IdemKey = None,
+    dry_run: bool = False,
+) -> Response:
+    answer = charges.charge_dp_event(
+        db,
+        caller,
+        dataset_id,
+        event=body.dp_event,
         label=body.label,
         metadata=body.metadata,
         idempotency_key=idempotency_key,
