@@ -20,6 +20,7 @@ from app.api.routes import (
     dashboard,
     datasets,
     health,
+    mechanisms,
     reservations,
     structures,
     web,
@@ -160,6 +161,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for r in (
         health.router,
         accounting.router,
+        mechanisms.router,
         datasets.router,
         dashboard.router,
         reservations.router,

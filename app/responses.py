@@ -176,6 +176,14 @@ class Charge(_Answer):
     )
 
 
+class ChargeBatch(_Answer):
+    """``POST /charges/dp_event`` (201): one entry per mechanism of the event, all admitted
+    together, and the dataset's spend after them."""
+
+    entries: list[Entry]
+    spent: Spent
+
+
 class DryRun(_Answer):
     """``POST /charges?dry_run=true`` (200): it would be admitted; nothing was recorded."""
 
@@ -456,6 +464,52 @@ class AllocationList(_Answer):
     allocations: list[Allocation]
 
 
+class MechanismField(_Answer):
+    """One field of a mechanism kind (``GET /v1/mechanisms``)."""
+
+    name: str
+    type: str = Field(description="float, int or float_list (a list of floats)")
+    required: bool
+    default: Any = Field(description="the value when the field is left out (null: none)")
+    minimum: float | None
+    maximum: float | None
+    exclusive_minimum: bool
+    exclusive_maximum: bool
+    max_items: int | None = Field(description="float_list fields: at most this many values")
+    unit: str
+    help: str
+
+
+class MechanismKind(_Answer):
+    """A mechanism kind of the registry, as a charge's ``mechanism`` object takes it."""
+
+    name: str
+    description: str
+    neighbours: str = Field(description="the neighbouring relation and parameter convention")
+    fields: list[MechanismField]
+    one_of: list[list[str]] = Field(
+        description="alternative forms: exactly one group of fields is given (Laplace)"
+    )
+    calibration: dict[str, str] = Field(
+        description="parameter -> min (least value that fits) or max; the first is the default"
+    )
+    accountings: list[str] = Field(description="the dataset accountings that admit this kind")
+    pld: bool = Field(description="whether pld datasets (and compose) take it")
+    own_delta: bool = Field(
+        description="whether it may carry its own delta (refused by adaptive filters)"
+    )
+    dp_events: list[str] = Field(description="dp_accounting event types translated to it")
+
+
+class MechanismCatalogue(_Answer):
+    """``GET /v1/mechanisms``: every kind a charge, reservation or compose accepts."""
+
+    mechanisms: list[MechanismKind]
+    dp_events: list[str] = Field(
+        description="every dp_accounting event type a dp_event body may use"
+    )
+
+
 __all__ = [
     "Allocation",
     "AllocationList",
@@ -465,6 +519,10 @@ __all__ = [
     "BlocksSummary",
     "Lifetime",
     "Partition",
+    "ChargeBatch",
+    "MechanismCatalogue",
+    "MechanismField",
+    "MechanismKind",
     "Adds",
     "AuditEvent",
     "AuditPage",

@@ -1,15 +1,18 @@
 """Request schemas (Pydantic v2). Responses are plain dicts built by the services.
 
 Numbers must be finite JSON numbers of the right type (strict mode: no strings, no booleans);
-ranges are checked by the accounting core's constructors so that every rule lives in one
-place, and a violation becomes a 422 naming the bad value. Unknown fields are refused.
+unknown fields are refused. Mechanism objects have one model per kind of the registry
+(``app.accounting.registry``), generated from the kind's ``Param`` declarations, so the OpenAPI
+document shows each kind's fields with their ranges, units and help; the accounting core's
+constructors check them again along with the cross-field rules, and a violation becomes a 422
+naming the bad value.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
     AfterValidator,
@@ -17,27 +20,25 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    create_model,
     field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
-from app.accounting import mechanisms as mech
+from app.accounting import registry
 from app.accounting.filters import MAX_BUDGET_EPSILON, MIN_BUDGET_DELTA
-from app.accounting.mechanisms import MAX_COUNT, Mechanism, mechanism_from_dict
+from app.accounting.kinds._spec import REQUIRED, Param
+from app.accounting.mechanisms import Mechanism, mechanism_from_dict
 from app.api.dataset_names import DatasetName
 from app.api.safe_text import SafeText, check_json_tree
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
-Count = Annotated[int, Field(ge=1, le=MAX_COUNT, description="Repetitions of the mechanism.")]
-# single-field ranges, published in the OpenAPI schema; cross-field rules (sensitivity / sigma,
-# steps * count) are checked by the accounting core and answered with 422 as well
-Scale = Annotated[float, Field(ge=mech.MIN_SCALE, le=mech.MAX_SCALE, allow_inf_nan=False)]
-Epsilon = Annotated[float, Field(ge=mech.MIN_EPSILON, le=mech.MAX_EPSILON, allow_inf_nan=False)]
-NoiseMultiplier = Annotated[float, Field(ge=1e-3, le=1e6, allow_inf_nan=False)]
-MIN_SAMPLE_RATE = 2.0**-1022
+MIN_NORMAL_FLOAT = 2.0**-1022
+MIN_SAMPLE_RATE = MIN_NORMAL_FLOAT
 """Smallest sample rate accepted (the smallest normal float): below it 1/q overflows and one
-subsampled-Gaussian curve took 13 s of CPU instead of 0.3 s."""
+subsampled-Gaussian curve took 13 s of CPU instead of 0.3 s. Every parameter whose range is
+open at 0 has this floor."""
 
 
 def at_least(minimum: float, why: str) -> Callable[[float], float]:
@@ -61,9 +62,6 @@ SampleRate = Annotated[
     Field(gt=0, le=1, allow_inf_nan=False, json_schema_extra={"minimum": MIN_SAMPLE_RATE}),
     AfterValidator(at_least(MIN_SAMPLE_RATE, "the smallest normal float")),
 ]
-Steps = Annotated[int, Field(ge=1, le=MAX_COUNT)]
-Buckets = Annotated[int, Field(ge=2, le=mech.MAX_K)]
-IntSensitivity = Annotated[int, Field(ge=1, le=mech.MAX_K)]
 
 MAX_METADATA_BYTES = 16_384
 MAX_METADATA_DEPTH = 8
@@ -74,9 +72,41 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+# --- mechanism objects, one model per kind of the registry -----------------------------------
+
+
 class _MechanismBase(_Strict):
-    count: Count = 1
+    """A mechanism object: its kind's fields (generated from the registry by ``_kind_model``),
+    validated by the accounting core as well (cross-field rules answer 422 the same way)."""
+
+    _kind: ClassVar[str] = ""
+    _one_of: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    _omit_default: ClassVar[dict[str, Any]] = {}
     _core: Mechanism | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_form(cls, data: Any) -> Any:
+        """Kinds with alternative forms (Laplace: epsilon, or scale + sensitivity): exactly one
+        form, led by its first field, and no field of another form."""
+        if not cls._one_of or not isinstance(data, dict):
+            return data
+        given = {k for k, v in data.items() if v is not None}
+        used = [g for g in cls._one_of if given & set(g)]
+        forms = " or ".join(
+            f"'{g[0]}'" + (f" (+ {', '.join(repr(n) for n in g[1:])})" if g[1:] else "")
+            for g in cls._one_of
+        )
+        leaders = [g for g in used if g[0] in given]
+        if len(leaders) != 1:
+            raise ValueError(f"{cls._kind} takes exactly one of {forms}")
+        stray = sorted(n for g in used if g is not leaders[0] for n in g if n in given)
+        if stray:
+            raise ValueError(
+                f"{cls._kind}: {', '.join(repr(n) for n in stray)} does not go with "
+                f"'{leaders[0][0]}' (the forms are {forms})"
+            )
+        return data
 
     @model_validator(mode="after")
     def _build_core(self) -> _MechanismBase:
@@ -92,83 +122,92 @@ class _MechanismBase(_Strict):
         return self._core
 
     def wire(self) -> dict[str, Any]:
-        """The mechanism as given (defaults filled in), for the ledger and answers."""
-        return self.model_dump(exclude_none=True)
-
-
-class GaussianIn(_MechanismBase):
-    """Gaussian noise of standard deviation ``sigma`` on a query of L2 ``sensitivity``."""
-
-    mechanism: Literal["gaussian"]
-    sigma: Scale
-    sensitivity: Scale = 1.0
-
-
-class LaplaceIn(_MechanismBase):
-    """Laplace noise: ``epsilon`` (= sensitivity / scale), or ``scale`` with L1 ``sensitivity``."""
-
-    mechanism: Literal["laplace"]
-    epsilon: Epsilon | None = None
-    scale: Scale | None = None
-    sensitivity: Scale | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _one_form(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            has_eps, has_scale = data.get("epsilon") is not None, data.get("scale") is not None
-            if has_eps == has_scale:
-                raise ValueError(
-                    "laplace takes exactly one of 'epsilon' or 'scale' (+ 'sensitivity')"
-                )
-            if has_eps and data.get("sensitivity") is not None:
-                raise ValueError(
-                    "laplace: 'sensitivity' goes with 'scale'; 'epsilon' already includes it"
-                )
+        """The mechanism as given (defaults filled in, except fields added to a kind later
+        while at their default), for the ledger and answers."""
+        data = self.model_dump(exclude_none=True)
+        for name, default in self._omit_default.items():
+            if data.get(name) == default:
+                del data[name]
         return data
 
 
-class RandomizedResponseIn(_MechanismBase):
-    """k-ary randomized response with parameter ``epsilon`` (k = 2: binary)."""
-
-    mechanism: Literal["randomized_response"]
-    epsilon: Epsilon
-    k: Buckets = 2
+def _describe(p: Param) -> str:
+    return f"{p.help} Unit: {p.unit}." if p.unit else p.help
 
 
-class RapporIn(_MechanismBase):
-    """One-time RAPPOR; ``epsilon`` is the total for one user's value change."""
+def _annotation(p: Param) -> Any:
+    """The Pydantic type of one parameter: its range, help and unit in ``Field`` (so the
+    OpenAPI document shows them), integers strict, floats finite, lists bounded per element."""
+    bounds: dict[str, Any] = {}
+    if p.minimum is not None:
+        bounds["gt" if p.exclusive_minimum else "ge"] = p.minimum
+    if p.maximum is not None:
+        bounds["lt" if p.exclusive_maximum else "le"] = p.maximum
+    extra: dict[str, Any] = {"x-unit": p.unit} if p.unit else {}
+    floor: list[Any] = []
+    if p.type != "int" and p.minimum == 0 and p.exclusive_minimum:
+        # a subnormal value of a parameter open at 0 overflows its inverse (1 / q)
+        extra["minimum"] = MIN_NORMAL_FLOAT
+        floor = [AfterValidator(at_least(MIN_NORMAL_FLOAT, "the smallest normal float"))]
+    about: dict[str, Any] = {"description": _describe(p)}
+    if extra:
+        about["json_schema_extra"] = extra
+    if p.type == "int":
+        return Annotated[int, Field(**bounds, **about)]
+    if p.type == "float_list":
+        item = Annotated[float, Field(allow_inf_nan=False, **bounds), *floor]
+        return Annotated[
+            list[item],
+            Field(min_length=1, max_length=p.max_items, **about),
+        ]
+    return Annotated[float, Field(allow_inf_nan=False, **bounds, **about), *floor]
 
-    mechanism: Literal["rappor"]
-    epsilon: Epsilon
+
+def _kind_model(kind: str) -> type[_MechanismBase]:
+    """The request model of one kind, from its ``KindSpec``: discriminator ``mechanism``, one
+    field per ``Param`` (help, unit and range in the schema), unknown fields refused."""
+    s = registry.spec(kind)
+    fields: dict[str, Any] = {
+        "mechanism": (Literal[kind], Field(description="The mechanism kind.")),
+    }
+    omit: dict[str, Any] = {}
+    for p in s.params:
+        annotation = _annotation(p)
+        if p.default is REQUIRED and p.required:
+            fields[p.name] = (annotation, ...)
+        else:
+            default = None if p.default is REQUIRED else p.default
+            fields[p.name] = (annotation | None if default is None else annotation, default)
+        if p.omit_default:
+            omit[p.name] = p.default
+    name = "".join(part.capitalize() for part in kind.split("_")) + "In"
+    model = create_model(
+        name,
+        __base__=_MechanismBase,
+        __doc__=f"{s.description} Neighbours: {s.neighbours}",
+        __module__=__name__,
+        **fields,
+    )
+    model._kind = kind
+    model._one_of = s.one_of
+    model._omit_default = omit
+    return model
 
 
-class SubsampledGaussianIn(_MechanismBase):
-    """DP-SGD: ``steps`` Poisson-subsampled Gaussian steps with noise multiplier ``sigma``."""
+MECHANISM_MODELS: dict[str, type[_MechanismBase]] = {
+    kind: _kind_model(kind) for kind in registry.kind_names()
+}
+"""The request model of every kind of the registry, by its wire name."""
 
-    mechanism: Literal["subsampled_gaussian"]
-    sigma: NoiseMultiplier
-    sample_rate: SampleRate
-    steps: Steps = 1
-
-
-class DiscreteLaplaceIn(_MechanismBase):
-    """Discrete Laplace on integers; ``sensitivity`` is an integer L1 sensitivity."""
-
-    mechanism: Literal["discrete_laplace"]
-    epsilon: Epsilon
-    sensitivity: IntSensitivity = 1
-
-
-MechanismIn = Annotated[
-    GaussianIn
-    | LaplaceIn
-    | RandomizedResponseIn
-    | RapporIn
-    | SubsampledGaussianIn
-    | DiscreteLaplaceIn,
-    Field(discriminator="mechanism"),
-]
+if TYPE_CHECKING:
+    MechanismIn = _MechanismBase
+    Kind = str
+else:
+    MechanismIn = Annotated[
+        Union[tuple(MECHANISM_MODELS.values())],  # noqa: UP007 (a union built at run time)
+        Field(discriminator="mechanism"),
+    ]
+    Kind = Literal[tuple(registry.kind_names())]
 
 
 def _depth(value: Any, level: int = 1) -> int:
@@ -238,6 +277,30 @@ class ChargeIn(_WithLabel, _Structures):
     mechanism: MechanismIn
 
 
+MAX_DP_EVENT_DEPTH = 32
+
+
+class DpEventChargeIn(_WithLabel):
+    """``POST /v1/datasets/{id}/charges/dp_event``: a dp_accounting ``DpEvent`` as JSON
+    (``{"type": "<class name>", **its fields}``, nested events as objects; the client's
+    ``dp_event_to_dict`` writes it), charged as the mechanisms it translates to."""
+
+    dp_event: dict[str, Any] = Field(
+        description="A dp_accounting DpEvent as JSON; GET /v1/mechanisms lists the types."
+    )
+
+    @field_validator("dp_event", mode="before")
+    @classmethod
+    def _safe(cls, v: Any) -> Any:
+        check_json_tree(v, "dp_event")
+        depth = _depth(v)
+        if depth > MAX_DP_EVENT_DEPTH:
+            raise ValueError(
+                f"dp_event nests {depth} levels deep; the limit is {MAX_DP_EVENT_DEPTH}"
+            )
+        return v
+
+
 class ReservationIn(_WithLabel, _Structures):
     """``POST /v1/datasets/{id}/reservations``."""
 
@@ -264,14 +327,6 @@ class BudgetPatch(_Strict):
     delta: Delta | None = None
 
 
-Kind = Literal[
-    "gaussian",
-    "laplace",
-    "randomized_response",
-    "rappor",
-    "subsampled_gaussian",
-    "discrete_laplace",
-]
 Name = DatasetName
 Description = Annotated[SafeText, Field(max_length=2000)]
 
@@ -349,7 +404,10 @@ __all__ = [
     "ComposeIn",
     "DatasetIn",
     "DatasetPatch",
+    "DpEventChargeIn",
+    "MECHANISM_MODELS",
     "KeyIn",
+    "Kind",
     "MechanismIn",
     "ReservationIn",
     "SampleRate",

@@ -180,6 +180,37 @@ def check_allowed(st: DatasetState, kind: str) -> None:
         )
 
 
+def check_entry_delta(st: DatasetState, kind: str, delta: float) -> None:
+    """422 when a mechanism with its own delta (approx_dp; zcdp or rdp with ``delta``) is asked
+    of a dataset with an adaptive filter: such a filter can never admit it (the delta left for
+    the conversion would depend on choices made after seeing outputs; ``app.accounting.filters``
+    module docstring), so this is a property of the request, not of the budget left."""
+    if delta > 0.0 and st.filter.rule.adaptive:
+        raise Unprocessable(
+            f"mechanism {kind!r} carries its own delta ({delta:g}); dataset {st.name!r} has an "
+            f"adaptive filter ({st.filter.kind.value}), which cannot admit entries with their own "
+            f"delta (the delta left for the conversion would depend on earlier outputs). Charge "
+            f"it to a dataset created with adaptive: false, or give the mechanism without delta",
+            filter=st.filter.kind.value,
+            entry_delta=delta,
+        )
+
+
+def check_admissible(st: DatasetState, kind: str, curve: PrivacyCurve) -> None:
+    """422 for a mechanism the dataset's filter can never admit, whatever is left of the
+    budget: its own delta on an adaptive filter (``check_entry_delta``), or no finite zCDP
+    bound (a mechanism known only by RDP at a few orders) on a filter that admits by rho."""
+    check_entry_delta(st, kind, curve.delta)
+    if st.filter.kind in RHO_FILTERS and not math.isfinite(curve.rho):
+        raise Unprocessable(
+            f"mechanism {kind!r} has no finite zCDP bound (rho); dataset {st.name!r} admits by "
+            f"rho ({st.filter.kind.value} filter), so it can never admit it. Charge it to a "
+            f"dataset with accounting 'rdp'",
+            filter=st.filter.kind.value,
+            accepted_accountings=["rdp"],
+        )
+
+
 @dataclass(frozen=True)
 class Decision:
     """Would an ask fit? ``admitted`` is decided on the ledger, the active holds and the ask;

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from app import responses as r
+from app.accounting import registry
 from app.accounting.calibration import (
     PARAMETERS,
     Calibration,
@@ -21,14 +22,15 @@ from app.services import admission, answers, state
 from app.services.auth import authenticated
 from app.services.state import DatasetState
 
-_FIELDS = {
-    "gaussian": {"sensitivity", "count"},
-    "laplace": {"sensitivity", "count"},
-    "randomized_response": {"k", "count"},
-    "rappor": {"count"},
-    "subsampled_gaussian": {"sample_rate", "steps", "sigma", "count"},
-    "discrete_laplace": {"sensitivity", "count"},
-}
+
+def _fields(kind: str) -> set[str]:
+    """The fields of ``kind`` a calibration may fix (its parameters, from the registry)."""
+    return {p.name for p in registry.spec(kind).params}
+
+
+def _required(kind: str) -> set[str]:
+    """The fields of ``kind`` that have no default."""
+    return {p.name for p in registry.spec(kind).params if p.required}
 
 
 PLD_STEPS = 64
@@ -77,9 +79,12 @@ def calibrate_next(
         raise Unprocessable("subsampled_gaussian needs sample_rate (and steps or sigma)")
     if kind == "subsampled_gaussian" and parameter == "steps" and "sigma" not in fixed:
         raise Unprocessable("calibrating steps needs sigma")
-    extra = sorted(set(fixed) - _FIELDS[kind])
+    extra = sorted(set(fixed) - _fields(kind))
     if extra:
         raise Unprocessable(f"{kind} does not take {extra}")
+    missing = sorted(_required(kind) - set(fixed) - {parameter})
+    if missing:
+        raise Unprocessable(f"calibrating {kind} {parameter} needs {missing}")
     if kind == "laplace" and parameter == "epsilon":
         fixed.pop("sensitivity", None)
     if kind == "discrete_laplace" and "sensitivity" in fixed:
@@ -94,6 +99,7 @@ def calibrate_next(
             state.load_pld(s, st)
     if st.allowed_mechanisms is not None and kind not in st.allowed_mechanisms:
         raise Unprocessable(f"mechanism {kind!r} is not allowed on dataset {st.name!r}")
+    admission.check_entry_delta(st, kind, float(fixed.get("delta", 0.0)))
     held = st.held_curve
     total = st.committed if held is None else st.committed + held
     f = st.filter

@@ -6,15 +6,20 @@ rejection. Retries with the same Idempotency-Key return the first answer (``idem
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from app import observability
 from app import responses as r
+from app.accounting import registry
 from app.accounting.mechanisms import Mechanism
+from app.accounting.pld import Pld
+from app.accounting.pld_filter import PldFilter
 from app.db.engine import Database
-from app.errors import BudgetExceeded, Forbidden
+from app.errors import BudgetExceeded, Forbidden, Unprocessable
 from app.principal import Caller
 from app.services import admission, answers, idempotency
 from app.services.auth import authenticated
@@ -59,6 +64,7 @@ def charge(
             if first is not None:
                 return r.Charge.model_validate(first)
         admission.check_allowed(st, asked.kind)
+        admission.check_admissible(st, asked.kind, asked.curve)
         ask = admission.prepare(s, st, asked)
         dry = admission.decide(st, ask)
         if dry_run:
@@ -109,4 +115,139 @@ def charge(
     return outcome
 
 
-__all__ = ["charge"]
+# --- a dp_accounting event: several mechanisms, admitted together ----------------------------
+
+DP_EVENT_SCOPE = "charge_dp_event"
+MAX_EVENT_PARTS = 1000
+"""At most this many distinct mechanisms in one event (identical ones are merged first)."""
+
+
+def merged(mechanisms: list[Mechanism]) -> list[Mechanism]:
+    """Identical mechanisms (every field but ``count``) merged into one, counts added, in the
+    order of first appearance."""
+    groups: dict[tuple[str, str], list[Mechanism]] = {}
+    for m in mechanisms:
+        fields = m.to_dict()
+        fields.pop("count")
+        groups.setdefault((m.kind, repr(sorted(fields.items()))), []).append(m)
+    out = []
+    for group in groups.values():
+        total = sum(m.count for m in group)
+        out.append(group[0] if len(group) == 1 else dataclasses.replace(group[0], count=total))
+    return out
+
+
+def translate_dp_event(event: dict[str, Any]) -> list[Mechanism]:
+    """The mechanisms of a dp_accounting event (422 naming what has no translation)."""
+    try:
+        mechanisms = merged(registry.mechanisms_from_dp_event(event))
+    except ValueError as exc:
+        raise Unprocessable(f"dp_event: {exc}") from None
+    if not mechanisms:
+        raise Unprocessable("dp_event: the event charges nothing (NoOpDpEvent or count 0)")
+    if len(mechanisms) > MAX_EVENT_PARTS:
+        raise Unprocessable(
+            f"dp_event: {len(mechanisms)} distinct mechanisms, at most {MAX_EVENT_PARTS}"
+        )
+    return mechanisms
+
+
+def _whole(st: DatasetState, asks: list[admission.Ask], whole: admission.Ask) -> admission.Decision:
+    """Would all ``asks`` fit together? One dry run of their composition."""
+    if not st.is_pld:
+        dry = st.filter.dry_run(st.committed, st.held_curve, whole.curve)
+        return admission.Decision(dry.admitted, dry.after, dry.spend_after)
+    assert st.pld is not None
+    new = functools.reduce(Pld.compose, [admission.entry_pld(st, a.wire) for a in asks])
+    p = PldFilter(st.budget).dry_run(st.pld, st.pld_held, new)
+    return admission.Decision(p.admitted, st.committed + whole.curve, p.spend_after, new, p.after)
+
+
+def _append(s: Session, st: DatasetState, ask: admission.Ask) -> r.Entry:
+    """Append one ask of an admitted batch (its own spend after it, for the entry's record)."""
+    if not st.is_pld:
+        dry = st.filter.dry_run(st.committed, None, ask.curve)
+        return admission.append(s, st, ask, dry.after, dry.spend_after)
+    assert st.pld is not None
+    p = PldFilter(st.budget).dry_run(st.pld, None, admission.entry_pld(st, ask.wire))
+    return admission.append(s, st, ask, st.committed + ask.curve, p.spend_after, pld_after=p.after)
+
+
+def charge_dp_event(
+    db: Database,
+    caller: Caller,
+    ref: str,
+    *,
+    event: dict[str, Any],
+    label: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    idempotency_key: str | None = None,
+    dry_run: bool = False,
+) -> r.ChargeBatch | r.DryRun:
+    """Charge the mechanisms a dp_accounting event translates to, all or none: admitted iff
+    their composition fits (for the curve filters, every prefix then fits too, as curves only
+    grow; a ``pld`` dataset checks the composed distribution), then one entry each, in one
+    transaction under the dataset's lock. A refusal is one rejection recording the event.
+    It names no allocation or blocks: a key limited to allocations is refused (403), and so is
+    a partitioned dataset (422, from ``admission.prepare``)."""
+    principal = authenticated(db, caller)
+    if (why := principal.may_charge(None)) is not None:
+        raise Forbidden(why)
+    mechanisms = translate_dp_event(event)
+    asks = [admission.Ask.of(m, m.to_dict(), label, metadata, principal.key_id) for m in mechanisms]
+    total = functools.reduce(lambda a, b: a + b, [a.curve for a in asks])
+    whole = admission.Ask(
+        "dp_event", 1, {"dp_event": event}, total, label, metadata, principal.key_id
+    )
+    req_hash = idempotency.request_hash({"dp_event": event, "label": label, "metadata": metadata})
+
+    def work(s: Session, st: DatasetState) -> r.ChargeBatch | r.DryRun | BudgetExceeded:
+        if idempotency_key is not None and not dry_run:
+            first = idempotency.replay(s, st.id, DP_EVENT_SCOPE, idempotency_key, req_hash)
+            if first is not None:
+                return r.ChargeBatch.model_validate(first)
+        admission.prepare(s, st, whole)  # 422 on a partitioned dataset (no blocks given)
+        for a in asks:
+            admission.check_allowed(st, a.kind)
+            admission.check_admissible(st, a.kind, a.curve)
+        dry = _whole(st, asks, whole)
+        if dry_run:
+            if not dry.admitted:
+                raise admission.refusal(st, whole, dry, dry_run=True)
+            return r.DryRun(
+                admitted=True,
+                dry_run=True,
+                spent=answers.spent(st),
+                would_spend=answers.spent(st, dry.after, dry.spend_after),
+                requested=answers.requested(st, whole.wire, total),
+            )
+        outcome: r.ChargeBatch | BudgetExceeded
+        if dry.admitted:
+            entries = [_append(s, st, a) for a in asks]
+            outcome = r.ChargeBatch(entries=entries, spent=answers.spent(st))
+        else:
+            outcome = admission.refuse(s, st, whole, dry, "charge")
+        for a in asks:
+            observability.count(
+                s,
+                observability.CHARGES,
+                dataset=st.id,
+                mechanism=a.kind,
+                outcome="admitted" if dry.admitted else "refused",
+            )
+        if idempotency_key is not None:
+            status, body = (
+                (201, outcome.model_dump(mode="json"))
+                if isinstance(outcome, r.ChargeBatch)
+                else (409, outcome.to_problem())
+            )
+            idempotency.remember(s, st.id, DP_EVENT_SCOPE, idempotency_key, req_hash, status, body)
+        return outcome
+
+    outcome = admission.run_locked(db, ref, principal, work)
+    if isinstance(outcome, BudgetExceeded):
+        raise outcome
+    return outcome
+
+
+__all__ = ["charge", "charge_dp_event", "merged", "translate_dp_event"]

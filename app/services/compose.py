@@ -33,6 +33,11 @@ def compose(
         total = PrivacyCurve.zero()
         for m in mechanisms:
             total = total + m.curve()
+        if total.delta >= delta:
+            raise ValueError(
+                f"the mechanisms' own deltas add up to {total.delta:g}, which reaches the target "
+                f"delta {delta:g}: no epsilon holds at it (ask at a larger delta)"
+            )
         kind = FilterKind.ZCDP if accounting == "zcdp" else FilterKind.RDP
         sp = spend(kind, total, delta)
         if accounting == "pld":
@@ -46,6 +51,10 @@ def compose(
         raise Unprocessable(str(exc), accepted_accountings=exc.accepted) from None
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
+    if not math.isfinite(sp.epsilon):
+        raise Unprocessable(
+            f"no finite epsilon at delta {delta:g} for these mechanisms ({sp.method})"
+        )
     return r.Composition(
         accounting=accounting,
         delta=delta,

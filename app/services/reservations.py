@@ -111,6 +111,7 @@ def reserve(
             if first is not None:
                 return r.ReservationAnswer.model_validate(first)
         admission.check_allowed(st, asked.kind)
+        admission.check_admissible(st, asked.kind, asked.curve)
         ask = admission.prepare(s, st, asked)
         dry = admission.decide(st, ask)
         outcome: r.ReservationAnswer | BudgetExceeded

@@ -36,7 +36,7 @@ BAD_CHARGE_BODIES = {
     "zero_count": _mech('"sigma": 2, "count": 0'),
     "unknown_field": _mech('"sigma": 2, "sigmaa": 3'),
     "sensitivity_ratio": _mech('"sigma": 1e-6, "sensitivity": 1e12'),
-    "unknown_mechanism": '{"mechanism": {"mechanism": "exponential", "epsilon": 1}}',
+    "unknown_mechanism": '{"mechanism": {"mechanism": "sparse_vector", "epsilon": 1}}',
     "missing_kind": '{"mechanism": {"sigma": 2}}',
     "mechanism_not_object": '{"mechanism": "gaussian"}',
     "laplace_both_forms": '{"mechanism": {"mechanism": "laplace", "epsilon": 1, "scale": 1}}',

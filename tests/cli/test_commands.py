@@ -40,16 +40,6 @@ KIND_FLAGS: dict[str, list[str]] = {
     "subsampled_gaussian": ["--sigma", "2", "--sample-rate", "0.001", "--steps", "10"],
     "zcdp": ["--rho", "0.0001"],
 }
-# the kinds POST /charges accepts today (app/api/schemas.py MechanismIn); the others are
-# accepted by the registry and built by the CLI, but refused by the API's schema (422)
-API_KINDS = {
-    "gaussian",
-    "laplace",
-    "randomized_response",
-    "rappor",
-    "subsampled_gaussian",
-    "discrete_laplace",
-}
 
 
 def _flags(args: list[str]) -> dict[str, str | None]:
@@ -127,20 +117,7 @@ def test_an_integer_parameter_refuses_a_fraction_and_a_foreign_flag_is_named(run
     assert "gaussian needs --sigma" in r.stderr
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        k
-        if k in API_KINDS
-        else pytest.param(
-            k,
-            marks=pytest.mark.xfail(
-                strict=True, reason="the API's MechanismIn schema does not accept this kind yet"
-            ),
-        )
-        for k in sorted(KIND_FLAGS)
-    ],
-)
+@pytest.mark.parametrize("kind", sorted(KIND_FLAGS))
 def test_charge_every_kind(run: Cli, kind: str) -> None:
     _dataset(run, "census", "--no-adaptive")
     r = run("charge", "census", "-m", kind, *KIND_FLAGS[kind], "--label", kind, "--json")

@@ -2,33 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from fastapi import APIRouter, Query, Response, status
 
 from app import responses as r
+from app.accounting.registry import calibration_parameters
 from app.api.answer import send
 from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer
 from app.api.problems import responses
 from app.api.safe_text import IdempotencyKey
-from app.api.schemas import ChargeIn, DatasetIn, DatasetPatch, SampleRate
+from app.api.schemas import ChargeIn, DatasetIn, DatasetPatch, DpEventChargeIn, SampleRate
 from app.db.models import MAX_BIGINT
 from app.services import calibrate as calibrate_service
 from app.services import charges, datasets, ledger
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 
-KindQuery = Annotated[
-    Literal[
-        "gaussian",
-        "laplace",
-        "randomized_response",
-        "rappor",
-        "subsampled_gaussian",
-        "discrete_laplace",
-    ],
-    Query(description="Mechanism kind to calibrate."),
-]
+if TYPE_CHECKING:
+    CalibratedKind = str
+else:  # the kinds with a parameter to calibrate, from the registry
+    CalibratedKind = Literal[tuple(k for k, p in calibration_parameters().items() if p)]
+KindQuery = Annotated[CalibratedKind, Query(description="Mechanism kind to calibrate.")]
 IdemKey = IdempotencyKey
 
 
@@ -139,6 +134,37 @@ def charge(
     return send(answer, status.HTTP_200_OK if dry_run else status.HTTP_201_CREATED)
 
 
+@router.post(
+    "/{dataset_id}/charges/dp_event",
+    status_code=status.HTTP_201_CREATED,
+    response_model=r.ChargeBatch,
+    summary="Charge a dp_accounting DpEvent: its mechanisms, all or none (one entry each)",
+    responses={
+        200: {"model": r.DryRun, "description": "dry run: it would be admitted (nothing recorded)"},
+        **responses(404, 409, budget=True),
+    },
+)
+def charge_dp_event(
+    dataset_id: str,
+    body: DpEventChargeIn,
+    db: DbDep,
+    caller: Pipeline,
+    idempotency_key: IdemKey = None,
+    dry_run: bool = False,
+) -> Response:
+    answer = charges.charge_dp_event(
+        db,
+        caller,
+        dataset_id,
+        event=body.dp_event,
+        label=body.label,
+        metadata=body.metadata,
+        idempotency_key=idempotency_key,
+        dry_run=dry_run,
+    )
+    return send(answer, status.HTTP_200_OK if dry_run else status.HTTP_201_CREATED)
+
+
 @router.get(
     "/{dataset_id}/ledger",
     response_model=r.LedgerPage,
@@ -207,6 +233,10 @@ def calibrate(
     sigma: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
     k: Annotated[int | None, Query(ge=2)] = None,
     count: Annotated[int | None, Query(ge=1)] = None,
+    delta: Annotated[
+        float | None, Query(ge=0, lt=1, allow_inf_nan=False, description="approx_dp, zcdp")
+    ] = None,
+    xi: Annotated[float | None, Query(ge=0, allow_inf_nan=False, description="zcdp")] = None,
 ) -> Response:
     fixed = {
         "sensitivity": sensitivity,
@@ -215,6 +245,8 @@ def calibrate(
         "sigma": sigma,
         "k": k,
         "count": count,
+        "delta": delta,
+        "xi": xi,
     }
     answer = calibrate_service.calibrate_next(
         db,

@@ -36,7 +36,9 @@ Exceptions (each carries ``status``, ``type``, ``title``, ``detail`` and the who
         └── ServerError         5xx, after every retry
 
 ``dp_event_to_dict`` writes a dp_accounting ``DpEvent`` as plain JSON (``pip install
-'privacy-ledger-client[dp]'`` brings dp_accounting itself).
+'privacy-ledger-client[dp]'`` brings dp_accounting itself); ``charge_dp_event`` charges one,
+``charge_opacus`` an Opacus history ``[(noise_multiplier, sample_rate, steps), ...]`` and
+``charge_opendp`` an OpenDP measurement's privacy map, each in one request.
 """
 
 from privacy_ledger_client._async import AsyncHold, AsyncLedgerClient
@@ -58,13 +60,18 @@ from privacy_ledger_client._errors import (
 )
 from privacy_ledger_client._mechanisms import (
     Mechanism,
+    approx_dp,
     discrete_laplace,
+    exponential,
     gaussian,
     laplace,
     mechanism,
+    pure_dp,
     randomized_response,
     rappor,
+    rdp,
     subsampled_gaussian,
+    zcdp,
 )
 from privacy_ledger_client._models import (
     Allocation,
@@ -75,6 +82,7 @@ from privacy_ledger_client._models import (
     BudgetStatus,
     Calibration,
     Charge,
+    ChargeBatch,
     Composition,
     Dataset,
     DryRun,
@@ -94,6 +102,7 @@ from privacy_ledger_client._models import (
 from privacy_ledger_client._retry import RetryPolicy
 from privacy_ledger_client._sync import Hold, LedgerClient
 from privacy_ledger_client.dp_events import dp_event_to_dict
+from privacy_ledger_client.integrations import opacus_dp_event, opendp_mechanism
 
 __all__ = [
     "DEFAULT_URL",
@@ -109,6 +118,7 @@ __all__ = [
     "Calibration",
     "Call",
     "Charge",
+    "ChargeBatch",
     "Composition",
     "Conflict",
     "Dataset",
@@ -141,8 +151,15 @@ __all__ = [
     "TransportError",
     "Unauthorized",
     "__version__",
+    "approx_dp",
     "discrete_laplace",
     "dp_event_to_dict",
+    "exponential",
+    "opacus_dp_event",
+    "opendp_mechanism",
+    "pure_dp",
+    "rdp",
+    "zcdp",
     "gaussian",
     "laplace",
     "mechanism",

@@ -22,6 +22,7 @@ from privacy_ledger_client._models import (
     BudgetStatus,
     Calibration,
     Charge,
+    ChargeBatch,
     Composition,
     Dataset,
     DryRun,
@@ -173,6 +174,24 @@ def charge(
     headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
     return Call(
         "POST", f"/v1/datasets/{_seg(ref)}/charges", _one(Charge), json=body, headers=headers
+    )
+
+
+def charge_dp_event(
+    ref: str,
+    event: Mapping[str, Any],
+    label: str | None,
+    metadata: Mapping[str, Any] | None,
+    idempotency_key: str | None,
+) -> Call[ChargeBatch]:
+    body = {"dp_event": dict(event), "label": label, "metadata": metadata}
+    headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+    return Call(
+        "POST",
+        f"/v1/datasets/{_seg(ref)}/charges/dp_event",
+        _one(ChargeBatch),
+        json=body,
+        headers=headers,
     )
 
 

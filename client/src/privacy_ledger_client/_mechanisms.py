@@ -2,11 +2,13 @@
 
 A charge takes any mapping with a ``mechanism`` field (the server validates it and answers 422
 with a reason when it is wrong), so a kind the server learns later needs no client release:
-``mechanism("zcdp", rho=0.01)``. The builders below spell the kinds the server accepts today.
+``mechanism("zcdp", rho=0.01)``. The builders below spell the kinds the server accepts today
+(``GET /v1/mechanisms`` lists them with their fields).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 Mechanism = dict[str, Any]
@@ -50,11 +52,22 @@ def rappor(epsilon: float, count: int = 1) -> Mechanism:
 
 
 def subsampled_gaussian(
-    sigma: float, sample_rate: float, steps: int = 1, count: int = 1
+    sigma: float,
+    sample_rate: float,
+    steps: int = 1,
+    count: int = 1,
+    *,
+    sensitivity: float | None = None,
 ) -> Mechanism:
-    """DP-SGD: ``steps`` Poisson-subsampled Gaussian steps with noise multiplier ``sigma``."""
+    """DP-SGD: ``steps`` Poisson-subsampled Gaussian steps with noise ``sigma`` (the noise
+    multiplier is sigma / sensitivity; ``sensitivity`` is the clipping norm, default 1)."""
     return mechanism(
-        "subsampled_gaussian", sigma=sigma, sample_rate=sample_rate, steps=steps, count=count
+        "subsampled_gaussian",
+        sigma=sigma,
+        sample_rate=sample_rate,
+        steps=steps,
+        sensitivity=sensitivity,
+        count=count,
     )
 
 
@@ -65,8 +78,46 @@ def discrete_laplace(epsilon: float, sensitivity: int = 1, count: int = 1) -> Me
     return mechanism("discrete_laplace", epsilon=epsilon, sensitivity=sensitivity, count=count)
 
 
+def pure_dp(epsilon: float, count: int = 1) -> Mechanism:
+    """Any epsilon-DP mechanism (charged at the worst case over all of them)."""
+    return mechanism("pure_dp", epsilon=epsilon, count=count)
+
+
+def exponential(epsilon: float, count: int = 1) -> Mechanism:
+    """The exponential mechanism (epsilon-DP and epsilon-bounded range)."""
+    return mechanism("exponential", epsilon=epsilon, count=count)
+
+
+def approx_dp(epsilon: float, delta: float, count: int = 1) -> Mechanism:
+    """Any (epsilon, delta)-DP mechanism (its delta adds to the ledger's)."""
+    return mechanism("approx_dp", epsilon=epsilon, delta=delta, count=count)
+
+
+def zcdp(
+    rho: float, *, xi: float | None = None, delta: float | None = None, count: int = 1
+) -> Mechanism:
+    """A mechanism known by its zCDP guarantee rho (optionally xi, and delta: approximate zCDP)."""
+    return mechanism("zcdp", rho=rho, xi=xi, delta=delta, count=count)
+
+
+def rdp(
+    orders: Sequence[float],
+    epsilons: Sequence[float],
+    *,
+    delta: float | None = None,
+    count: int = 1,
+) -> Mechanism:
+    """A mechanism known by its Renyi DP values ``epsilons`` at ``orders``."""
+    return mechanism("rdp", orders=list(orders), epsilons=list(epsilons), delta=delta, count=count)
+
+
 __all__ = [
     "Mechanism",
+    "approx_dp",
+    "exponential",
+    "pure_dp",
+    "rdp",
+    "zcdp",
     "discrete_laplace",
     "gaussian",
     "laplace",

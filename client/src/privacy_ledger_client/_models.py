@@ -208,6 +208,15 @@ class Charge(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ChargeBatch(Model):
+    """A charged DpEvent: one ledger entry per mechanism (all admitted together) and the
+    dataset's spend after them."""
+
+    entries: list[LedgerEntry]
+    spent: Spent
+
+
+@dataclass(frozen=True, kw_only=True)
 class DryRun(Model):
     """A dry run that would be admitted (a refusal raises ``BudgetExceeded``)."""
 
@@ -453,6 +462,7 @@ __all__ = [
     "BudgetStatus",
     "Calibration",
     "Charge",
+    "ChargeBatch",
     "Composition",
     "Dataset",
     "DryRun",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -21,6 +21,7 @@ from privacy_ledger_client._models import (
     BudgetStatus,
     Calibration,
     Charge,
+    ChargeBatch,
     Composition,
     Dataset,
     DryRun,
@@ -31,6 +32,8 @@ from privacy_ledger_client._models import (
     SpendQuery,
 )
 from privacy_ledger_client._retry import RetryPolicy
+from privacy_ledger_client.dp_events import dp_event_to_dict
+from privacy_ledger_client.integrations import opacus_dp_event, opendp_mechanism
 
 T = TypeVar("T")
 
@@ -201,6 +204,58 @@ class LedgerClient:
         carries the same Idempotency-Key (yours, or a fresh uuid4), so it is charged once."""
         return self.send(
             calls.charge(dataset, mechanism, label, metadata, idempotency_key, allocation, blocks)
+        )
+
+    def charge_dp_event(
+        self,
+        dataset: str,
+        event: Any,
+        *,
+        label: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> ChargeBatch:
+        """Charge a dp_accounting ``DpEvent`` (the object, or its JSON from
+        ``dp_event_to_dict``): one ledger entry per mechanism it translates to, all admitted
+        together or none (``BudgetExceeded``); an event type with no translation is
+        ``InvalidRequest`` naming it. One Idempotency-Key for every retry."""
+        body = event if isinstance(event, Mapping) else dp_event_to_dict(event)
+        return self.send(calls.charge_dp_event(dataset, body, label, metadata, idempotency_key))
+
+    def charge_opacus(
+        self,
+        dataset: str,
+        history: Iterable[Sequence[Any]],
+        *,
+        label: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> ChargeBatch:
+        """Charge an Opacus training run from its accountant's history, a list of
+        ``(noise_multiplier, sample_rate, steps)``, in one request (all or none)."""
+        event = opacus_dp_event(history)
+        return self.charge_dp_event(
+            dataset, event, label=label, metadata=metadata, idempotency_key=idempotency_key
+        )
+
+    def charge_opendp(
+        self,
+        dataset: str,
+        measurement: Any,
+        d_in: Any,
+        *,
+        label: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Charge:
+        """Charge an OpenDP measurement at input distance ``d_in``: its privacy map's epsilon,
+        (epsilon, delta) or rho as a ``pure_dp``, ``approx_dp`` or ``zcdp`` entry."""
+        return self.charge(
+            dataset,
+            opendp_mechanism(measurement, d_in),
+            label=label,
+            metadata=metadata,
+            idempotency_key=idempotency_key,
         )
 
     def dry_run(
