@@ -83,6 +83,10 @@ class Dataset(_Answer):
     created_at: Timestamp
     updated_at: Timestamp
     last_entry_at: Timestamp | None
+    archived: bool = Field(
+        default=False, description="archived: refuses charges and reservations; ledger readable"
+    )
+    archived_at: Timestamp | None = None
 
 
 class DatasetList(_Answer):

@@ -123,6 +123,10 @@ class Dataset(Base):
     filter_params: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # retired (refuses charges and reservations, hidden from the default listing) when set
+    archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # the fraction of the budget epsilon at which the dataset's state turns "warning"
+    warning_threshold: Mapped[float] = mapped_column(Float, default=0.8, server_default="0.8")
 
 
 class DatasetTotal(Base):

@@ -74,6 +74,8 @@ def dataset(st: DatasetState) -> r.Dataset:
         created_at=st.created_at,
         updated_at=st.updated_at,
         last_entry_at=st.last_entry_at,
+        archived=st.archived_at is not None,
+        archived_at=st.archived_at,
     )
 
 

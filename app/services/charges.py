@@ -49,6 +49,7 @@ def charge(
             first = idempotency.replay(s, st.id, SCOPE, idempotency_key, req_hash)
             if first is not None:
                 return r.Charge.model_validate(first)
+        admission.check_not_archived(st)
         admission.check_allowed(st, ask.kind)
         dry = admission.decide(st, ask)
         if dry_run:

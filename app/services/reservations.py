@@ -96,6 +96,7 @@ def reserve(
             first = idempotency.replay(s, st.id, SCOPE, idempotency_key, req_hash)
             if first is not None:
                 return r.ReservationAnswer.model_validate(first)
+        admission.check_not_archived(st)
         admission.check_allowed(st, ask.kind)
         dry = admission.decide(st, ask)
         outcome: r.ReservationAnswer | BudgetExceeded

@@ -47,6 +47,8 @@ _COLUMNS = (
     _D.filter_params,
     _D.created_at,
     _D.updated_at,
+    _D.archived_at,
+    _D.warning_threshold,
     _T.orders_version,
     _T.rho,
     _T.rdp,
@@ -102,6 +104,8 @@ class DatasetState:
     pld: Pld | None = None
     pld_held: Pld | None = None
     pld_dirty: bool = False
+    archived_at: datetime | None = None
+    warning_threshold: float = 0.8
 
     @property
     def is_pld(self) -> bool:
@@ -148,6 +152,8 @@ def _state(row: Row[Any]) -> DatasetState:
         last_entry_at=row.last_entry_at,
         held=held_from_bytes(row.held, row.orders_version),
         held_next_expiry=row.held_next_expiry,
+        archived_at=row.archived_at,
+        warning_threshold=row.warning_threshold,
     )
 
 

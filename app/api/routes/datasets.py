@@ -65,8 +65,14 @@ def list_(
     caller: Viewer,
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
     offset: Annotated[int, Query(ge=0, le=MAX_BIGINT)] = 0,
+    archived: Annotated[
+        Literal["false", "true", "all"],
+        Query(description="false (default): active only; true: archived only; all: both"),
+    ] = "false",
+    include_archived: Annotated[bool, Query(description="same as archived=all")] = False,
 ) -> Response:
-    return send(datasets.list_datasets(db, caller, limit=limit, offset=offset))
+    which = "all" if include_archived else archived
+    return send(datasets.list_datasets(db, caller, limit=limit, offset=offset, archived=which))
 
 
 @router.get(
@@ -97,6 +103,26 @@ def patch(dataset_id: str, body: DatasetPatch, db: DbDep, caller: Admin) -> Resp
     if "budget" in changes:
         changes["budget"] = {k: v for k, v in changes["budget"].items() if v is not None}
     return send(datasets.update_dataset(db, caller, dataset_id, changes))
+
+
+@router.post(
+    "/{dataset_id}/archive",
+    response_model=r.Dataset,
+    responses=responses(404),
+    summary="Archive: refuse new charges and reservations, hide from the listing (admin, audited)",
+)
+def archive(dataset_id: str, db: DbDep, caller: Admin) -> Response:
+    return send(datasets.set_archived(db, caller, dataset_id, archived=True))
+
+
+@router.post(
+    "/{dataset_id}/unarchive",
+    response_model=r.Dataset,
+    responses=responses(404),
+    summary="Unarchive: take charges again, listed by default (admin, audited)",
+)
+def unarchive(dataset_id: str, db: DbDep, caller: Admin) -> Response:
+    return send(datasets.set_archived(db, caller, dataset_id, archived=False))
 
 
 @router.post(
