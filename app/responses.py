@@ -9,7 +9,7 @@ no infinity. Times are UTC, ISO 8601 with a ``Z``.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -57,6 +57,14 @@ class Reserved(_Answer):
 
     rho: float | None
     count: int
+    epsilon: float = Field(
+        default=0.0,
+        description="the spend with the holds minus the spend without (never negative)",
+    )
+    next_expiry: Timestamp | None = Field(default=None, description="the earliest hold's expiry")
+
+
+BudgetState = Literal["ok", "warning", "exhausted"]
 
 
 class Dataset(_Answer):
@@ -87,6 +95,13 @@ class Dataset(_Answer):
         default=False, description="archived: refuses charges and reservations; ledger readable"
     )
     archived_at: Timestamp | None = None
+    reserved: Reserved | None = Field(
+        default=None, description="active holds (null when none); `remaining` is after them"
+    )
+    state: BudgetState = Field(
+        default="ok", description="ok, warning or exhausted (docs/operations.md, Warnings)"
+    )
+    warning_threshold: float = 0.8
 
 
 class DatasetList(_Answer):
@@ -108,6 +123,15 @@ class BudgetView(_Answer):
     accounting: str
     adaptive: bool
     reserved: Reserved | None
+    state: BudgetState = Field(
+        default="ok", description="ok, warning or exhausted (docs/operations.md, Warnings)"
+    )
+    warning_threshold: float = 0.8
+
+
+class ReservationList(_Answer):
+    reservations: list[Reservation]
+    total: int
 
 
 class Entry(_Answer):
@@ -371,6 +395,8 @@ __all__ = [
     "Reservation",
     "ReservationAnswer",
     "Reserved",
+    "ReservationList",
+    "BudgetState",
     "Series",
     "SeriesPoint",
     "Spent",

@@ -231,7 +231,15 @@ def spend_query(
     )
 
 
-_SETTINGS = ("name", "description", "budget", "accounting", "adaptive", "allowed_mechanisms")
+_SETTINGS = (
+    "name",
+    "description",
+    "budget",
+    "accounting",
+    "adaptive",
+    "allowed_mechanisms",
+    "warning_threshold",
+)
 
 
 def _settings(ds: Dataset) -> dict[str, Any]:
@@ -242,6 +250,7 @@ def _settings(ds: Dataset) -> dict[str, Any]:
         "accounting": ds.accounting,
         "adaptive": ds.adaptive,
         "allowed_mechanisms": ds.allowed_mechanisms,
+        "warning_threshold": ds.warning_threshold,
     }
 
 
@@ -290,6 +299,11 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
                     raise Conflict(f"a dataset named {changes['name']!r} already exists") from None
             if "description" in changes:
                 ds.description = changes["description"]
+            if "warning_threshold" in changes:
+                threshold = float(changes["warning_threshold"])
+                if not 0.0 < threshold <= 1.0:
+                    raise Unprocessable(f"warning_threshold must be in (0, 1], got {threshold}")
+                ds.warning_threshold = threshold
             budget_in = changes.get("budget") or {}
             budget = _budget(
                 budget_in.get("epsilon", ds.budget_epsilon), budget_in.get("delta", ds.budget_delta)
