@@ -283,7 +283,7 @@ class DatasetPatch(_Strict):
                 gt=0,
                 le=1,
                 allow_inf_nan=False,
-                description="fraction of the budget epsilon (with holds) at which the state is warning",
+                description="fraction of the budget epsilon at which the state turns warning",
             ),
         ]
         | None
