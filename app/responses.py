@@ -152,6 +152,7 @@ class Entry(_Answer):
     source: str = Field(description="charge, reservation or reservation_expired")
     key_id: str | None
     reservation_id: str | None
+    key_name: str | None = Field(default=None, description="the charging key's label")
 
 
 class Requested(_Answer):

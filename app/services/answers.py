@@ -185,6 +185,7 @@ def entry(m: Mapping[Any, Any]) -> r.Entry:
         source=str(m["source"]),
         key_id=m["key_id"],
         reservation_id=m["reservation_id"],
+        key_name=m.get("key_name"),
     )
 
 

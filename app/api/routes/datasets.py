@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response, status
+from fastapi.responses import StreamingResponse
 
 from app import responses as r
 from app.api.answer import send
@@ -160,8 +162,17 @@ def charge(
 @router.get(
     "/{dataset_id}/ledger",
     response_model=r.LedgerPage,
-    responses=responses(404),
-    summary="Ledger entries, newest first (cursor-paginated)",
+    responses={
+        200: {
+            "description": "a page of entries (JSON), or the whole ledger as CSV / JSON Lines",
+            "content": {
+                "text/csv": {"schema": {"type": "string"}},
+                "application/x-ndjson": {"schema": {"type": "string"}},
+            },
+        },
+        **responses(404),
+    },
+    summary="Ledger entries, newest first (cursor-paginated, filtered); ?format=csv|jsonl exports",
 )
 def ledger_(
     dataset_id: str,
@@ -170,15 +181,45 @@ def ledger_(
     settings: SettingsDep,
     limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
+    kind: Annotated[str | None, Query(max_length=32, description="mechanism kind")] = None,
+    label: Annotated[str | None, Query(max_length=200)] = None,
+    key: Annotated[str | None, Query(max_length=200, description="key id or label")] = None,
+    key_id: Annotated[str | None, Query(max_length=200, description="same as key")] = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+    format: Annotated[
+        Literal["json", "csv", "jsonl"],
+        Query(description="csv or jsonl: the whole (filtered) ledger, oldest first, streamed"),
+    ] = "json",
 ) -> Response:
+    filters = ledger.EntryFilter(
+        kind=kind,
+        label=label,
+        key=key if key is not None else key_id,
+        created_after=_utc(created_after),
+        created_before=_utc(created_before),
+    )
+    if format != "json":
+        lines = ledger.export_entries(db, caller, dataset_id, format, filters)
+        media = "text/csv; charset=utf-8" if format == "csv" else "application/x-ndjson"
+        disposition = f'attachment; filename="ledger-{dataset_id[:40]}.{format}"'
+        return StreamingResponse(
+            lines, media_type=media, headers={"Content-Disposition": disposition}
+        )
     page = ledger.list_entries(
         db,
         caller,
         dataset_id,
         limit=min(limit or settings.default_page_size, settings.max_page_size),
         cursor=cursor,
+        filters=filters,
     )
     return send(page)
+
+
+def _utc(ts: datetime | None) -> datetime | None:
+    """A time without an offset is UTC."""
+    return ts.replace(tzinfo=UTC) if ts is not None and ts.tzinfo is None else ts
 
 
 @router.get(
