@@ -222,14 +222,18 @@ def export_entries(
         after = 0
         while True:
             rows = export_page(db, dataset_id, chosen, after)
+            chunk = io.StringIO()  # one chunk per page: O(page) memory, few writes
+            writer = csv.writer(chunk, lineterminator="\n")
             for row in rows:
                 e = answers.entry(row._mapping)
                 if fmt == "csv":
                     values = e.model_dump()
                     values["created_at"] = e.created_at
-                    yield _csv_line([_csv_cell(values[c]) for c in CSV_COLUMNS])
+                    writer.writerow([_csv_cell(values[c]) for c in CSV_COLUMNS])
                 else:
-                    yield e.model_dump_json() + "\n"
+                    chunk.write(e.model_dump_json() + "\n")
+            if rows:
+                yield chunk.getvalue()
             if len(rows) < EXPORT_PAGE_SIZE:
                 return
             after = rows[-1].seq
@@ -263,6 +267,7 @@ def list_rejections(
     until: datetime | None = None,
     limit: int = 100,
     cursor: str | None = None,
+    label: str | None = None,
 ) -> r.RejectionPage:
     """Refused charges and reservations, newest first."""
     before = decode_cursor(cursor) if cursor else None
@@ -277,6 +282,8 @@ def list_rejections(
             q = q.where(Rejection.created_at >= since)
         if until is not None:
             q = q.where(Rejection.created_at <= until)
+        if label is not None:
+            q = q.where(Rejection.label == label)
         if before is not None:
             q = q.where(Rejection.id < before)
         rows = s.scalars(q.order_by(Rejection.id.desc()).limit(limit + 1)).all()

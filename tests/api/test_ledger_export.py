@@ -173,3 +173,21 @@ def test_filters_and_who_charged(client: TestClient) -> None:
     csv_rows = list(csv.DictReader(io.StringIO(client.get(f"{url}/ledger?format=csv").text)))
     assert [x["key_name"] for x in csv_rows] == ["team-a", "team-a", labels[admin_key]]
     assert client.get("/v1/datasets/nope/ledger", params={"format": "csv"}).status_code == 404
+
+
+def test_rejections_filter_by_label_and_time(client: TestClient) -> None:
+    ds = new_dataset(client)
+    url = f"/v1/datasets/{ds['id']}"
+    huge = {"mechanism": "laplace", "epsilon": 50.0}
+    for label in ("a", "b", "a"):
+        body = {"mechanism": huge, "label": label}
+        assert client.post(f"{url}/charges", json=body).status_code == 409
+
+    def count(**params: Any) -> int:
+        r = client.get(f"{url}/rejections", params=params)
+        assert r.status_code == 200, r.text
+        return len(r.json()["rejections"])
+
+    assert count() == 3 and count(label="a") == 2 and count(label="c") == 0
+    assert count(created_after="2000-01-01T00:00:00Z") == 3
+    assert count(created_before="2000-01-01T00:00:00") == 0
