@@ -11,6 +11,7 @@ Services raise these; one handler (``app.api.problems``) renders them as
     +-- NotFound (404)
     +-- Conflict (409)
     |   +-- BudgetExceeded (409, with spent / budget / requested)
+    |   +-- DatasetArchived (409, the dataset is archived)
     +-- PayloadTooLarge (413)
     +-- Unprocessable (422)
     +-- DatabaseUnavailable (503, Retry-After)
@@ -101,6 +102,11 @@ class Conflict(ProblemError):
 class BudgetExceeded(Conflict):
     slug, title = "budget-exceeded", "Privacy budget exceeded"
     description = "over budget: the problem carries spent, budget, requested and would_spend"
+
+
+class DatasetArchived(Conflict):
+    slug, title = "dataset-archived", "Dataset archived"
+    description = "the dataset is archived: it refuses charges and reservations (unarchive it)"
 
 
 class PayloadTooLarge(ProblemError):

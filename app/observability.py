@@ -24,6 +24,7 @@ import re
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,6 +37,7 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
 from sqlalchemy import Engine, event
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.orm import Session
@@ -105,13 +107,21 @@ def watch(*engines: Engine) -> None:
             event.listen(engine, "handle_error", _count_db_error)
 
 
-def metrics_payload() -> tuple[bytes, str]:
-    """The exposition text (every worker's, in multiprocess mode) and its content type."""
+def metrics_payload(extra: Sequence[Collector] = ()) -> tuple[bytes, str]:
+    """The exposition text (every worker's, in multiprocess mode) and its content type;
+    ``extra``: collectors computed at scrape time (e.g. from the database), appended."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        return generate_latest(registry), CONTENT_TYPE_LATEST
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+        body = generate_latest(registry)
+    else:
+        body = generate_latest(REGISTRY)
+    if extra:
+        scraped = CollectorRegistry(auto_describe=False)
+        for collector in extra:
+            scraped.register(collector)
+        body += generate_latest(scraped)
+    return body, CONTENT_TYPE_LATEST
 
 
 # --- request ids and logs -----------------------------------------------------------------

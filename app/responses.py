@@ -9,7 +9,7 @@ no infinity. Times are UTC, ISO 8601 with a ``Z``.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -57,6 +57,14 @@ class Reserved(_Answer):
 
     rho: float | None
     count: int
+    epsilon: float = Field(
+        default=0.0,
+        description="the spend with the holds minus the spend without (never negative)",
+    )
+    next_expiry: Timestamp | None = Field(default=None, description="the earliest hold's expiry")
+
+
+BudgetState = Literal["ok", "warning", "exhausted"]
 
 
 class Dataset(_Answer):
@@ -89,6 +97,17 @@ class Dataset(_Answer):
     lifetime_budget: Budget | None = Field(
         default=None, description="cap on the composition of all charges (partitioned only)"
     )
+    archived: bool = Field(
+        default=False, description="archived: refuses charges and reservations; ledger readable"
+    )
+    archived_at: Timestamp | None = None
+    reserved: Reserved | None = Field(
+        default=None, description="active holds (null when none); `remaining` is after them"
+    )
+    state: BudgetState = Field(
+        default="ok", description="ok, warning or exhausted (docs/operations.md, Warnings)"
+    )
+    warning_threshold: float = 0.8
 
 
 class DatasetList(_Answer):
@@ -116,6 +135,10 @@ class BudgetView(_Answer):
     lifetime: Lifetime | None = Field(
         default=None, description="partitioned datasets: the spend of all charges composed"
     )
+    state: BudgetState = Field(
+        default="ok", description="ok, warning or exhausted (docs/operations.md, Warnings)"
+    )
+    warning_threshold: float = 0.8
 
 
 class BlockSpan(_Answer):
@@ -127,6 +150,11 @@ class BlockSpan(_Answer):
 
     from_: str = Field(alias="from", serialization_alias="from")
     to: str
+
+
+class ReservationList(_Answer):
+    reservations: list[Reservation]
+    total: int
 
 
 class Entry(_Answer):
@@ -149,6 +177,7 @@ class Entry(_Answer):
     reservation_id: str | None
     allocation_id: str | None = Field(default=None, description="the allocation charged")
     blocks: BlockSpan | None = Field(default=None, description="the block range charged")
+    key_name: str | None = Field(default=None, description="the charging key's label")
 
 
 class Requested(_Answer):
@@ -547,6 +576,8 @@ __all__ = [
     "Reservation",
     "ReservationAnswer",
     "Reserved",
+    "ReservationList",
+    "BudgetState",
     "Series",
     "SeriesPoint",
     "Spent",

@@ -372,6 +372,18 @@ class DatasetPatch(_Strict):
     accounting: Literal["rdp", "zcdp", "pld"] | None = None
     adaptive: bool | None = None
     allowed_mechanisms: Annotated[list[Kind], Field(min_length=1, max_length=16)] | None = None
+    warning_threshold: (
+        Annotated[
+            float,
+            Field(
+                gt=0,
+                le=1,
+                allow_inf_nan=False,
+                description="fraction of the budget epsilon at which the state turns warning",
+            ),
+        ]
+        | None
+    ) = None
 
 
 class ComposeIn(_Strict):

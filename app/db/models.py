@@ -132,6 +132,10 @@ class Dataset(Base):
     lifetime_budget_delta: Mapped[float | None] = mapped_column(Float, nullable=True)
     lifetime_filter_bound: Mapped[float | None] = mapped_column(Float, nullable=True)
     lifetime_filter_params: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # retired (refuses charges and reservations, hidden from the default listing) when set
+    archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # the fraction of the budget epsilon at which the dataset's state turns "warning"
+    warning_threshold: Mapped[float] = mapped_column(Float, default=0.8, server_default="0.8")
 
 
 class DatasetTotal(Base):

@@ -48,7 +48,7 @@ from app.db.models import (
     ReservationStatus,
     utcnow,
 )
-from app.errors import BudgetExceeded, NotFound, ProblemError, Unprocessable
+from app.errors import BudgetExceeded, DatasetArchived, NotFound, ProblemError, Unprocessable
 from app.principal import SYSTEM, Principal
 from app.services import answers, audit, blocks, state
 from app.services.state import DatasetState
@@ -208,6 +208,18 @@ def check_admissible(st: DatasetState, kind: str, curve: PrivacyCurve) -> None:
             f"dataset with accounting 'rdp'",
             filter=st.filter.kind.value,
             accepted_accountings=["rdp"],
+        )
+
+
+def check_not_archived(st: DatasetState) -> None:
+    """409 ``dataset-archived`` when the dataset is archived: it takes no new charge or
+    reservation (nothing is recorded). Committing a hold it already had is allowed."""
+    if st.archived_at is not None:
+        raise DatasetArchived(
+            f"dataset {st.name!r} is archived (since {aware(st.archived_at).isoformat()}): it "
+            "refuses charges and reservations; an admin can unarchive it",
+            dataset_id=st.id,
+            archived_at=aware(st.archived_at).isoformat().replace("+00:00", "Z"),
         )
 
 
@@ -715,6 +727,7 @@ __all__ = [
     "append_held",
     "aware",
     "check_allowed",
+    "check_not_archived",
     "decide",
     "entry_pld",
     "hold",

@@ -6,6 +6,7 @@ the last entry was admitted), so every read is O(1) and computes nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -43,8 +44,30 @@ def spent(st: DatasetState, curve: PrivacyCurve | None = None, sp: Spend | None 
     )
 
 
-def remaining(st: DatasetState) -> r.Remaining:
-    """What is left (the filter's rule, on the stored spend: no conversion). A partitioned
+EXHAUSTED_TOLERANCE = 1e-9
+"""A dataset whose remaining epsilon (after holds) is below this fraction of its budget epsilon
+is ``exhausted``: no meaningful charge fits any more (docs/operations.md, Warnings)."""
+
+
+def with_holds(st: DatasetState) -> tuple[PrivacyCurve, Spend]:
+    """The composed curve of the ledger and the active holds, and its spend under the filter.
+
+    Without holds: the stored totals (no conversion). With holds: one conversion of committed +
+    held. A ``pld`` dataset's reads do not load its PLD, so its spend with holds is the
+    filter's RDP bound of that curve (an upper bound), never below the ledger's stored spend.
+    """
+    held = st.held_curve
+    if held is None:
+        return st.committed, st.spent
+    total = st.committed + held
+    sp = st.filter.spend(total)
+    if sp.epsilon < st.spent.epsilon:
+        sp = dataclasses.replace(sp, epsilon=st.spent.epsilon)
+    return total, sp
+
+
+def remaining(st: DatasetState, view: tuple[PrivacyCurve, Spend] | None = None) -> r.Remaining:
+    """What is left after the ledger and the active holds (the filter's rule). A partitioned
     dataset: what its lifetime budget leaves, or with none, a fresh block's whole budget."""
     if st.partition_unit is not None:
         if st.lifetime is None:
@@ -52,8 +75,46 @@ def remaining(st: DatasetState) -> r.Remaining:
         else:
             left = st.lifetime.remaining(st.committed, st.spent)
         return r.Remaining(epsilon=left.epsilon, delta=left.delta, rho=left.rho)
-    left = st.filter.remaining(st.committed, st.spent)
+    total, sp = with_holds(st) if view is None else view
+    left = st.filter.remaining(total, sp)
     return r.Remaining(epsilon=left.epsilon, delta=left.delta, rho=left.rho)
+
+
+def reserved(st: DatasetState, view: tuple[PrivacyCurve, Spend] | None = None) -> r.Reserved | None:
+    """The active holds (None when there are none): their count, rho, earliest expiry, and
+    epsilon = the spend with them minus the spend without (never negative)."""
+    held = st.held_curve
+    if held is None:
+        return None
+    _, sp = with_holds(st) if view is None else view
+    return r.Reserved(
+        rho=finite_or_none(held.rho),
+        count=st.held.count,
+        epsilon=max(0.0, sp.epsilon - st.spent.epsilon),
+        next_expiry=st.held_next_expiry,
+    )
+
+
+def budget_state(st: DatasetState, view: tuple[PrivacyCurve, Spend] | None = None) -> r.BudgetState:
+    """``exhausted``: the filter says so for the ledger with its holds, or the remaining epsilon
+    is below ``EXHAUSTED_TOLERANCE`` x the budget epsilon; ``warning``: the spend with holds is
+    at least ``warning_threshold`` x the budget epsilon; ``ok`` otherwise."""
+    if st.partition_unit is not None:  # blocks have their own budgets: the lifetime decides
+        if exhausted(st):
+            return "exhausted"
+        if st.lifetime is not None and st.spent.epsilon >= (
+            st.warning_threshold * st.lifetime.budget.epsilon
+        ):
+            return "warning"
+        return "ok"
+    total, sp = with_holds(st) if view is None else view
+    eps_b = st.budget.epsilon
+    left = st.filter.remaining(total, sp)
+    if st.filter.exhausted(total, sp) or left.epsilon < EXHAUSTED_TOLERANCE * eps_b:
+        return "exhausted"
+    if sp.epsilon >= st.warning_threshold * eps_b:
+        return "warning"
+    return "ok"
 
 
 def exhausted(st: DatasetState) -> bool:
@@ -67,6 +128,7 @@ def exhausted(st: DatasetState) -> bool:
 def dataset(st: DatasetState) -> r.Dataset:
     """The public view of a dataset with its current spend."""
     f = st.filter
+    view = with_holds(st)
     return r.Dataset(
         id=st.id,
         name=st.name,
@@ -79,7 +141,7 @@ def dataset(st: DatasetState) -> r.Dataset:
         filter_bound={"rho": f.bound} if f.bound is not None else None,
         filter_params=f.params.to_dict() if f.params is not None else None,
         spent=spent(st),
-        remaining=remaining(st),
+        remaining=remaining(st, view),
         exhausted=exhausted(st),
         entries=st.entry_count,
         mechanism_counts=st.mechanism_counts,
@@ -88,26 +150,31 @@ def dataset(st: DatasetState) -> r.Dataset:
         last_entry_at=st.last_entry_at,
         partition=partition(st),
         lifetime_budget=lifetime_budget(st),
+        archived=st.archived_at is not None,
+        archived_at=st.archived_at,
+        reserved=reserved(st, view),
+        state=budget_state(st, view),
+        warning_threshold=st.warning_threshold,
     )
 
 
 def budget_view(st: DatasetState) -> r.BudgetView:
     """``GET /budget``."""
-    held = st.held_curve
+    view = with_holds(st)
     return r.BudgetView(
         dataset_id=st.id,
         name=st.name,
         budget=budget(st),
         spent=spent(st),
-        remaining=remaining(st),
+        remaining=remaining(st, view),
         exhausted=exhausted(st),
         entries=st.entry_count,
         filter=st.filter.kind.value,
         accounting=st.accounting,
         adaptive=st.adaptive,
-        reserved=None
-        if held is None
-        else r.Reserved(rho=finite_or_none(held.rho), count=st.held.count),
+        reserved=reserved(st, view),
+        state=budget_state(st, view),
+        warning_threshold=st.warning_threshold,
     )
 
 
@@ -142,6 +209,7 @@ def entry(m: Mapping[Any, Any]) -> r.Entry:
         reservation_id=m["reservation_id"],
         allocation_id=m.get("allocation_id"),
         blocks=block_span(m.get("block_from"), m.get("block_to")),
+        key_name=m.get("key_name"),
     )
 
 
@@ -289,7 +357,11 @@ __all__ = [
     "structures_after",
     "tally_spent",
     "tally_view",
+    "EXHAUSTED_TOLERANCE",
     "budget",
+    "budget_state",
+    "reserved",
+    "with_holds",
     "budget_view",
     "dataset",
     "entry",

@@ -63,6 +63,7 @@ def charge(
             first = idempotency.replay(s, st.id, SCOPE, idempotency_key, req_hash)
             if first is not None:
                 return r.Charge.model_validate(first)
+        admission.check_not_archived(st)
         admission.check_allowed(st, asked.kind)
         admission.check_admissible(st, asked.kind, asked.curve)
         ask = admission.prepare(s, st, asked)
@@ -206,6 +207,7 @@ def charge_dp_event(
             first = idempotency.replay(s, st.id, DP_EVENT_SCOPE, idempotency_key, req_hash)
             if first is not None:
                 return r.ChargeBatch.model_validate(first)
+        admission.check_not_archived(st)
         admission.prepare(s, st, whole)  # 422 on a partitioned dataset (no blocks given)
         for a in asks:
             admission.check_allowed(st, a.kind)

@@ -202,15 +202,26 @@ def _structure_filters(
         raise Unprocessable(str(exc)) from None
 
 
+ARCHIVED_FILTERS = ("false", "true", "all")
+"""``?archived=``: active datasets only (the default), archived ones only, or all."""
+
+
 def list_datasets(
-    db: Database, caller: Caller, limit: int = 1000, offset: int = 0
+    db: Database, caller: Caller, limit: int = 1000, offset: int = 0, archived: str = "false"
 ) -> r.DatasetList:
-    """Datasets visible to the caller with their spend, by name."""
+    """Datasets visible to the caller with their spend, by name; archived ones only when
+    ``archived`` is ``"true"`` (only them) or ``"all"``."""
+    if archived not in ARCHIVED_FILTERS:
+        raise Unprocessable(f"archived must be one of {list(ARCHIVED_FILTERS)}, got {archived!r}")
     with db.read() as s:
         principal = authenticated(db, caller, s)
         q = state.columns()
         if principal.dataset_ids is not None:
             q = q.where(Dataset.id.in_(principal.dataset_ids))
+        if archived == "false":
+            q = q.where(Dataset.archived_at.is_(None))
+        elif archived == "true":
+            q = q.where(Dataset.archived_at.is_not(None))
         total = s.scalar(select(func.count()).select_from(q.subquery())) or 0
         rows = s.execute(q.order_by(Dataset.name).limit(limit).offset(offset)).all()
         items = [answers.dataset(state.state_of(row)) for row in rows]
@@ -279,7 +290,15 @@ def spend_query(
     )
 
 
-_SETTINGS = ("name", "description", "budget", "accounting", "adaptive", "allowed_mechanisms")
+_SETTINGS = (
+    "name",
+    "description",
+    "budget",
+    "accounting",
+    "adaptive",
+    "allowed_mechanisms",
+    "warning_threshold",
+)
 
 
 def _settings(ds: Dataset) -> dict[str, Any]:
@@ -290,6 +309,7 @@ def _settings(ds: Dataset) -> dict[str, Any]:
         "accounting": ds.accounting,
         "adaptive": ds.adaptive,
         "allowed_mechanisms": ds.allowed_mechanisms,
+        "warning_threshold": ds.warning_threshold,
     }
 
 
@@ -338,6 +358,11 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
                     raise Conflict(f"a dataset named {changes['name']!r} already exists") from None
             if "description" in changes:
                 ds.description = changes["description"]
+            if "warning_threshold" in changes:
+                threshold = float(changes["warning_threshold"])
+                if not 0.0 < threshold <= 1.0:
+                    raise Unprocessable(f"warning_threshold must be in (0, 1], got {threshold}")
+                ds.warning_threshold = threshold
             budget_in = changes.get("budget") or {}
             budget = _budget(
                 budget_in.get("epsilon", ds.budget_epsilon), budget_in.get("delta", ds.budget_delta)
@@ -389,11 +414,36 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
         return answers.dataset(state.load(s, st.id, actor))
 
 
+def set_archived(db: Database, caller: Caller, ref: str, archived: bool) -> r.Dataset:
+    """Archive (or unarchive) a dataset, under its lock so that no charge races it; audited.
+    Idempotent: archiving an archived dataset (or unarchiving an active one) changes nothing
+    and answers the dataset as it is."""
+    actor = authenticated(db, caller)
+    with db.write() as s:
+        with admission.locked(s, ref, actor) as st:
+            if (st.archived_at is not None) != archived:
+                ds = s.get(Dataset, st.id)
+                assert ds is not None
+                now = utcnow()
+                ds.archived_at = now if archived else None
+                ds.updated_at = now
+                audit.record(
+                    s,
+                    actor,
+                    "dataset.archived" if archived else "dataset.unarchived",
+                    dataset_id=st.id,
+                    details={"name": st.name, "spent_epsilon": st.spent.epsilon},
+                )
+        s.flush()
+        return answers.dataset(state.load(s, st.id, actor))
+
+
 __all__ = [
     "budget_view",
     "create_dataset",
     "get_dataset",
     "list_datasets",
+    "set_archived",
     "spend_query",
     "update_dataset",
 ]

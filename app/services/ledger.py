@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import base64
 import binascii
+import csv
+import io
 import json
 import math
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import or_, select
+from sqlalchemy import ColumnElement, Select, or_, select
 
 from app import responses as r
 from app.accounting.curve import PrivacyCurve
@@ -33,6 +37,7 @@ from app.db.models import (
     MAX_BIGINT,
     Allocation,
     AllocationBlock,
+    ApiKey,
     Dataset,
     DatasetBlock,
     LedgerEntry,
@@ -97,15 +102,60 @@ def decode_cursor(cursor: str) -> int:
         raise Unprocessable(f"invalid cursor {cursor!r}") from None
 
 
+_K = ApiKey.__table__.c
+
+
+@dataclass(frozen=True)
+class EntryFilter:
+    """Ledger filters: mechanism kind, label, key (id or label), creation time range."""
+
+    kind: str | None = None
+    label: str | None = None
+    key: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+    def where(self, dataset_id: str) -> list[ColumnElement[bool]]:
+        clauses: list[ColumnElement[bool]] = [_L.dataset_id == dataset_id]
+        if self.kind is not None:
+            clauses.append(_L.kind == self.kind)
+        if self.label is not None:
+            clauses.append(_L.label == self.label)
+        if self.key is not None:
+            by_label = select(_K.id).where(_K.label == self.key).scalar_subquery()
+            clauses.append(or_(_L.key_id == self.key, _L.key_id.in_(by_label)))
+        if self.created_after is not None:
+            clauses.append(_L.created_at >= self.created_after)
+        if self.created_before is not None:
+            clauses.append(_L.created_at <= self.created_before)
+        return clauses
+
+
+def _entries(where: list[ColumnElement[bool]]) -> Select[Any]:
+    """Entries with their key's label (``key_name``)."""
+    return (
+        select(*_ENTRY_COLUMNS, _K.label.label("key_name"))
+        .select_from(LedgerEntry.__table__.outerjoin(ApiKey.__table__, _K.id == _L.key_id))
+        .where(*where)
+    )
+
+
 def list_entries(
-    db: Database, caller: Caller, ref: str, *, limit: int, cursor: str | None = None
+    db: Database,
+    caller: Caller,
+    ref: str,
+    *,
+    limit: int,
+    cursor: str | None = None,
+    filters: EntryFilter | None = None,
 ) -> r.LedgerPage:
-    """Entries newest first; ``next_cursor`` continues after the last one returned."""
+    """Entries newest first (``filters``: only those); ``next_cursor`` continues after the last
+    one returned. ``total`` is the ledger's length."""
     before = decode_cursor(cursor) if cursor else None
     with db.read() as s:
         principal = authenticated(db, caller, s)
         st = state.load(s, ref, principal)
-        q = select(*_ENTRY_COLUMNS).where(_L.dataset_id == st.id)
+        q = _entries((filters or EntryFilter()).where(st.id))
         if before is not None:
             q = q.where(_L.id < before)
         rows = s.execute(q.order_by(_L.id.desc()).limit(limit + 1)).all()
@@ -117,6 +167,91 @@ def list_entries(
             next_cursor=encode_cursor(rows[-1].id) if more and rows else None,
             total=st.entry_count,
         )
+
+
+EXPORT_PAGE_SIZE = 1000
+"""Rows per read when streaming the ledger (each page is a fresh, short read transaction)."""
+EXPORT_FORMATS = ("csv", "jsonl")
+CSV_COLUMNS = (
+    "id",
+    "seq",
+    "created_at",
+    "kind",
+    "count",
+    "label",
+    "key_id",
+    "key_name",
+    "source",
+    "reservation_id",
+    "rho",
+    "pure_epsilon",
+    "spent_epsilon",
+    "mechanism",
+    "metadata",
+)
+
+
+def export_page(db: Database, dataset_id: str, filters: EntryFilter, after_seq: int) -> list[Any]:
+    """Up to ``EXPORT_PAGE_SIZE`` entries after ``after_seq``, oldest first (one short read)."""
+    with db.read() as s:
+        q = _entries([*filters.where(dataset_id), _L.seq > after_seq])
+        return list(s.execute(q.order_by(_L.seq).limit(EXPORT_PAGE_SIZE)).all())
+
+
+def _csv_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    return str(value)
+
+
+def _csv_line(cells: list[str]) -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerow(cells)
+    return out.getvalue()
+
+
+def export_entries(
+    db: Database, caller: Caller, ref: str, fmt: str, filters: EntryFilter | None = None
+) -> Iterator[str]:
+    """The ledger (``filters``: only those entries), oldest first, as CSV (a header row, floats
+    as ``repr``) or JSON Lines (one entry answer per line). Checks access now, then streams in
+    pages of ``EXPORT_PAGE_SIZE`` rows read by sequence number: O(1) memory in the ledger."""
+    if fmt not in EXPORT_FORMATS:
+        raise Unprocessable(f"format must be one of {list(EXPORT_FORMATS)}, got {fmt!r}")
+    with db.read() as s:
+        principal = authenticated(db, caller, s)
+        dataset_id = state.load(s, ref, principal).id
+    chosen = filters or EntryFilter()
+
+    def lines() -> Iterator[str]:
+        if fmt == "csv":
+            yield _csv_line(list(CSV_COLUMNS))
+        after = 0
+        while True:
+            rows = export_page(db, dataset_id, chosen, after)
+            chunk = io.StringIO()  # one chunk per page: O(page) memory, few writes
+            writer = csv.writer(chunk, lineterminator="\n")
+            for row in rows:
+                e = answers.entry(row._mapping)
+                if fmt == "csv":
+                    values = e.model_dump()
+                    values["created_at"] = e.created_at
+                    writer.writerow([_csv_cell(values[c]) for c in CSV_COLUMNS])
+                else:
+                    chunk.write(e.model_dump_json() + "\n")
+            if rows:
+                yield chunk.getvalue()
+            if len(rows) < EXPORT_PAGE_SIZE:
+                return
+            after = rows[-1].seq
+
+    return lines()
 
 
 def rejection_answer(row: Rejection) -> r.Rejection:
@@ -145,6 +280,7 @@ def list_rejections(
     until: datetime | None = None,
     limit: int = 100,
     cursor: str | None = None,
+    label: str | None = None,
 ) -> r.RejectionPage:
     """Refused charges and reservations, newest first."""
     before = decode_cursor(cursor) if cursor else None
@@ -159,6 +295,8 @@ def list_rejections(
             q = q.where(Rejection.created_at >= since)
         if until is not None:
             q = q.where(Rejection.created_at <= until)
+        if label is not None:
+            q = q.where(Rejection.label == label)
         if before is not None:
             q = q.where(Rejection.id < before)
         rows = s.scalars(q.order_by(Rejection.id.desc()).limit(limit + 1)).all()
@@ -444,6 +582,11 @@ def verify(db: Database, caller: Caller = SYSTEM, rebuild: bool = False) -> r.Ve
 __all__ = [
     "decode_cursor",
     "encode_cursor",
+    "EXPORT_FORMATS",
+    "EXPORT_PAGE_SIZE",
+    "EntryFilter",
+    "export_entries",
+    "export_page",
     "list_entries",
     "list_rejections",
     "rejection_answer",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app import observability
@@ -26,7 +26,7 @@ from app.db.engine import Database
 from app.db.models import EntrySource, Reservation, ReservationStatus, utcnow
 from app.errors import BudgetExceeded, Conflict, Forbidden, NotFound, Unprocessable
 from app.principal import SYSTEM, Caller, Principal
-from app.services import admission, answers, idempotency
+from app.services import admission, answers, idempotency, state
 from app.services.auth import authenticated
 from app.services.state import DatasetState
 
@@ -110,6 +110,7 @@ def reserve(
             first = idempotency.replay(s, st.id, SCOPE, idempotency_key, req_hash)
             if first is not None:
                 return r.ReservationAnswer.model_validate(first)
+        admission.check_not_archived(st)
         admission.check_allowed(st, asked.kind)
         admission.check_admissible(st, asked.kind, asked.curve)
         ask = admission.prepare(s, st, asked)
@@ -215,6 +216,27 @@ def get_reservation(db: Database, caller: Caller, reservation_id: str) -> r.Rese
         return reservation_answer(row)
 
 
+def list_reservations(
+    db: Database, caller: Caller, ref: str, status: str | None = "active", limit: int = 1000
+) -> r.ReservationList:
+    """A dataset's reservations (``status``: only those; None: all), soonest expiry first."""
+    if status is not None and status not in {s.value for s in ReservationStatus}:
+        raise Unprocessable(
+            f"status must be one of {[s.value for s in ReservationStatus]}, got {status!r}"
+        )
+    with db.read() as s:
+        principal = authenticated(db, caller, s)
+        st = state.load(s, ref, principal)
+        where = [_R.dataset_id == st.id]
+        if status is not None:
+            where.append(_R.status == ReservationStatus(status))
+        total = s.scalar(select(func.count()).select_from(Reservation).where(*where)) or 0
+        rows = s.scalars(
+            select(Reservation).where(*where).order_by(_R.expires_at, _R.id).limit(limit)
+        ).all()
+        return r.ReservationList(reservations=[reservation_answer(x) for x in rows], total=total)
+
+
 def sweep_expired(db: Database) -> int:
     """Charge every due hold in the database (the periodic sweeper); how many datasets."""
     now = utcnow()
@@ -235,6 +257,7 @@ def sweep_expired(db: Database) -> int:
 __all__ = [
     "commit",
     "get_reservation",
+    "list_reservations",
     "release",
     "reservation_answer",
     "reserve",

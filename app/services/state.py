@@ -48,6 +48,8 @@ _COLUMNS = (
     _D.filter_params,
     _D.created_at,
     _D.updated_at,
+    _D.archived_at,
+    _D.warning_threshold,
     _T.orders_version,
     _T.rho,
     _T.rdp,
@@ -121,6 +123,9 @@ class DatasetState:
             self.structures = Tallies(self.id, self.filter.kind)
         return self.structures
 
+    archived_at: datetime | None = None
+    warning_threshold: float = 0.8
+
     @property
     def is_pld(self) -> bool:
         return self.filter.kind is FilterKind.PLD
@@ -175,6 +180,8 @@ def _state(row: Row[Any]) -> DatasetState:
             row.lifetime_filter_bound,
             row.lifetime_filter_params,
         ),
+        archived_at=row.archived_at,
+        warning_threshold=row.warning_threshold,
     )
 
 

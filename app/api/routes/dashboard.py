@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
@@ -52,6 +53,23 @@ def rejections(
     caller: Viewer,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
+    label: Annotated[str | None, Query(max_length=200)] = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
 ) -> Response:
-    page = ledger.list_rejections(db, caller, dataset=dataset_id, limit=limit, cursor=cursor)
+    page = ledger.list_rejections(
+        db,
+        caller,
+        dataset=dataset_id,
+        limit=limit,
+        cursor=cursor,
+        label=label,
+        since=_utc(created_after),
+        until=_utc(created_before),
+    )
     return send(page)
+
+
+def _utc(ts: datetime | None) -> datetime | None:
+    """A time without an offset is UTC."""
+    return ts.replace(tzinfo=UTC) if ts is not None and ts.tzinfo is None else ts

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from fastapi import APIRouter, Query, Response, status
+from fastapi.responses import StreamingResponse
 
 from app import responses as r
 from app.accounting.registry import calibration_parameters
@@ -66,8 +68,14 @@ def list_(
     caller: Viewer,
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
     offset: Annotated[int, Query(ge=0, le=MAX_BIGINT)] = 0,
+    archived: Annotated[
+        Literal["false", "true", "all"],
+        Query(description="false (default): active only; true: archived only; all: both"),
+    ] = "false",
+    include_archived: Annotated[bool, Query(description="same as archived=all")] = False,
 ) -> Response:
-    return send(datasets.list_datasets(db, caller, limit=limit, offset=offset))
+    which = "all" if include_archived else archived
+    return send(datasets.list_datasets(db, caller, limit=limit, offset=offset, archived=which))
 
 
 @router.get(
@@ -98,6 +106,26 @@ def patch(dataset_id: str, body: DatasetPatch, db: DbDep, caller: Admin) -> Resp
     if "budget" in changes:
         changes["budget"] = {k: v for k, v in changes["budget"].items() if v is not None}
     return send(datasets.update_dataset(db, caller, dataset_id, changes))
+
+
+@router.post(
+    "/{dataset_id}/archive",
+    response_model=r.Dataset,
+    responses=responses(404),
+    summary="Archive: refuse new charges and reservations, hide from the listing (admin, audited)",
+)
+def archive(dataset_id: str, db: DbDep, caller: Admin) -> Response:
+    return send(datasets.set_archived(db, caller, dataset_id, archived=True))
+
+
+@router.post(
+    "/{dataset_id}/unarchive",
+    response_model=r.Dataset,
+    responses=responses(404),
+    summary="Unarchive: take charges again, listed by default (admin, audited)",
+)
+def unarchive(dataset_id: str, db: DbDep, caller: Admin) -> Response:
+    return send(datasets.set_archived(db, caller, dataset_id, archived=False))
 
 
 @router.post(
@@ -168,8 +196,17 @@ def charge_dp_event(
 @router.get(
     "/{dataset_id}/ledger",
     response_model=r.LedgerPage,
-    responses=responses(404),
-    summary="Ledger entries, newest first (cursor-paginated)",
+    responses={
+        200: {
+            "description": "a page of entries (JSON), or the whole ledger as CSV / JSON Lines",
+            "content": {
+                "text/csv": {"schema": {"type": "string"}},
+                "application/x-ndjson": {"schema": {"type": "string"}},
+            },
+        },
+        **responses(404),
+    },
+    summary="Ledger entries, newest first (cursor-paginated, filtered); ?format=csv|jsonl exports",
 )
 def ledger_(
     dataset_id: str,
@@ -178,15 +215,45 @@ def ledger_(
     settings: SettingsDep,
     limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
+    kind: Annotated[str | None, Query(max_length=32, description="mechanism kind")] = None,
+    label: Annotated[str | None, Query(max_length=200)] = None,
+    key: Annotated[str | None, Query(max_length=200, description="key id or label")] = None,
+    key_id: Annotated[str | None, Query(max_length=200, description="same as key")] = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+    format: Annotated[
+        Literal["json", "csv", "jsonl"],
+        Query(description="csv or jsonl: the whole (filtered) ledger, oldest first, streamed"),
+    ] = "json",
 ) -> Response:
+    filters = ledger.EntryFilter(
+        kind=kind,
+        label=label,
+        key=key if key is not None else key_id,
+        created_after=_utc(created_after),
+        created_before=_utc(created_before),
+    )
+    if format != "json":
+        lines = ledger.export_entries(db, caller, dataset_id, format, filters)
+        media = "text/csv; charset=utf-8" if format == "csv" else "application/x-ndjson"
+        disposition = f'attachment; filename="ledger-{dataset_id[:40]}.{format}"'
+        return StreamingResponse(
+            lines, media_type=media, headers={"Content-Disposition": disposition}
+        )
     page = ledger.list_entries(
         db,
         caller,
         dataset_id,
         limit=min(limit or settings.default_page_size, settings.max_page_size),
         cursor=cursor,
+        filters=filters,
     )
     return send(page)
+
+
+def _utc(ts: datetime | None) -> datetime | None:
+    """A time without an offset is UTC."""
+    return ts.replace(tzinfo=UTC) if ts is not None and ts.tzinfo is None else ts
 
 
 @router.get(

@@ -10,6 +10,7 @@ from sqlalchemy import text
 
 from app import __version__, observability
 from app.api.deps import DbDep, metrics_access
+from app.services.metrics import DatasetCollector
 
 router = APIRouter(tags=["health"])
 
@@ -43,6 +44,6 @@ def readyz(db: DbDep) -> JSONResponse:
         }
     },
 )
-def metrics() -> Response:
-    body, content_type = observability.metrics_payload()
+def metrics(db: DbDep) -> Response:
+    body, content_type = observability.metrics_payload([DatasetCollector(db)])
     return Response(body, media_type=content_type)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response, status
 
 from app import responses as r
 from app.api.answer import send
@@ -45,6 +47,25 @@ def reserve(
         blocks=body.blocks.span() if body.blocks is not None else None,
     )
     return send(answer, status.HTTP_201_CREATED)
+
+
+@router.get(
+    "/v1/datasets/{dataset_id}/reservations",
+    response_model=r.ReservationList,
+    responses=responses(404),
+    summary="A dataset's reservations (default: the active holds), soonest expiry first",
+)
+def list_(
+    dataset_id: str,
+    db: DbDep,
+    caller: Viewer,
+    status: Annotated[
+        str, Query(description="active (default), committed, released, expired or all")
+    ] = "active",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
+) -> Response:
+    which = None if status == "all" else status
+    return send(reservations.list_reservations(db, caller, dataset_id, which, limit))
 
 
 @router.get(

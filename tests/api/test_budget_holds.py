@@ -1,0 +1,89 @@
+"""Issue 16 item 4: active holds count in ``remaining``, with ``reserved`` beside it.
+
+Expected values come from the ledger path: a hold committed into the ledger must leave
+``remaining`` where the hold had put it, and the spend must grow by what ``reserved`` said.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.conftest import new_dataset
+
+
+def _budget(client: TestClient, ds: dict[str, Any]) -> dict[str, Any]:
+    r = client.get(f"/v1/datasets/{ds['id']}/budget")
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+@pytest.mark.parametrize(
+    ("accounting", "mechanism"),
+    [
+        ("rdp", {"mechanism": "laplace", "epsilon": 0.2}),
+        ("zcdp", {"mechanism": "gaussian", "sigma": 10.0, "sensitivity": 1.0}),
+    ],
+)
+def test_hold_lowers_remaining_as_its_commit_would(
+    client: TestClient, accounting: str, mechanism: dict[str, Any]
+) -> None:
+    ds = new_dataset(client, accounting=accounting)
+    url = f"/v1/datasets/{ds['id']}"
+    assert client.post(f"{url}/charges", json={"mechanism": mechanism}).status_code == 201
+    b0 = _budget(client, ds)
+    assert b0["reserved"] is None
+    assert client.get(f"{url}/reservations").json() == {"reservations": [], "total": 0}
+
+    hold = client.post(f"{url}/reservations", json={"mechanism": mechanism, "ttl_seconds": 3600})
+    assert hold.status_code == 201
+    b1 = _budget(client, ds)
+    assert b1["spent"] == b0["spent"] and b1["entries"] == b0["entries"]
+    reserved = b1["reserved"]
+    assert reserved["count"] == 1
+    assert reserved["next_expiry"] == hold.json()["expires_at"]
+    assert reserved["epsilon"] > 0
+    assert b1["remaining"]["epsilon"] < b0["remaining"]["epsilon"]
+    if accounting == "zcdp":  # rho is exact under the rho filter: the hold's rho is subtracted
+        assert b1["remaining"]["rho"] == pytest.approx(
+            b0["remaining"]["rho"] - hold.json()["rho"], rel=1e-12
+        )
+    # the dataset answer says the same
+    one = client.get(url).json()
+    assert one["remaining"] == b1["remaining"] and one["reserved"] == reserved
+
+    listed = client.get(f"{url}/reservations", params={"status": "active"}).json()
+    assert listed["total"] == 1
+    assert listed["reservations"][0]["id"] == hold.json()["id"]
+    assert listed["reservations"][0]["expires_at"] == hold.json()["expires_at"]
+
+    # committing the hold puts the same curve in the ledger: remaining does not move, and the
+    # spend grows by what `reserved` announced
+    assert client.post(f"/v1/reservations/{hold.json()['id']}/commit").status_code == 200
+    b2 = _budget(client, ds)
+    assert b2["reserved"] is None
+    assert b2["remaining"]["epsilon"] == pytest.approx(b1["remaining"]["epsilon"], rel=1e-9)
+    assert b2["spent"]["epsilon"] - b0["spent"]["epsilon"] == pytest.approx(
+        reserved["epsilon"], rel=1e-9
+    )
+    assert client.get(f"{url}/reservations").json()["total"] == 0
+    assert client.get(f"{url}/reservations", params={"status": "committed"}).json()["total"] == 1
+    assert client.get(f"{url}/reservations", params={"status": "all"}).json()["total"] == 1
+
+    # a released hold gives its budget back
+    again = client.post(f"{url}/reservations", json={"mechanism": mechanism, "ttl_seconds": 60})
+    assert _budget(client, ds)["remaining"]["epsilon"] < b2["remaining"]["epsilon"]
+    assert client.delete(f"/v1/reservations/{again.json()['id']}").status_code == 200
+    assert _budget(client, ds)["remaining"] == b2["remaining"]
+
+
+def test_reservation_listing_is_viewer_and_validated(client: TestClient) -> None:
+    ds = new_dataset(client)
+    viewer = client.post("/v1/keys", json={"role": "viewer"}).json()
+    url = f"/v1/datasets/{ds['id']}/reservations"
+    r = client.get(url, headers={"Authorization": f"Bearer {viewer['key']}"})
+    assert r.status_code == 200 and r.json()["total"] == 0
+    assert client.get(url, params={"status": "pending"}).status_code == 422
+    assert client.get("/v1/datasets/nope/reservations").status_code == 404
