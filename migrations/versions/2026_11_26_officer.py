@@ -14,6 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from app.db.migrate import refuse_populated_downgrade
+
 revision = "0008"
 down_revision = "0007"
 branch_labels = None
@@ -29,6 +31,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    refuse_populated_downgrade()  # archive marks and thresholds would be lost
     with op.batch_alter_table("dataset", schema=None) as batch_op:
         batch_op.drop_column("warning_threshold")
         batch_op.drop_column("archived_at")
