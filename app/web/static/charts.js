@@ -306,7 +306,7 @@
       svg.appendChild(el("path", { d: `M20 100A80 80 0 0 1 ${fx.toFixed(2)} ${fy.toFixed(2)}`, class: `fill ${state}` }));
     }
     svg.appendChild(el("text", { x: cx, y: cy - 14, "text-anchor": "middle", class: "pct" }, pctUsed(used, total, state === "exhausted")));
-    svg.appendChild(stateIcon(state, cx - 44, cy + 8, 14));
+    if (state !== "ok") svg.appendChild(stateIcon(state, cx - 44, cy + 8, 14));
     svg.appendChild(el("text", { x: cx + 6, y: cy + 13, "text-anchor": "middle", class: "sub" }, state === "ok" ? "of epsilon budget" : STATE_WORDS[state]));
     return svg;
   }
