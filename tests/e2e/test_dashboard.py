@@ -286,7 +286,10 @@ def test_dashboard_shows_the_ledger_as_the_api_reports_it(world: dict[str, Any])
             assert sigma is not None and float(sigma) == calib["value"]
             assert FILTER_WORDS[d["filter"]] in page.inner_text("[data-testid=accounting]")
             assert d["filter"] in page.inner_text("[data-testid=accounting]")
-            assert page.locator("[data-testid=accounting] a").get_attribute("href")
+            href = page.locator("[data-testid=accounting] a").get_attribute("href") or ""
+            glossary = httpx.get(world["server"].url + href.split("#")[0])
+            assert glossary.status_code == 200 and f'id="{d["filter"]}"' in glossary.text
+            assert href.endswith(f"#{d['filter']}")
 
             # spend over time: a time axis by default, one point per entry, the budget change
             # marked; the entry-number view is a toggle
@@ -320,9 +323,15 @@ def test_dashboard_shows_the_ledger_as_the_api_reports_it(world: dict[str, Any])
                 assert svg.locator(":scope > title").count() == 1
             assert "sets the spend" not in page.inner_text("#detail")
 
+            page.screenshot(path=str(DOCS_IMG / "dataset.png"), full_page=True)
+            assert (DOCS_IMG / "dataset.png").stat().st_size > 20_000
+
             # history: newest first with who charged and metadata; paging reaches the oldest
             first = page.locator("#entries tbody tr").nth(0).inner_text()
-            assert "query-59" in first and "team: stats" in first and "key " in first
+            newest = api.get(f"/v1/datasets/{census['id']}/ledger", params={"limit": 1}).json()
+            assert newest["entries"][0]["key_id"]
+            assert "query-59" in first and "team: stats" in first
+            assert newest["entries"][0]["key_id"] in first  # who charged it
             seen: list[str] = []
             for _ in range(10):
                 seen += page.locator("#entries tbody tr td:first-child").all_inner_texts()
@@ -341,8 +350,6 @@ def test_dashboard_shows_the_ledger_as_the_api_reports_it(world: dict[str, Any])
             assert "greedy-query" in rejections
 
             a11y += check_accessibility(page, "dataset")
-            page.screenshot(path=str(DOCS_IMG / "dataset.png"), full_page=True)
-            assert (DOCS_IMG / "dataset.png").stat().st_size > 20_000
         finally:
             browser.close()
     assert problems == [], problems

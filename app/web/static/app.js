@@ -403,7 +403,7 @@
   }
 
   const meta = (m) => (m && Object.keys(m).length ? Object.entries(m).map(([k, v]) => `${k}: ${typeof v === "object" ? JSON.stringify(v) : v}`).join("; ") : "");
-  const who = (x) => (x.key_id ? `key ${x.key_id}` : "—") + (x.allocation ? ` (${x.allocation})` : "");
+  const who = (x) => (x.key_name || x.key_id || "—") + (x.allocation ? ` (${x.allocation})` : "");
 
   // ---- history: ledger and rejections, paged by the API's cursor -------------------------
 
