@@ -97,6 +97,15 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
                 },
             )
             assert r.status_code == 201, r.text
+        hold = api.post(
+            f"/v1/datasets/{census['id']}/reservations",
+            json={
+                "mechanism": {"mechanism": "laplace", "epsilon": 0.01},
+                "ttl_seconds": 3600,
+                "label": "pending-hold",
+            },
+        )
+        assert hold.status_code == 201, hold.text
         refused = api.post(
             f"/v1/datasets/{census['id']}/charges",
             json={"mechanism": {"mechanism": "laplace", "epsilon": 9.0}, "label": "greedy-query"},
@@ -290,6 +299,18 @@ def test_dashboard_shows_the_ledger_as_the_api_reports_it(world: dict[str, Any])
             glossary = httpx.get(world["server"].url + href.split("#")[0])
             assert glossary.status_code == 200 and f'id="{d["filter"]}"' in glossary.text
             assert href.endswith(f"#{d['filter']}")
+
+            # the pending hold: listed with its expiry, and counted in remaining, where the server
+            # reports holds (issue 16 item 4); without that the page says it cannot list them
+            remaining = page.get_attribute("[data-testid=detail-remaining]", "data-value")
+            assert remaining is not None and float(remaining) == d["remaining"]["epsilon"]
+            holds = page.inner_text("#holds")
+            if "reserved" in d:
+                assert d["reserved"]["count"] == 1
+                assert "pending-hold" in holds and "laplace" in holds
+                assert "1 active hold" in page.inner_text("[data-testid=detail-remaining]")
+            else:
+                assert "does not list holds" in holds
 
             # spend over time: a time axis by default, one point per entry, the budget change
             # marked; the entry-number view is a toggle

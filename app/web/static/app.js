@@ -207,7 +207,7 @@
         ? `, after ${d.reserved.count} active hold${d.reserved.count === 1 ? "" : "s"} reserving ${eps(d.reserved.epsilon)}`
         : ", no active holds";
     }
-    summaryRow(dl, "Remaining", remaining, "detail-remaining");
+    summaryRow(dl, "Remaining", remaining, "detail-remaining").setAttribute("data-value", d.remaining.epsilon);
     const st = summaryRow(dl, "Status", stateBadge(d), "detail-status");
     st.setAttribute("data-state", stateOf(d));
     summaryRow(dl, "Entries", String(d.entries), "detail-entries");
