@@ -370,8 +370,91 @@ def test_dashboard_shows_the_ledger_as_the_api_reports_it(world: dict[str, Any])
             rejections = page.inner_text("#rejections")
             assert "greedy-query" in rejections
 
+            # filters: by kind, then back to all
+            page.select_option("#f-kind", "laplace")
+            page.click("#filters button[type=submit]")
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('#entries tbody tr td:nth-child(3)')]"
+                ".every((td) => td.textContent.startsWith('laplace('))"
+            )
+            assert page.locator("#entries tbody tr").count() >= 1
+            page.select_option("#f-kind", "")
+            page.click("#filters button[type=submit]")
+            page.wait_for_function(
+                "() => document.querySelector('#entries tbody tr td').textContent === '60'"
+            )
+
+            # CSV export: offered where the server's OpenAPI lists ?format=, and then it is the
+            # API's own CSV; hidden otherwise
+            spec = httpx.get(world["server"].url + "/openapi.json").json()
+            ledger_params = spec["paths"]["/v1/datasets/{dataset_id}/ledger"]["get"]["parameters"]
+            if any(p["name"] == "format" for p in ledger_params):
+                assert page.locator("#csv").is_visible()
+                with page.expect_download() as dl:
+                    page.click("#csv")
+                got = Path(dl.value.path()).read_text()
+                want = api.get(f"/v1/datasets/{census['id']}/ledger", params={"format": "csv"})
+                assert got == want.text
+            else:
+                assert page.locator("#csv").is_hidden()
+
             a11y += check_accessibility(page, "dataset")
         finally:
             browser.close()
     assert problems == [], problems
     assert a11y == [], a11y
+
+
+def test_csv_download_sends_the_key_and_saves_the_answer(world: dict[str, Any]) -> None:
+    """The CSV link's own path, whether or not this server exports yet: the OpenAPI document
+    is given a ``format`` parameter and the export answered by the test (recording the
+    request), so what is checked is the page: the key goes in the header, the filters go
+    along, the file saved is the body."""
+    executable = _browser_path()
+    from playwright.sync_api import Route, sync_playwright
+
+    census = world["census"]
+    body = "seq,created_at,kind\n1,2026-01-01T00:00:00Z,gaussian\n"
+    seen: list[dict[str, str]] = []
+
+    def openapi(route: Route) -> None:
+        spec = route.fetch().json()
+        params = spec["paths"]["/v1/datasets/{dataset_id}/ledger"]["get"].setdefault(
+            "parameters", []
+        )
+        if not any(p["name"] == "format" for p in params):
+            params.append({"name": "format", "in": "query", "schema": {"type": "string"}})
+        route.fulfill(json=spec)
+
+    def export(route: Route) -> None:
+        seen.append({"url": route.request.url, **route.request.headers})
+        route.fulfill(status=200, body=body, headers={"Content-Type": "text/csv"})
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=executable,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+        )
+        try:
+            page = browser.new_page()
+            page.route("**/openapi.json", openapi)
+            page.route("**/ledger?*format=csv*", export)
+            page.goto(world["server"].url + "/")
+            page.fill("#key", world["viewer"])
+            page.click("button[type=submit]")
+            page.wait_for_selector("body[data-ready=true] #overview:not([hidden])")
+            page.goto(world["server"].url + f"/#/datasets/{census['id']}")
+            page.wait_for_selector("body[data-ready=true] #detail:not([hidden])")
+            page.select_option("#f-kind", "gaussian")
+            page.click("#filters button[type=submit]")
+            page.wait_for_selector("#csv:not([hidden])")
+            with page.expect_download() as dl:
+                page.click("#csv")
+            assert Path(dl.value.path()).read_text() == body
+            assert dl.value.suggested_filename == f"ledger-{census['id']}.csv"
+        finally:
+            browser.close()
+    assert len(seen) == 1
+    assert seen[0]["authorization"] == f"Bearer {world['viewer']}"
+    assert "format=csv" in seen[0]["url"] and "kind=gaussian" in seen[0]["url"]
