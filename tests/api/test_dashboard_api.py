@@ -114,7 +114,13 @@ def test_dashboard_page_and_static_files(client: TestClient) -> None:
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     assert "script-src 'self'" in r.headers["content-security-policy"]
     assert '<script src="/static/app.js"' in r.text and "http" not in r.text.split("<body>")[1]
-    for name, kind in (("app.js", "javascript"), ("charts.js", "javascript"), ("style.css", "css")):
+    static = (
+        ("app.js", "javascript"),
+        ("charts.js", "javascript"),
+        ("style.css", "css"),
+        ("accounting.html", "html"),  # the glossary the accounting links point to
+    )
+    for name, kind in static:
         s = client.get(f"/static/{name}")
         assert s.status_code == 200 and kind in s.headers["content-type"]
         # no network at run time: nothing is loaded from another origin

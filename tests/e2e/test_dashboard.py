@@ -247,6 +247,20 @@ def test_dashboard_shows_the_ledger_as_the_api_reports_it(world: dict[str, Any])
                 in (page.locator(f"li[data-dataset='{survey['id']}']").inner_text())
             )
             assert "Exhausted" in page.locator(f"li[data-dataset='{clinic['id']}']").inner_text()
+            # the percentage rule on values near the edges, against floor_pct written here
+            for used_, total, exhausted in [
+                (0.99999, 1.0, False),
+                (1.0, 1.0, False),
+                (0.8, 1.0, False),
+                (0.00042, 1.0, False),
+                (1.0, 1.0, True),
+                (0.123456, 0.5, False),
+            ]:
+                got = page.evaluate(
+                    "([u, t, e]) => window.Charts.pctUsed(u, t, e)", [used_, total, exhausted]
+                )
+                assert got == floor_pct(used_, total, exhausted), (used_, total, exhausted)
+            assert floor_pct(0.99999, 1.0, False) == "99.9%"  # never 100.0 unless exhausted
             a11y += check_accessibility(page, "overview")
             DOCS_IMG.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(DOCS_IMG / "overview.png"), full_page=True)
