@@ -132,8 +132,16 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
             json={"mechanism": {"mechanism": "laplace", "epsilon": 1.0}},
         )
         assert r.status_code == 201
+        # a finished study, archived where the server can archive (issue 16 item 8)
+        old = api.post(
+            "/v1/datasets", json={"name": "old-study", "budget": {"epsilon": 1.0, "delta": 1e-6}}
+        ).json()
+        archived = api.post(f"/v1/datasets/{old['id']}/archive")
+        assert archived.status_code in (200, 404, 405), archived.text
         viewer = api.post("/v1/keys", json={"role": "viewer"}).json()["key"]
         yield {
+            "old": old,
+            "archiving": archived.status_code == 200,
             "server": server,
             "api": api,
             "census": census,
@@ -177,7 +185,12 @@ def test_dashboard_shows_the_ledger_as_the_api_reports_it(world: dict[str, Any])
     census, survey, clinic = world["census"], world["survey"], world["clinic"]
     datasets = {d["id"]: d for d in api.get("/v1/datasets").json()["datasets"]}
     states = {i: expected_state(d) for i, d in datasets.items()}
-    assert states == {census["id"]: "ok", survey["id"]: "warning", clinic["id"]: "exhausted"}
+    named = {census["id"]: "ok", survey["id"]: "warning", clinic["id"]: "exhausted"}
+    assert {i: states[i] for i in named} == named
+    # the default listing hides the archived study where the server archives
+    assert (world["old"]["id"] in datasets) == (not world["archiving"])
+    every = api.get("/v1/datasets", params={"archived": "all"}).json()["datasets"]
+    assert world["old"]["id"] in {d["id"] for d in every}
     calib = api.get(
         f"/v1/datasets/{census['id']}/calibrate",
         params={"mechanism": "gaussian", "sensitivity": 1},
@@ -223,7 +236,7 @@ def test_dashboard_shows_the_ledger_as_the_api_reports_it(world: dict[str, Any])
 
             # overview: one card per dataset, the exact spend, the state in words and shape
             cards = page.locator("#dataset-list li.card")
-            assert cards.count() == 3
+            assert cards.count() == len(datasets)
             for ds_id, d in datasets.items():
                 card = page.locator(f"li[data-dataset='{ds_id}']")
                 value = card.locator("[data-testid=spent]").get_attribute("data-value")
@@ -268,9 +281,14 @@ def test_dashboard_shows_the_ledger_as_the_api_reports_it(world: dict[str, Any])
             # the show-archived toggle asks the API for every dataset
             with page.expect_request(lambda r: "archived=all" in r.url):
                 page.check("#show-archived")
-            page.wait_for_selector("body[data-ready=true] #overview:not([hidden])")
-            assert page.locator("#dataset-list li.card").count() == 3
+            page.wait_for_selector(f"li[data-dataset='{world['old']['id']}']")
+            assert page.locator("#dataset-list li.card").count() == len(every)
+            old_card = page.locator(f"li[data-dataset='{world['old']['id']}']")
+            assert (old_card.locator("[data-testid=archived]").count() == 1) == world["archiving"]
             page.uncheck("#show-archived")
+            page.wait_for_function(
+                f"() => document.querySelectorAll('#dataset-list li.card').length === {len(datasets)}"
+            )
 
             # the warning dataset: calibration for its own kinds only (RR and Laplace)
             page.goto(world["server"].url + f"/#/datasets/{survey['id']}")
