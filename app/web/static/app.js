@@ -198,7 +198,7 @@
     const dl = $("summary");
     dl.replaceChildren();
     summaryRow(dl, "Budget", `${eps(d.budget.epsilon)}, δ = ${fmt(d.budget.delta)}`);
-    const spent = summaryRow(dl, "Spent", `${eps(d.spent.epsilon)} at δ = ${fmt(d.spent.delta)} (${d.spent.method}) — ${used(d)} of the budget`, "detail-spent");
+    const spent = summaryRow(dl, "Spent", `${eps(d.spent.epsilon)} at δ = ${fmt(d.spent.delta)} — ${used(d)} of the budget (converted by ${d.spent.method})`, "detail-spent");
     spent.setAttribute("data-value", d.spent.epsilon);
     let remaining = d.remaining.rho !== null && d.remaining.rho !== undefined
       ? `${eps(d.remaining.epsilon)} (ρ left ${fmt(d.remaining.rho)})` : eps(d.remaining.epsilon);
