@@ -348,7 +348,7 @@
     lineChart($("fig-rdp"), {
       testid: "chart-rdp",
       title: "Privacy loss so far against the budget, at each Rényi order",
-      description: "The ledger is within budget as long as its curve (solid) stays below the budget's curve (dashed) at some order α; the marked order is where the reported spend comes from (values far above the budget are cut off).",
+      description: "The ledger is within budget as long as its curve (solid) stays below the budget (dashed curve, or square marks at the orders a fixed-order filter checks) at some order α; the marked order is where the reported spend comes from (values far above the budget are cut off).",
       xLabel: "Rényi order α (log scale)",
       yLabel: "Rényi ε(α) (log scale)",
       xLog: true,
