@@ -380,12 +380,24 @@ class SeriesPoint(_Answer):
     epsilon: float
 
 
+class BudgetChange(_Answer):
+    """A change of a dataset's budget (from the audit trail), for marking the spend chart."""
+
+    created_at: Timestamp
+    action: str
+    old: dict[str, float] | None
+    new: dict[str, float] | None
+
+
 class Series(_Answer):
     dataset_id: str
     entries: int
     downsampled: bool
     budget: Budget
     points: list[SeriesPoint]
+    budget_changes: list[BudgetChange] = Field(
+        default_factory=list, description="budget changes, oldest first (at most 200)"
+    )
 
 
 class TradeoffPoint(_Answer):

@@ -1,5 +1,8 @@
 """Read models for the dashboard: the spend-over-time series and the curves of a dataset.
 
+The series also carries the dataset's budget changes (from the audit trail: when, old and new
+budget, not who), so the chart can mark them for a viewer key that cannot read ``/v1/audit``.
+
 Both cost O(points), not O(ledger): the series reads the ``spent_epsilon`` each ledger entry
 recorded when it was admitted (the spend at the budget delta right after it) at evenly spaced
 sequence numbers through the ``(dataset_id, seq)`` unique index; the curves come from the
@@ -8,19 +11,24 @@ running totals.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from sqlalchemy import select
 
 from app import responses as r
 from app.accounting.orders import ORDERS
 from app.db.engine import Database
-from app.db.models import LedgerEntry
+from app.db.models import AuditEvent, LedgerEntry
 from app.principal import Caller
 from app.services import answers, state
 from app.services.answers import finite_or_none
 from app.services.auth import authenticated
 
 MAX_SERIES_POINTS = 5000
+MAX_BUDGET_CHANGES = 200
+BUDGET_ACTIONS = ("budget.raised", "budget.lowered", "budget.changed")
+"""Audit actions of a budget change (``update_dataset``)."""
 TRADEOFF_DELTAS = tuple(float(10.0**-k) for k in np.arange(15.0, 0.75, -0.5))
 """delta from 1e-15 to 1e-1 in half decades, for the (epsilon, delta) trade-off curve."""
 
@@ -55,6 +63,12 @@ def series(db: Database, caller: Caller, ref: str, points: int) -> r.Series:
             if seqs
             else []
         )
+        changes = s.execute(
+            select(AuditEvent.created_at, AuditEvent.action, AuditEvent.details)
+            .where(AuditEvent.dataset_id == st.id, AuditEvent.action.in_(BUDGET_ACTIONS))
+            .order_by(AuditEvent.created_at.desc(), AuditEvent.id.desc())
+            .limit(MAX_BUDGET_CHANGES)
+        ).all()
         return r.Series(
             dataset_id=st.id,
             entries=n,
@@ -66,7 +80,23 @@ def series(db: Database, caller: Caller, ref: str, points: int) -> r.Series:
                 )
                 for row in rows
             ],
+            budget_changes=[
+                r.BudgetChange(
+                    created_at=c.created_at,
+                    action=c.action,
+                    old=_budget_of(c.details, "old"),
+                    new=_budget_of(c.details, "new"),
+                )
+                for c in reversed(changes)
+            ],
         )
+
+
+def _budget_of(details: dict[str, Any], which: str) -> dict[str, float] | None:
+    """The old or new budget recorded in a budget change's audit details, if any."""
+    budget = (details.get("changes") or {}).get("budget") or {}
+    value = budget.get(which)
+    return {k: float(v) for k, v in value.items()} if isinstance(value, dict) else None
 
 
 def curves(db: Database, caller: Caller, ref: str) -> r.Curves:

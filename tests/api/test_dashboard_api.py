@@ -114,7 +114,13 @@ def test_dashboard_page_and_static_files(client: TestClient) -> None:
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     assert "script-src 'self'" in r.headers["content-security-policy"]
     assert '<script src="/static/app.js"' in r.text and "http" not in r.text.split("<body>")[1]
-    for name, kind in (("app.js", "javascript"), ("charts.js", "javascript"), ("style.css", "css")):
+    static = (
+        ("app.js", "javascript"),
+        ("charts.js", "javascript"),
+        ("style.css", "css"),
+        ("accounting.html", "html"),  # the glossary the accounting links point to
+    )
+    for name, kind in static:
         s = client.get(f"/static/{name}")
         assert s.status_code == 200 and kind in s.headers["content-type"]
         # no network at run time: nothing is loaded from another origin
@@ -122,3 +128,28 @@ def test_dashboard_page_and_static_files(client: TestClient) -> None:
         assert "https://" not in text and "http://" not in text
     assert client.get("/static/../main.py").status_code == 404
     assert client.get("/static/nope.js").status_code == 404
+
+
+def test_series_carries_the_budget_changes_for_viewers(client: TestClient) -> None:
+    """Budget changes (audited PATCHes) come with the series, oldest first, old and new budget,
+    for a viewer key that cannot read /v1/audit; other changes and other datasets are not in."""
+    ds = new_dataset(client, budget={"epsilon": 1.0, "delta": 1e-6})
+    other = new_dataset(client, name="other")
+    base = f"/v1/datasets/{ds['id']}"
+    assert client.get(f"{base}/series").json()["budget_changes"] == []
+    budgets = [{"epsilon": 2.0, "delta": 1e-6}, {"epsilon": 1.5, "delta": 1e-6}]
+    for b in budgets:
+        assert client.patch(base, json={"budget": b}).status_code == 200
+    assert client.patch(base, json={"description": "not a budget change"}).status_code == 200
+    assert (
+        client.patch(f"/v1/datasets/{other['id']}", json={"budget": budgets[0]}).status_code == 200
+    )
+    viewer = client.post("/v1/keys", json={"role": "viewer"}).json()["key"]
+    h = {"Authorization": f"Bearer {viewer}"}
+    assert client.get("/v1/audit", headers=h).status_code == 403
+    changes = client.get(f"{base}/series", headers=h).json()["budget_changes"]
+    assert [c["action"] for c in changes] == ["budget.raised", "budget.lowered"]
+    assert [c["new"] for c in changes] == budgets
+    assert [c["old"] for c in changes] == [{"epsilon": 1.0, "delta": 1e-6}, budgets[0]]
+    assert changes[0]["created_at"] <= changes[1]["created_at"]
+    assert "key_id" not in changes[0]

@@ -3,7 +3,7 @@
 "use strict";
 
 (function () {
-  const { lineChart, barChart, gauge, fmt, html } = window.Charts;
+  const { lineChart, barChart, gauge, fmt, html, pctUsed, stateIcon, el } = window.Charts;
   const KEY = "privacy-ledger.key";
   const REFRESH_MS = 30000;
   const $ = (id) => document.getElementById(id);
@@ -68,42 +68,126 @@
     subsampled_gaussian: "DP-SGD (subsampled Gaussian)",
     discrete_laplace: "Discrete Laplace",
   })[k] || k;
+  const KINDS = ["gaussian", "laplace", "randomized_response", "rappor", "subsampled_gaussian", "discrete_laplace"];
+
+  // what each accounting rule guarantees, in plain words; the technical name and the docs beside
+  const DOCS = "/static/accounting.html";
+  const FILTERS = {
+    rdp_fixed_orders: { words: "Adaptive queries allowed (Rényi filter at a fixed order)", tech: "RDP filter, fixed orders (rdp_fixed_orders)" },
+    rdp_union_bound: { words: "Adaptive queries allowed (older, looser rule)", tech: "RDP filter, union bound over orders (rdp_union_bound)" },
+    rdp: { words: "Parameters fixed in advance (Rényi DP, tight)", tech: "Rényi DP composition (rdp)" },
+    zcdp: { words: "Parameters fixed in advance (zCDP)", tech: "zero-concentrated DP (zcdp)" },
+    zcdp_filter: { words: "Adaptive queries allowed (zCDP filter)", tech: "zCDP filter (zcdp_filter)" },
+    gdp: { words: "Adaptive Gaussian queries, exact", tech: "Gaussian DP filter (gdp)" },
+    pld: { words: "Parameters fixed in advance, tightest (privacy loss distribution)", tech: "privacy loss distribution (pld)" },
+  };
+  const filterWords = (f) => (FILTERS[f] || { words: f, tech: f }).words;
+
+  // the plain name with the technical one and a link to the docs beside it
+  function accountingNode(d) {
+    const f = FILTERS[d.filter] || { words: d.filter, tech: `${d.accounting} (${d.filter})` };
+    const span = html("span", { class: "accounting", "data-testid": "accounting", "data-filter": d.filter });
+    span.appendChild(html("strong", {}, f.words));
+    span.appendChild(document.createTextNode(" — "));
+    span.appendChild(html("span", { class: "tech" }, f.tech));
+    span.appendChild(document.createTextNode(" · "));
+    span.appendChild(html("a", { href: `${DOCS}#${encodeURIComponent(d.filter)}`, "aria-label": `what this means: ${f.words}` }, "what this means"));
+    return span;
+  }
+
+  // state: the API's when it gives one, else from spent / budget (threshold 0.8 by default)
+  function stateOf(d) {
+    if (d.state) return d.state;
+    if (d.exhausted) return "exhausted";
+    const t = d.warning_threshold ?? 0.8;
+    return d.budget.epsilon > 0 && d.spent.epsilon / d.budget.epsilon >= t ? "warning" : "ok";
+  }
+  const used = (d) => pctUsed(d.spent.epsilon, d.budget.epsilon, stateOf(d) === "exhausted");
+  function stateText(d) {
+    const st = stateOf(d);
+    if (st === "exhausted") return "Exhausted: no further charge fits";
+    if (st === "warning") return `Warning: ${used(d)} used`;
+    return `Within budget: ${used(d)} used`;
+  }
+  function stateBadge(d) {
+    const st = stateOf(d);
+    const p = html("p", { class: `badge ${st}`, "data-testid": "state", "data-state": st });
+    const svg = el("svg", { viewBox: "0 0 20 20", class: "icon", "aria-hidden": "true", focusable: "false" });
+    svg.appendChild(stateIcon(st, 10, 10, 16));
+    p.appendChild(svg);
+    p.appendChild(document.createTextNode(` ${stateText(d)}`));
+    return p;
+  }
+
+  // ---- what the server offers (so a missing feature is not a failed request) ---------------
+
+  let caps = null;
+  async function capabilities() {
+    if (caps) return caps;
+    caps = { reservations: false, csv: false, archived: false, ledgerFilters: false };
+    try {
+      const r = await fetch("/openapi.json", { headers: { Accept: "application/json" } });
+      if (!r.ok) return caps;
+      const spec = await r.json();
+      const paths = spec.paths || {};
+      const params = (path) => ((paths[path] || {}).get || {}).parameters || [];
+      const named = (path, name) => params(path).some((p) => p.name === name);
+      caps.reservations = !!(paths["/v1/datasets/{dataset_id}/reservations"] || {}).get;
+      caps.csv = named("/v1/datasets/{dataset_id}/ledger", "format");
+      caps.ledgerFilters = named("/v1/datasets/{dataset_id}/ledger", "kind");
+      caps.archived = named("/v1/datasets", "archived");
+    } catch (err) {
+      // keep the conservative defaults
+    }
+    return caps;
+  }
 
   // ---- overview ---------------------------------------------------------------------------
 
   async function renderOverview() {
-    const data = await api("/v1/datasets");
+    const c = await capabilities();
+    const showArchived = $("show-archived").checked;
+    $("archived-toggle").hidden = false;
+    const data = await api(showArchived ? "/v1/datasets?archived=all" : "/v1/datasets");
     const list = $("dataset-list");
     list.replaceChildren();
-    if (!data.datasets.length) {
+    const datasets = data.datasets.filter((d) => showArchived || !d.archived);
+    if (!datasets.length) {
       list.appendChild(html("li", { class: "muted" }, "No datasets yet. An admin creates them with POST /v1/datasets or `privacy-ledger datasets create`."));
     }
-    for (const d of data.datasets) {
-      const li = html("li", { class: d.exhausted ? "card exhausted" : "card", "data-dataset": d.id });
+    for (const d of datasets) {
+      const st = stateOf(d);
+      const li = html("li", { class: `card ${st}${d.archived ? " archived" : ""}`, "data-dataset": d.id, "data-state": st });
       const a = html("a", { href: `#/datasets/${encodeURIComponent(d.id)}`, class: "card-link" });
-      const pct = d.budget.epsilon > 0 ? (100 * d.spent.epsilon) / d.budget.epsilon : 0;
       a.appendChild(html("h3", {}, d.name));
       a.appendChild(gauge(d.spent.epsilon, d.budget.epsilon,
-        `${d.name}: spent ${pct.toFixed(1)}% of the epsilon budget, ${eps(d.spent.epsilon)} of ${fmt(d.budget.epsilon)} at δ = ${fmt(d.budget.delta)}${d.exhausted ? ", exhausted" : ""}`));
+        `${d.name}: spent ${used(d)} of the epsilon budget, ${eps(d.spent.epsilon)} of ${fmt(d.budget.epsilon)} at δ = ${fmt(d.budget.delta)}; ${stateText(d)}`, st));
+      a.appendChild(stateBadge(d));
       const p = html("p", { class: "spent" });
       p.appendChild(html("span", { class: "value", "data-testid": "spent", "data-value": d.spent.epsilon }, eps(d.spent.epsilon)));
       p.appendChild(document.createTextNode(` of ${fmt(d.budget.epsilon)} at δ = ${fmt(d.budget.delta)}`));
       a.appendChild(p);
-      const meta = html("p", { class: "muted" }, `${d.entries} ${d.entries === 1 ? "entry" : "entries"} · ${d.accounting.toUpperCase()} (${d.filter})`);
-      a.appendChild(meta);
-      if (d.exhausted) a.appendChild(html("p", { class: "badge", "data-testid": "exhausted" }, "EXHAUSTED: no further charges fit"));
+      if (d.reserved && d.reserved.count) {
+        a.appendChild(html("p", { class: "muted", "data-testid": "reserved" }, `${d.reserved.count} active hold${d.reserved.count === 1 ? "" : "s"} reserving ${eps(d.reserved.epsilon)}`));
+      }
+      a.appendChild(html("p", { class: "muted" }, `${d.entries} ${d.entries === 1 ? "entry" : "entries"} · ${filterWords(d.filter)}`));
+      if (d.archived) a.appendChild(html("p", { class: "badge archived", "data-testid": "archived" }, "Archived: read-only"));
+      if (st === "exhausted") a.appendChild(html("p", { class: "sr-only", "data-testid": "exhausted" }, "EXHAUSTED"));
       li.appendChild(a);
       list.appendChild(li);
     }
+    if (showArchived && !c.archived) status("This server does not archive datasets yet: every dataset is shown.");
+    else status(`${datasets.length} dataset${datasets.length === 1 ? "" : "s"}`);
     show("overview");
-    status(`${data.datasets.length} dataset${data.datasets.length === 1 ? "" : "s"}`);
   }
 
   // ---- one dataset ------------------------------------------------------------------------
 
   function summaryRow(dl, term, value, testid) {
     dl.appendChild(html("dt", {}, term));
-    const dd = html("dd", testid ? { "data-testid": testid } : {}, value);
+    const dd = html("dd", testid ? { "data-testid": testid } : {});
+    if (typeof value === "string") dd.textContent = value;
+    else dd.appendChild(value);
     dl.appendChild(dd);
     return dd;
   }
@@ -114,52 +198,118 @@
     const dl = $("summary");
     dl.replaceChildren();
     summaryRow(dl, "Budget", `${eps(d.budget.epsilon)}, δ = ${fmt(d.budget.delta)}`);
-    const spent = summaryRow(dl, "Spent", `${eps(d.spent.epsilon)} at δ = ${fmt(d.spent.delta)} (${d.spent.method})`, "detail-spent");
+    const spent = summaryRow(dl, "Spent", `${eps(d.spent.epsilon)} at δ = ${fmt(d.spent.delta)} — ${used(d)} of the budget (converted by ${d.spent.method})`, "detail-spent");
     spent.setAttribute("data-value", d.spent.epsilon);
-    summaryRow(dl, "Remaining", d.remaining.rho !== null && d.remaining.rho !== undefined
-      ? `${eps(d.remaining.epsilon)} (ρ left ${fmt(d.remaining.rho)})` : eps(d.remaining.epsilon));
-    summaryRow(dl, "Status", d.exhausted ? "EXHAUSTED: every further charge is refused" : "Within budget", "detail-status");
+    let remaining = d.remaining.rho !== null && d.remaining.rho !== undefined
+      ? `${eps(d.remaining.epsilon)} (ρ left ${fmt(d.remaining.rho)})` : eps(d.remaining.epsilon);
+    if (d.reserved) {
+      remaining += d.reserved.count
+        ? `, after ${d.reserved.count} active hold${d.reserved.count === 1 ? "" : "s"} reserving ${eps(d.reserved.epsilon)}`
+        : ", no active holds";
+    }
+    summaryRow(dl, "Remaining", remaining, "detail-remaining").setAttribute("data-value", d.remaining.epsilon);
+    const st = summaryRow(dl, "Status", stateBadge(d), "detail-status");
+    st.setAttribute("data-state", stateOf(d));
     summaryRow(dl, "Entries", String(d.entries), "detail-entries");
-    summaryRow(dl, "Accounting", `${d.accounting.toUpperCase()}, filter ${d.filter}${d.adaptive ? " (adaptive)" : ""}`);
+    summaryRow(dl, "Accounting", accountingNode(d));
+    if (d.archived) summaryRow(dl, "Archived", "Yes: the ledger is read-only, charges are refused");
   }
+
+  // "what can the next query be": one calibration per kind the dataset allows. The fixed
+  // parameters are stated in each row (sensitivity 1, k = 2, DP-SGD at rate 0.01 and σ = 1)
+  const CALIBRATE = {
+    gaussian: { q: "sensitivity=1", fixed: "sensitivity 1" },
+    laplace: { q: "sensitivity=1", fixed: "sensitivity 1" },
+    discrete_laplace: { q: "sensitivity=1", fixed: "sensitivity 1" },
+    randomized_response: { q: "k=2", fixed: "k = 2 answers" },
+    rappor: { q: "", fixed: "one report" },
+    subsampled_gaussian: { q: "parameter=steps&sample_rate=0.01&sigma=1", fixed: "sampling rate 0.01, σ = 1" },
+  };
+  const PARAM_WORDS = { sigma: (v) => `noise σ ≥ ${fmt(v)}`, epsilon: (v) => `ε ≤ ${fmt(v)}`, steps: (v) => `up to ${Math.floor(v)} training steps` };
 
   async function renderCalibration(d) {
-    const p = $("calibration");
-    if (d.allowed_mechanisms && !d.allowed_mechanisms.includes("gaussian")) {
-      p.textContent = "Gaussian queries are not allowed on this dataset.";
+    const box = $("calibration");
+    box.replaceChildren(html("h3", { id: "calibration-title" }, "What can the next query be?"));
+    const kinds = d.allowed_mechanisms && d.allowed_mechanisms.length ? d.allowed_mechanisms : KINDS;
+    if (stateOf(d) === "exhausted") {
+      box.appendChild(html("p", { "data-testid": "calibration-exhausted" }, "None: the budget is exhausted, so every further charge is refused whatever its noise."));
       return;
     }
-    if (d.exhausted) {
-      p.textContent = "The budget is exhausted: no Gaussian query fits any more, whatever its noise.";
-      return;
+    const rows = await Promise.all(kinds.map(async (k) => {
+      const spec = CALIBRATE[k] || { q: "", fixed: "" };
+      try {
+        const c = await api(`/v1/datasets/${encodeURIComponent(d.id)}/calibrate?mechanism=${encodeURIComponent(k)}${spec.q ? `&${spec.q}` : ""}`);
+        const words = (PARAM_WORDS[c.parameter] || ((v) => `${c.parameter} = ${fmt(v)}`))(c.value);
+        return { k, spec, c, words };
+      } catch (err) {
+        if (err instanceof ApiError && (err.status === 409 || err.status === 422)) return { k, spec, c: null, words: "nothing fits the remaining budget" };
+        throw err;
+      }
+    }));
+    const table = html("table", { "aria-labelledby": "calibration-title", "data-testid": "calibration-table" });
+    const head = html("tr");
+    ["mechanism", "with", "the next query can use"].forEach((h) => head.appendChild(html("th", { scope: "col" }, h)));
+    const thead = html("thead");
+    thead.appendChild(head);
+    table.appendChild(thead);
+    const body = html("tbody");
+    for (const row of rows) {
+      const tr = html("tr", { "data-kind": row.k });
+      tr.appendChild(html("th", { scope: "row" }, kindName(row.k)));
+      tr.appendChild(html("td", {}, row.spec.fixed));
+      const td = html("td", {});
+      const strong = html("strong", row.c ? { "data-testid": `calibrate-${row.k}`, "data-value": row.c.value, "data-parameter": row.c.parameter } : {}, row.words);
+      td.appendChild(strong);
+      tr.appendChild(td);
+      body.appendChild(tr);
     }
-    try {
-      const c = await api(`/v1/datasets/${encodeURIComponent(d.id)}/calibrate?mechanism=gaussian&sensitivity=1`);
-      p.replaceChildren(
-        document.createTextNode("A Gaussian query with sensitivity 1 now needs σ ≥ "),
-        html("strong", { "data-testid": "sigma", "data-value": c.value }, fmt(c.value)),
-        document.createTextNode(` to fit the remaining budget.`),
-      );
-    } catch (err) {
-      if (err instanceof ApiError && err.status === 409) p.textContent = "No Gaussian query with sensitivity 1 fits the remaining budget.";
-      else throw err;
-    }
+    table.appendChild(body);
+    box.appendChild(table);
+    box.appendChild(html("p", { class: "muted" }, "Each answer is the least noise (or the largest ε, or the most steps) with which one more query of that kind still fits the remaining budget, active holds counted as spent."));
   }
 
+  let seriesView = "time";
+  let lastSeries = null;
+
   function renderSeries(d, s) {
-    const pts = s.points.map((p) => [p.seq, p.epsilon]);
+    lastSeries = [d, s];
+    const byTime = seriesView === "time";
+    const t = (iso) => new Date(iso).getTime();
+    const pts = s.points.map((p) => [byTime ? t(p.created_at) : p.seq, p.epsilon]);
+    const changes = s.budget_changes;
+    const vlines = byTime && changes ? changes.map((c) => ({
+      x: t(c.created_at),
+      label: `${when(c.created_at)}: budget ${c.new ? `changed to ε = ${fmt(c.new.epsilon)}` : "changed"}${c.old ? ` (was ${fmt(c.old.epsilon)})` : ""}`,
+    })) : [];
+    const span = pts.length ? pts[pts.length - 1][0] - pts[0][0] : 0;
+    const timeFmt = (ms) => {
+      const dt = new Date(ms);
+      return span < 2 * 864e5 ? dt.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: span < 600e3 ? "2-digit" : undefined })
+        : dt.toLocaleDateString([], { month: "short", day: "numeric" });
+    };
+    let marks;
+    if (!byTime) marks = "Budget changes are marked on the time view.";
+    else if (!changes) marks = "This server does not report budget changes, so they are not marked.";
+    else if (!changes.length) marks = "The budget has not changed.";
+    else marks = `${changes.length} budget change${changes.length === 1 ? "" : "s"} marked by triangles.`;
+    $("series-marks").textContent = marks;
     lineChart($("fig-series"), {
       testid: "chart-series",
       title: "Spend over time",
-      description: `Epsilon at δ = ${fmt(d.budget.delta)} after each ledger entry${s.downsampled ? ` (${pts.length} of ${s.entries} entries shown, evenly spaced)` : ""}, with the budget line.`,
-      summary: pts.length ? `Spend rises to ${eps(pts[pts.length - 1][1])} after entry ${pts[pts.length - 1][0]}; budget ${eps(d.budget.epsilon)}.` : "No entries yet.",
-      xLabel: "ledger entry",
+      description: `How much of the privacy budget (ε at δ = ${fmt(d.budget.delta)}) had been used after each query, ${byTime ? "by the time it was charged" : "by ledger entry number"}; the dashed line is the budget${s.downsampled ? ` (${pts.length} of ${s.entries} entries shown, evenly spaced)` : ""}.`,
+      summary: pts.length ? `Spend rises to ${eps(pts[pts.length - 1][1])}; budget ${eps(d.budget.epsilon)}.` : "No entries yet.",
+      xLabel: byTime ? "time charged" : "ledger entry",
+      xTime: byTime,
+      xFormat: byTime ? timeFmt : undefined,
       yLabel: "epsilon",
       series: [{ name: "spent ε", points: pts }],
       hlines: [{ y: d.budget.epsilon, label: `budget ε = ${fmt(d.budget.epsilon)}` }],
+      vlines,
+      vlineName: "budget change",
       empty: "No ledger entries yet",
-      table: { headers: ["entry", "time", "mechanism", "spent ε"], rows: s.points.map((p) => [p.seq, p.created_at, p.kind, p.epsilon]) },
+      table: { headers: ["entry", "time", "mechanism", "spent ε"], rows: s.points.map((p) => [p.seq, when(p.created_at), kindName(p.kind), p.epsilon]) },
     });
+    $("fig-series").setAttribute("data-view", seriesView);
   }
 
   function renderBreakdown(d) {
@@ -176,8 +326,8 @@
       testid: "chart-breakdown",
       title: "Breakdown by mechanism",
       description: byRho
-        ? "Share of the composed zCDP ρ by mechanism kind, with the number of ledger entries."
-        : "Ledger entries by mechanism kind (the RDP curve below shows what they cost together).",
+        ? "Share of the budget used (as zCDP ρ) by each kind of query, with the number of ledger entries."
+        : "How many ledger entries each kind of query made (the next chart shows what they cost together).",
       rows: kinds.map((k) => ({
         label: kindName(k),
         value: weight(k),
@@ -193,14 +343,14 @@
     const points = [];
     if (c.spent.order) {
       const i = c.orders.indexOf(c.spent.order);
-      if (i >= 0 && c.rdp[i] > 0) points.push({ x: c.spent.order, y: c.rdp[i], label: `order ${fmt(c.spent.order)} sets the spend` });
+      if (i >= 0 && c.rdp[i] > 0) points.push({ x: c.spent.order, y: c.rdp[i], label: `tightest at α = ${fmt(c.spent.order)}` });
     }
     lineChart($("fig-rdp"), {
       testid: "chart-rdp",
-      title: "Composed RDP curve against the budget",
-      description: "Rényi divergence bound ε(α) of the whole ledger at each order α; the ledger fits while its curve is below the budget's curve at some order (values far above the budget are cut off).",
-      xLabel: "order α (log scale)",
-      yLabel: "RDP ε(α) (log scale)",
+      title: "Privacy loss so far against the budget, at each Rényi order",
+      description: "The ledger is within budget as long as its curve (solid) stays below the budget (dashed curve, or square marks at the orders a fixed-order filter checks) at some order α; the marked order is where the reported spend comes from (values far above the budget are cut off).",
+      xLabel: "Rényi order α (log scale)",
+      yLabel: "Rényi ε(α) (log scale)",
       xLog: true,
       yLog: true,
       yMax: bud.length ? 100 * Math.max(...bud.map((p) => p[1])) : undefined,
@@ -212,9 +362,9 @@
     const trade = c.tradeoff.filter((t) => t.epsilon !== null).map((t) => [t.delta, t.epsilon]);
     lineChart($("fig-tradeoff"), {
       testid: "chart-tradeoff",
-      title: "(ε, δ) trade-off of the current spend",
-      description: "Each point is an (ε, δ) guarantee the ledger satisfies now; the budget is marked.",
-      xLabel: "δ (log scale)",
+      title: "The same spend stated at other δ",
+      description: "The queries so far satisfy every (ε, δ) pair on this line: a smaller failure probability δ (left) costs a larger ε; the budget is marked.",
+      xLabel: "δ, the failure probability (log scale)",
       yLabel: "epsilon",
       xLog: true,
       series: [{ name: "spent ε(δ)", points: trade }],
@@ -252,25 +402,154 @@
     return `${m.mechanism}(${params})${m.count && m.count > 1 ? ` × ${m.count}` : ""}`;
   }
 
+  const meta = (m) => (m && Object.keys(m).length ? Object.entries(m).map(([k, v]) => `${k}: ${typeof v === "object" ? JSON.stringify(v) : v}`).join("; ") : "");
+  const who = (x) => (x.key_name || x.key_id || "—") + (x.allocation ? ` (${x.allocation})` : "");
+
+  // ---- history: ledger and rejections, paged by the API's cursor -------------------------
+
+  // one pager per table: `stack` holds the cursors of the pages shown before (newer ones)
+  const PAGE = 25;
+  const pagers = {
+    entries: { stack: [], cursor: null, next: null },
+    rejections: { stack: [], cursor: null, next: null },
+  };
+  let detailId = null;
+
+  function filterQuery() {
+    const q = new URLSearchParams();
+    const kind = $("f-kind").value, label = $("f-label").value.trim();
+    const after = $("f-after").value, before = $("f-before").value;
+    if (kind) q.set("kind", kind);
+    if (label) q.set("label", label);
+    if (after) q.set("created_after", new Date(`${after}T00:00:00`).toISOString());
+    if (before) q.set("created_before", new Date(`${before}T23:59:59.999`).toISOString());
+    return q;
+  }
+
+  function filterLocal(rows, kindOf) {
+    // filters the API may not apply yet are applied to the page shown (the totals are the API's)
+    const kind = $("f-kind").value, label = $("f-label").value.trim();
+    const after = $("f-after").value ? new Date(`${$("f-after").value}T00:00:00`).getTime() : null;
+    const before = $("f-before").value ? new Date(`${$("f-before").value}T23:59:59.999`).getTime() : null;
+    return rows.filter((r) => (!kind || kindOf(r) === kind) && (!label || (r.label || "").includes(label)) &&
+      (after === null || new Date(r.created_at).getTime() >= after) && (before === null || new Date(r.created_at).getTime() <= before));
+  }
+
+  async function loadEntries() {
+    const pg = pagers.entries;
+    const q = filterQuery();
+    q.set("limit", String(PAGE));
+    if (pg.cursor) q.set("cursor", pg.cursor);
+    const page = await api(`/v1/datasets/${encodeURIComponent(detailId)}/ledger?${q}`);
+    pg.next = page.next_cursor;
+    const rows = filterLocal(page.entries, (e) => e.kind);
+    fillTable($("entries"), ["#", "time", "mechanism", "label", "charged by", "metadata", "spent ε after"],
+      rows.map((e) => [String(e.seq), when(e.created_at), describe(e.mechanism), e.label || "", who(e), meta(e.metadata), fmt(e.spent_epsilon)]),
+      "No ledger entries match.");
+    $("entries-newer").disabled = !pg.stack.length;
+    $("entries-older").disabled = !pg.next;
+    const first = page.entries.length ? page.entries[0].seq : null, last = page.entries.length ? page.entries[page.entries.length - 1].seq : null;
+    $("entries-page").textContent = first === null ? "No entries" : `Entries ${last}–${first} of ${page.total}${page.next_cursor ? "" : " (oldest reached)"}`;
+  }
+
+  async function loadRejections() {
+    const pg = pagers.rejections;
+    const q = filterQuery();
+    q.set("limit", String(PAGE));
+    if (pg.cursor) q.set("cursor", pg.cursor);
+    const page = await api(`/v1/datasets/${encodeURIComponent(detailId)}/rejections?${q}`);
+    pg.next = page.next_cursor;
+    const rows = filterLocal(page.rejections, (r) => r.mechanism.mechanism);
+    fillTable($("rejections"), ["time", "operation", "mechanism", "label", "requested by", "metadata", "reason"],
+      rows.map((r) => [when(r.created_at), r.operation, describe(r.mechanism), r.label || "", who(r), meta(r.metadata), r.reason]),
+      "No refused request matches.");
+    $("rejections-newer").disabled = !pg.stack.length;
+    $("rejections-older").disabled = !pg.next;
+    $("rejections-page").textContent = `Page ${pg.stack.length + 1}${pg.next ? "" : " (oldest reached)"}`;
+  }
+
+  async function page(which, dir) {
+    const pg = pagers[which];
+    if (dir === "older" && pg.next) { pg.stack.push(pg.cursor); pg.cursor = pg.next; }
+    else if (dir === "newer" && pg.stack.length) pg.cursor = pg.stack.pop();
+    else if (dir === "reset") { pg.stack = []; pg.cursor = null; }
+    try {
+      await (which === "entries" ? loadEntries() : loadRejections());
+    } catch (err) {
+      handle(err);
+    }
+  }
+
+  async function renderCsvLink() {
+    const a = $("csv");
+    a.hidden = true;
+    const c = await capabilities();
+    if (!c.csv) return;
+    const q = filterQuery();
+    q.set("format", "csv");
+    a.dataset.href = `/v1/datasets/${encodeURIComponent(detailId)}/ledger?${q}`;
+    a.hidden = false;
+  }
+
+  async function downloadCsv(ev) {
+    ev.preventDefault();
+    // the key goes in a header, so the browser cannot follow a plain link: fetch, then save
+    const key = sessionStorage.getItem(KEY);
+    const r = await fetch($("csv").dataset.href, { headers: { Authorization: `Bearer ${key}`, Accept: "text/csv" } });
+    if (!r.ok) {
+      $("csv").hidden = true;
+      status(`The CSV export is not available (HTTP ${r.status}).`);
+      return;
+    }
+    const url = URL.createObjectURL(await r.blob());
+    const a = html("a", { href: url, download: `ledger-${detailId}.csv` });
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 1000);
+  }
+
+  async function renderHolds(d) {
+    const box = $("holds");
+    box.replaceChildren();
+    const c = await capabilities();
+    if (!c.reservations) {
+      box.appendChild(html("p", { class: "muted", "data-testid": "holds-unavailable" }, d.reserved && d.reserved.count
+        ? `${d.reserved.count} active hold${d.reserved.count === 1 ? "" : "s"} reserving ${eps(d.reserved.epsilon)}${d.reserved.next_expiry ? `, the next expiring ${when(d.reserved.next_expiry)}` : ""}.`
+        : "This server does not list holds (reservations)."));
+      return;
+    }
+    const page = await api(`/v1/datasets/${encodeURIComponent(d.id)}/reservations?status=active`);
+    const holds = page.reservations || [];
+    const table = html("table", { "aria-labelledby": "holds-title", "data-testid": "holds-table" });
+    box.appendChild(html("div", { class: "table-wrap" }));
+    box.firstChild.appendChild(table);
+    fillTable(table, ["held since", "expires", "mechanism", "label", "held by"],
+      holds.map((h) => [when(h.created_at), when(h.expires_at), describe(h.mechanism), h.label || "", who(h)]),
+      "No active holds.");
+  }
+
   async function renderDetail(id) {
     const base = `/v1/datasets/${encodeURIComponent(id)}`;
-    const [d, s, c, entries, rejections] = await Promise.all([
-      api(base), api(`${base}/series?points=400`), api(`${base}/curves`),
-      api(`${base}/ledger?limit=10`), api(`${base}/rejections?limit=10`),
-    ]);
+    if (detailId !== id) {
+      detailId = id;
+      for (const k of Object.keys(pagers)) pagers[k] = { stack: [], cursor: null, next: null };
+    }
+    const [d, s, c] = await Promise.all([api(base), api(`${base}/series?points=400`), api(`${base}/curves`)]);
     renderSummary(d);
     renderSeries(d, s);
     renderBreakdown(d);
     renderCurves(d, c);
-    fillTable($("entries"), ["#", "time", "mechanism", "label", "spent ε after"],
-      entries.entries.map((e) => [String(e.seq), when(e.created_at), describe(e.mechanism), e.label || "", fmt(e.spent_epsilon)]),
-      "No ledger entries yet.");
-    fillTable($("rejections"), ["time", "operation", "mechanism", "label", "reason"],
-      rejections.rejections.map((r) => [when(r.created_at), r.operation, describe(r.mechanism), r.label || "", r.reason]),
-      "No request has been refused.");
+    const kinds = d.allowed_mechanisms && d.allowed_mechanisms.length ? d.allowed_mechanisms : KINDS;
+    const sel = $("f-kind");
+    const chosen = sel.value;
+    sel.replaceChildren(html("option", { value: "" }, "any kind"));
+    for (const k of kinds) sel.appendChild(html("option", { value: k }, kindName(k)));
+    sel.value = kinds.includes(chosen) ? chosen : "";
+    await Promise.all([loadEntries(), loadRejections(), renderHolds(d), renderCsvLink()]);
     show("detail");
     await renderCalibration(d);
-    status(`${d.name}: ${eps(d.spent.epsilon)} of ${fmt(d.budget.epsilon)} spent`);
+    status(`${d.name}: ${eps(d.spent.epsilon)} of ${fmt(d.budget.epsilon)} spent; ${stateText(d)}`);
   }
 
   // ---- routing ----------------------------------------------------------------------------
@@ -307,6 +586,24 @@
     });
     $("forget").addEventListener("click", () => signOut("Key forgotten."));
     $("refresh").addEventListener("click", () => route());
+    $("show-archived").addEventListener("change", () => route());
+    for (const view of ["time", "entry"]) {
+      $(`view-${view}`).addEventListener("change", () => {
+        seriesView = view;
+        if (lastSeries) renderSeries(...lastSeries);
+      });
+    }
+    for (const which of ["entries", "rejections"]) {
+      $(`${which}-older`).addEventListener("click", () => page(which, "older"));
+      $(`${which}-newer`).addEventListener("click", () => page(which, "newer"));
+    }
+    $("filters").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      page("entries", "reset");
+      page("rejections", "reset");
+      renderCsvLink();
+    });
+    $("csv").addEventListener("click", downloadCsv);
     window.addEventListener("hashchange", () => {
       document.body.removeAttribute("data-ready");
       route().then(() => $("main").focus());

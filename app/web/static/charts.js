@@ -61,6 +61,16 @@
     return ticks.length ? ticks : [lo, hi];
   }
 
+  // ticks for a time axis in epoch milliseconds: round seconds, minutes, hours or days
+  function timeTicks(lo, hi, count) {
+    const steps = [1e3, 5e3, 15e3, 6e4, 3e5, 9e5, 36e5, 6 * 36e5, 864e5, 7 * 864e5, 30 * 864e5, 365 * 864e5];
+    const want = (hi - lo) / Math.max(1, count);
+    const step = steps.find((s) => s >= want) || Math.ceil(want / (365 * 864e5)) * 365 * 864e5;
+    const ticks = [];
+    for (let t = Math.ceil(lo / step) * step; t <= hi; t += step) ticks.push(t);
+    return ticks.length ? ticks : [lo, hi];
+  }
+
   function scale(lo, hi, a, b, log) {
     if (log) {
       const l0 = Math.log10(lo);
@@ -111,7 +121,7 @@
     else g.appendChild(el("circle", { cx: x, cy: y, r: s, class: cls }));
   }
 
-  // opts: {title, description, xLabel, yLabel, xLog, yLog, series: [{name, points: [[x, y]]}],
+  // opts: {title, description, xLabel, yLabel, xLog, yLog, xFormat(t), vlines: [{x, label}], series: [{name, points: [[x, y]]}],
   //        hlines: [{y, label}], points: [{x, y, label}], table: {headers, rows}, testid}
   function lineChart(figure, opts) {
     figure.replaceChildren();
@@ -146,7 +156,7 @@
     const sx = scale(x0, x1, L, W - R, opts.xLog);
     const sy = scale(y0, y1, H - B, T, opts.yLog);
     const axes = el("g", { class: "axes" });
-    const xt = opts.xLog ? logTicks(x0, x1, 6) : linearTicks(x0, x1, 6);
+    const xt = opts.xLog ? logTicks(x0, x1, 6) : opts.xTime ? timeTicks(x0, x1, 5) : linearTicks(x0, x1, 6);
     const yt = opts.yLog ? logTicks(y0, y1, 5) : linearTicks(y0, y1, 5);
     for (const t of yt) {
       axes.appendChild(el("line", { x1: L, x2: W - R, y1: sy(t), y2: sy(t), class: "gridline" }));
@@ -154,7 +164,7 @@
     }
     for (const t of xt) {
       axes.appendChild(el("line", { x1: sx(t), x2: sx(t), y1: H - B, y2: H - B + 5, class: "tick" }));
-      axes.appendChild(el("text", { x: sx(t), y: H - B + 18, "text-anchor": "middle" }, fmt(t)));
+      axes.appendChild(el("text", { x: sx(t), y: H - B + 18, "text-anchor": "middle" }, (opts.xFormat || fmt)(t)));
     }
     axes.appendChild(el("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis" }));
     axes.appendChild(el("line", { x1: L, x2: L, y1: T, y2: H - B, class: "axis" }));
@@ -169,6 +179,15 @@
       svg.appendChild(g);
       legend.push({ name: h.label, cls: "hline", dash: "8 4" });
     }
+    for (const v of opts.vlines || []) {
+      if (!Number.isFinite(v.x) || v.x < x0 || v.x > x1) continue;
+      const g = el("g", { class: "vline", "data-testid": "budget-change" });
+      g.appendChild(el("line", { x1: sx(v.x), x2: sx(v.x), y1: T, y2: H - B, "stroke-dasharray": "2 3" }));
+      marker(g, "triangle", sx(v.x), T + 5, "mark");
+      g.appendChild(el("title", {}, v.label));
+      svg.appendChild(g);
+    }
+    if ((opts.vlines || []).length) legend.push({ name: opts.vlineName || "change", cls: "vline", dash: "2 3", mark: "triangle" });
     series.forEach((s, i) => {
       const cls = `series s${i}`;
       const dash = s.dash !== undefined ? s.dash : DASHES[i % DASHES.length];
@@ -234,10 +253,49 @@
     return svg;
   }
 
-  // a semicircular gauge of used / total (text inside, so it reads without colour)
-  function gauge(used, total, label) {
+  // percentage of the budget used, floored to 0.1 (0.01 below 0.1 %), so "100.0%" shows only
+  // when the dataset is exhausted: a non-exhausted dataset reads at most 99.9 %
+  function pctUsed(used, total, exhausted) {
+    const f = total > 0 ? Math.max(0, used / total) : 0;
+    if (exhausted && f >= 0.9995) return `${Math.min(100, 100 * f).toFixed(1)}%`;
+    const digits = f > 0 && f < 0.001 ? 2 : 1;
+    const k = Math.pow(10, digits);
+    let v = Math.floor(100 * f * k + 1e-9) / k;
+    if (!exhausted && v >= 100) v = 100 - 1 / k;
+    return `${v.toFixed(digits)}%`;
+  }
+
+  // a state icon drawn in SVG: circle with a tick (ok), triangle with "!" (warning),
+  // octagon with a bar (exhausted); shape tells the state without colour
+  function stateIcon(state, x, y, size) {
+    const g = el("g", { class: `state-icon ${state}`, "aria-hidden": "true" });
+    const s = size / 2;
+    if (state === "warning") {
+      g.appendChild(el("path", { d: `M${x} ${y - s}L${x + s} ${y + s * 0.85}L${x - s} ${y + s * 0.85}Z` }));
+      g.appendChild(el("text", { x, y: y + s * 0.65, "text-anchor": "middle" }, "!"));
+    } else if (state === "exhausted") {
+      const pts = [];
+      for (let i = 0; i < 8; i++) {
+        const a = Math.PI / 8 + (i * Math.PI) / 4;
+        pts.push(`${(x + s * Math.cos(a)).toFixed(2)} ${(y + s * Math.sin(a)).toFixed(2)}`);
+      }
+      g.appendChild(el("path", { d: `M${pts.join("L")}Z` }));
+      g.appendChild(el("rect", { x: x - s * 0.55, y: y - s * 0.15, width: s * 1.1, height: s * 0.3, class: "bar" }));
+    } else {
+      g.appendChild(el("circle", { cx: x, cy: y, r: s }));
+      g.appendChild(el("path", { d: `M${x - s * 0.5} ${y}L${x - s * 0.1} ${y + s * 0.4}L${x + s * 0.5} ${y - s * 0.4}`, class: "tick" }));
+    }
+    return g;
+  }
+
+  const STATE_WORDS = { ok: "within budget", warning: "Warning", exhausted: "Exhausted" };
+
+  // a semicircular gauge of used / total, in the dataset's state (ok / warning / exhausted):
+  // colour, a pattern on the arc, an icon and words, so it reads without colour
+  function gauge(used, total, label, state) {
+    state = state || "ok";
     const f = total > 0 ? Math.max(0, Math.min(1, used / total)) : 0;
-    const svg = el("svg", { viewBox: "0 0 200 118", role: "img", class: "gauge", "aria-label": label });
+    const svg = el("svg", { viewBox: "0 0 200 118", role: "img", class: `gauge ${state}`, "aria-label": label, "data-state": state });
     svg.appendChild(el("title", {}, label));
     const cx = 100, cy = 100, r = 80;
     const end = (t) => [cx + r * Math.cos(Math.PI * (1 - t)), cy - r * Math.sin(Math.PI * (1 - t))];
@@ -245,12 +303,13 @@
     svg.appendChild(el("path", { d: `M20 100A80 80 0 0 1 ${ex.toFixed(2)} ${ey.toFixed(2)}`, class: "track" }));
     if (f > 0) {
       const [fx, fy] = end(f);
-      svg.appendChild(el("path", { d: `M20 100A80 80 0 0 1 ${fx.toFixed(2)} ${fy.toFixed(2)}`, class: f >= 1 ? "fill full" : "fill" }));
+      svg.appendChild(el("path", { d: `M20 100A80 80 0 0 1 ${fx.toFixed(2)} ${fy.toFixed(2)}`, class: `fill ${state}` }));
     }
-    svg.appendChild(el("text", { x: cx, y: cy - 12, "text-anchor": "middle", class: "pct" }, `${(100 * f).toFixed(f > 0 && f < 0.001 ? 2 : 1)}%`));
-    svg.appendChild(el("text", { x: cx, y: cy + 12, "text-anchor": "middle", class: "sub" }, "of epsilon budget"));
+    svg.appendChild(el("text", { x: cx, y: cy - 14, "text-anchor": "middle", class: "pct" }, pctUsed(used, total, state === "exhausted")));
+    if (state !== "ok") svg.appendChild(stateIcon(state, cx - 44, cy + 8, 14));
+    svg.appendChild(el("text", { x: cx + 6, y: cy + 13, "text-anchor": "middle", class: "sub" }, state === "ok" ? "of epsilon budget" : STATE_WORDS[state]));
     return svg;
   }
 
-  window.Charts = { lineChart, barChart, gauge, fmt, html };
+  window.Charts = { lineChart, barChart, gauge, fmt, html, pctUsed, stateIcon, el };
 })();
