@@ -162,4 +162,43 @@ def compose_many(mechanisms: Iterable[Mechanism]) -> PrivacyCurve:
     return total
 
 
-__all__ = ["compose_arrays", "compose_many"]
+def compose_in_order(curves: UnitCurves) -> PrivacyCurve:
+    """The curves of ``curves`` (row i = one entry) added one by one in row order, bit for bit
+    what folding ``PrivacyCurve.__add__`` over them gives (each addition rounded up, the delta
+    capped at 1 after each): a ledger's running totals are kept that way, so a consistent
+    database matches this exactly. The additions of rho, pure_eps, delta and the RDP vector run
+    together on one row of |ORDERS| + 3 values, with preallocated buffers (one pass over the
+    rows; a few microseconds per row)."""
+    n, m = curves.rdp.shape[0], ORDERS.size
+    if n == 0:
+        return PrivacyCurve.zero()
+    rows = np.empty((n, m + 3), dtype=np.float64)
+    rows[:, :m] = curves.rdp
+    rows[:, m], rows[:, m + 1], rows[:, m + 2] = curves.rho, curves.pure_eps, curves.delta
+    acc = np.zeros(m + 3)
+    s, bb, t, up = np.empty(m + 3), np.empty(m + 3), np.empty(m + 3), np.empty(m + 3, dtype=bool)
+    last = m + 2
+    with np.errstate(invalid="ignore", over="ignore"):
+        for row in rows:
+            # add_up (TwoSum): s = acc + row rounded up where the rounding error is positive
+            np.add(acc, row, out=s)
+            np.subtract(s, acc, out=bb)
+            np.subtract(s, bb, out=t)
+            np.subtract(acc, t, out=t)
+            np.subtract(row, bb, out=bb)
+            np.add(t, bb, out=t)
+            np.greater(t, 0.0, out=up)
+            np.nextafter(s, np.inf, out=s, where=up)
+            acc, s = s, acc
+            if acc[last] > 1.0:
+                acc[last] = 1.0
+    return PrivacyCurve(
+        rho=float(acc[m]),
+        rdp=acc[:m].copy(),
+        pure_eps=float(acc[m + 1]),
+        gaussian_only=bool(curves.gaussian_only.all()),
+        delta=float(acc[last]),
+    )
+
+
+__all__ = ["compose_arrays", "compose_in_order", "compose_many"]

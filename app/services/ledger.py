@@ -17,21 +17,24 @@ import io
 import json
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import ColumnElement, Select, or_, select
+from sqlalchemy import ColumnElement, Select, Text, cast, func, or_, select
 
 from app import responses as r
-from app.accounting.curve import PrivacyCurve
-from app.accounting.mechanisms import mechanism_from_dict
+from app.accounting.compose import compose_in_order
+from app.accounting.curve import PrivacyCurve, Vector
+from app.accounting.kinds import UnitCurves
+from app.accounting.mechanisms import Mechanism, mechanism_from_dict
+from app.accounting.orders import ORDERS
 from app.accounting.pld import Pld
 from app.accounting.pld_filter import PldFilter
 from app.accounting.running import RunningSum
-from app.db.codec import curve_of
+from app.db.codec import curve_of, rdp_from_bytes
 from app.db.engine import Database
 from app.db.models import (
     MAX_BIGINT,
@@ -308,40 +311,146 @@ def list_rejections(
         )
 
 
-def _curve_mismatches(db: Database, dataset_id: str) -> list[int]:
+READ_CHUNK = 10_000
+"""Ledger rows fetched per query by verify: bounded memory, few round trips."""
+
+Progress = Callable[[int, int], None]
+"""``progress(done, total)``: units of verify's work done so far, out of ``total`` (each
+ledger entry counts twice: the curve check, then the sum under the lock)."""
+
+
+def _rows(s: Any, dataset_id: str, *columns: Any) -> Iterator[Sequence[Any]]:
+    """The ledger's rows (only ``columns``), in ledger order, ``READ_CHUNK`` at a time: keyset
+    pages on ``seq`` (bounded memory; no server-side cursor, which PostgreSQL's autocommit
+    reads could not hold)."""
+    last = 0
+    while True:
+        q = (
+            select(*columns, _L.seq)
+            .where(_L.dataset_id == dataset_id, _L.seq > last)
+            .order_by(_L.seq)
+            .limit(READ_CHUNK)
+        )
+        chunk = s.execute(q).all()
+        if not chunk:
+            return
+        yield chunk
+        if len(chunk) < READ_CHUNK:
+            return
+        last = chunk[-1][-1]
+
+
+def _stored_curves(chunk: Sequence[Any], first: int) -> UnitCurves:
+    """Entry curves from rows whose columns ``first`` .. ``first + 5`` are rho, rdp, pure_eps,
+    gaussian_only, delta, orders_version (the codec's checks, all rows at once)."""
+    versions = {row[first + 5] for row in chunk}
+    for version in versions:
+        rdp_from_bytes(chunk[0][first + 1], version)  # refuses another order grid
+    blob = b"".join(row[first + 1] for row in chunk)
+    rdp = np.frombuffer(blob, dtype="<f8").astype(np.float64)
+    if rdp.size != len(chunk) * ORDERS.size:
+        raise RuntimeError(f"stored curves do not all have {ORDERS.size} orders")
+    return UnitCurves(
+        rho=np.array([row[first] for row in chunk], dtype=np.float64),
+        rdp=rdp.reshape(len(chunk), ORDERS.size),
+        pure_eps=np.array([row[first + 2] for row in chunk], dtype=np.float64),
+        delta=np.array([row[first + 4] for row in chunk], dtype=np.float64),
+        gaussian_only=np.array([bool(row[first + 3]) for row in chunk], dtype=bool),
+    )
+
+
+_CURVE_COLUMNS = (_L.rho, _L.rdp, _L.pure_eps, _L.gaussian_only, _L.delta, _L.orders_version)
+
+
+Mask = np.ndarray[Any, np.dtype[np.bool_]]
+
+
+def _close(fresh: Vector, stored: Vector) -> Mask:
+    """Elementwise ``math.isclose(fresh, stored, rel_tol=1e-12)`` (infinities equal)."""
+    with np.errstate(invalid="ignore"):
+        tol = 1e-12 * np.maximum(np.abs(fresh), np.abs(stored))
+        close: Mask = (fresh == stored) | (np.abs(fresh - stored) <= tol)
+    return close
+
+
+def _fresh_curves(mechanisms: list[Mechanism]) -> tuple[Vector, Vector]:
+    """rho (n,) and RDP (n, |ORDERS|) of ``mechanisms`` as ``Mechanism.curve()`` gives them to
+    within its last rounding: each kind's unit curves computed together (the same numbers as one
+    by one), times the repetitions."""
+    n = len(mechanisms)
+    rho, rdp = np.empty(n), np.empty((n, ORDERS.size))
+    by_kind: dict[type[Mechanism], list[int]] = {}
+    for i, m in enumerate(mechanisms):
+        by_kind.setdefault(type(m), []).append(i)
+    for cls, where in by_kind.items():
+        for start in range(0, len(where), READ_CHUNK):
+            part = where[start : start + READ_CHUNK]
+            units = cls.unit_curves([mechanisms[i].unit() for i in part])
+            reps = np.array([float(mechanisms[i].repetitions()) for i in part])
+            with np.errstate(over="ignore", invalid="ignore"):
+                rho[part] = units.rho * reps
+                rdp[part] = units.rdp * reps[:, None]
+    return rho, rdp
+
+
+def _curve_mismatches(db: Database, dataset_id: str, tick: Callable[[int], None]) -> list[int]:
     """Ids of entries whose stored curve no longer matches the curve of their mechanism (drift
-    in the formulas or the order grid). Entries never change, so this runs outside the lock."""
-    mismatched: list[int] = []
+    in the formulas or the order grid). Entries never change, so this runs outside the lock.
+    Rows with the same mechanism and stored curve are checked once."""
+    groups: dict[tuple[str, float, bytes], list[int]] = {}
     with db.read() as s:
-        rows = s.execute(
-            select(LedgerEntry).where(_L.dataset_id == dataset_id).order_by(_L.seq)
-        ).scalars()
-        for e in rows:
-            stored = curve_of(e)
-            fresh = mechanism_from_dict(e.mechanism).curve()
-            if not (
-                math.isclose(fresh.rho, stored.rho, rel_tol=1e-12)
-                and np.allclose(fresh.rdp, stored.rdp, rtol=1e-12, atol=0)
-            ):
-                mismatched.append(e.id)
-    return mismatched
+        text = cast(_L.mechanism, Text)
+        for chunk in _rows(s, dataset_id, _L.id, text, _L.rho, _L.rdp, _L.orders_version):
+            for version in {row[4] for row in chunk}:
+                rdp_from_bytes(chunk[0][3], version)  # refuses another order grid
+            for row in chunk:
+                groups.setdefault((row[1], row[2], row[3]), []).append(row[0])
+            tick(len(chunk))
+    if not groups:
+        return []
+    keys = list(groups)
+    mechanisms = [mechanism_from_dict(json.loads(k[0])) for k in keys]
+    fresh_rho, fresh_rdp = _fresh_curves(mechanisms)
+    if any(len(k[2]) != ORDERS.size * 8 for k in keys):
+        raise RuntimeError(f"stored curves do not all have {ORDERS.size} orders")
+    stored_rho = np.array([k[1] for k in keys], dtype=np.float64)
+    stored_rdp = np.frombuffer(b"".join(k[2] for k in keys), dtype="<f8").reshape(
+        len(keys), ORDERS.size
+    )
+    ok = _close(fresh_rho, stored_rho) & _close(fresh_rdp, stored_rdp).all(axis=1)
+    return sorted(i for k, good in zip(keys, ok, strict=True) if not good for i in groups[k])
 
 
-def _recomputed(s: Any, st: DatasetState) -> tuple[PrivacyCurve, int, dict[str, Any], RunningSum]:
+def _recomputed(
+    s: Any, st: DatasetState, tick: Callable[[int], None]
+) -> tuple[PrivacyCurve, int, dict[str, Any], RunningSum]:
     """From the ledger, read in the caller's transaction (which holds the dataset's lock, so the
-    ledger cannot move): the sum of stored entry curves in ledger order, the entry count and
-    per-kind counts; and the held sum of the active reservations."""
+    ledger cannot move): the sum of stored entry curves in ledger order (``compose_in_order``:
+    bit for bit the charge path's running sum), the entry count and per-kind counts; and the
+    held sum of the active reservations."""
     total = PrivacyCurve.zero()
     n = 0
     counts: dict[str, Any] = {}
-    rows = s.execute(select(LedgerEntry).where(_L.dataset_id == st.id).order_by(_L.seq)).scalars()
-    for e in rows:
-        total = total + curve_of(e)
-        n += 1
-        c = counts.setdefault(e.kind, {"entries": 0, "count": 0, "rho": 0.0})
-        c["entries"] += 1
-        c["count"] += e.count
-        c["rho"] = c["rho"] + e.rho if c["rho"] is not None and math.isfinite(e.rho) else None
+    for chunk in _rows(s, st.id, _L.kind, _L.count, *_CURVE_COLUMNS):
+        curves = _stored_curves(chunk, 2)
+        # the running sum carries on from the previous chunk: prepend it as a row
+        total = compose_in_order(
+            UnitCurves(
+                rho=np.concatenate(([total.rho], curves.rho)),
+                rdp=np.vstack((total.rdp[None, :], curves.rdp)),
+                pure_eps=np.concatenate(([total.pure_eps], curves.pure_eps)),
+                delta=np.concatenate(([total.delta], curves.delta)),
+                gaussian_only=np.concatenate(([total.gaussian_only], curves.gaussian_only)),
+            )
+        )
+        n += len(chunk)
+        for row in chunk:
+            kind, count, rho = row[0], row[1], row[2]
+            c = counts.setdefault(kind, {"entries": 0, "count": 0, "rho": 0.0})
+            c["entries"] += 1
+            c["count"] += count
+            c["rho"] = c["rho"] + rho if c["rho"] is not None and math.isfinite(rho) else None
+        tick(len(chunk))
     held = RunningSum()
     for h in s.scalars(
         select(Reservation)
@@ -508,9 +617,15 @@ def _verify_structures(s: Any, st: DatasetState, rebuild: bool) -> list[str]:
     return drifted
 
 
-def verify(db: Database, caller: Caller = SYSTEM, rebuild: bool = False) -> r.VerifyReport:
+def verify(
+    db: Database,
+    caller: Caller = SYSTEM,
+    rebuild: bool = False,
+    progress: Progress | None = None,
+) -> r.VerifyReport:
     """Recompute totals from the ledger for every dataset the caller can see; report drift;
-    optionally rebuild.
+    optionally rebuild. ``progress(done, total)`` is called as ledger rows are read (a CLI
+    draws its bar from it; see ``Progress``).
 
     Each dataset is read and (on request) rewritten in ONE write transaction that holds its
     lock, the lock every charge, reservation and budget change takes first: the sum is of the
@@ -522,11 +637,25 @@ def verify(db: Database, caller: Caller = SYSTEM, rebuild: bool = False) -> r.Ve
         if principal.dataset_ids is not None:
             q = q.where(Dataset.id.in_(principal.dataset_ids))
         ids = list(s.scalars(q))
+        entries = select(func.count()).select_from(LedgerEntry)
+        if principal.dataset_ids is not None:
+            entries = entries.where(_L.dataset_id.in_(principal.dataset_ids))
+        work = 2 * int(s.scalar(entries) or 0)
+    done = 0
+
+    def tick(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress is not None:
+            progress(done, max(work, done))
+
+    if progress is not None:
+        progress(0, work)
     report = []
     for dataset_id in ids:
-        mismatched = _curve_mismatches(db, dataset_id)
+        mismatched = _curve_mismatches(db, dataset_id, tick)
         with db.write() as s, admission.locked(s, dataset_id, principal) as st:
-            total, n, counts, held = _recomputed(s, st)
+            total, n, counts, held = _recomputed(s, st, tick)
             stored = st.committed
             drift = {
                 "rho": stored.rho != total.rho,
@@ -580,6 +709,7 @@ def verify(db: Database, caller: Caller = SYSTEM, rebuild: bool = False) -> r.Ve
 
 
 __all__ = [
+    "Progress",
     "decode_cursor",
     "encode_cursor",
     "EXPORT_FORMATS",
