@@ -40,6 +40,7 @@ _BY_DIGEST = select(_K.id, _K.role, _K.dataset_ids, _K.revoked_at).where(
 KEY_CACHE_SECONDS = 2.0
 """How long a process trusts a key it found active without looking it up again."""
 KEY_CACHE_SIZE = 4096
+_now = time.monotonic  # the window's clock (tests substitute a fixed one)
 
 
 class _RecentKeys:
@@ -52,7 +53,7 @@ class _RecentKeys:
 
     def get(self, digest: str) -> Any:
         found = self._rows.get(digest)
-        if found is None or found[0] < time.monotonic():
+        if found is None or found[0] < _now():
             return None
         return found[1]
 
@@ -62,7 +63,7 @@ class _RecentKeys:
                 return
             if len(self._rows) >= KEY_CACHE_SIZE:
                 self._rows.clear()
-            self._rows[digest] = (time.monotonic() + KEY_CACHE_SECONDS, row)
+            self._rows[digest] = (_now() + KEY_CACHE_SECONDS, row)
 
     def forget(self) -> None:
         with self._lock:

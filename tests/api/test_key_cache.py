@@ -15,7 +15,8 @@ from sqlalchemy import event
 from app.db.engine import Database
 from app.errors import Unauthorized
 from app.principal import Credentials, Role
-from app.services.auth import authenticated
+from app.services import auth
+from app.services.auth import KEY_CACHE_SECONDS, authenticated
 
 
 @contextmanager
@@ -38,7 +39,32 @@ def counted(db: Database) -> Iterator[list[str]]:
             event.remove(e, "before_cursor_execute", on_execute)
 
 
-def test_active_key_is_remembered_and_forgotten_on_revoke(client: TestClient) -> None:
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The window's clock, fixed until a test moves it: nothing here depends on timing."""
+    now = [1000.0]
+    monkeypatch.setattr(auth, "_now", lambda: now[0])
+    return now
+
+
+def test_active_key_is_remembered_for_the_window(client: TestClient, clock: list[float]) -> None:
+    db: Database = client.app.state.db  # type: ignore[attr-defined]
+    k = client.post("/v1/keys", json={"role": "viewer"}).json()
+    caller = Credentials(token=k["key"], role=Role.VIEWER)
+    with counted(db) as first:
+        authenticated(db, caller)
+    clock[0] += KEY_CACHE_SECONDS
+    with counted(db) as within:
+        authenticated(db, caller)
+    clock[0] += 0.001
+    with counted(db) as after:
+        authenticated(db, caller)
+    assert (len(first), len(within), len(after)) == (1, 0, 1)
+
+
+def test_active_key_is_remembered_and_forgotten_on_revoke(
+    client: TestClient, clock: list[float]
+) -> None:
     db: Database = client.app.state.db  # type: ignore[attr-defined]
     k = client.post("/v1/keys", json={"role": "viewer"}).json()
     caller = Credentials(token=k["key"], role=Role.VIEWER)
