@@ -23,6 +23,8 @@ _SPLITTER = 134217729.0  # 2**27 + 1, Veltkamp splitting for float64
 
 def add_up(a: FloatOrArray, b: FloatOrArray) -> FloatOrArray:
     """Smallest float >= a + b (TwoSum; Knuth, TAOCP vol. 2, 4.2.2)."""
+    if isinstance(a, float) and isinstance(b, float):  # scalars: the same steps without numpy
+        return _add_up_float(float(a), float(b))  # type: ignore[return-value,unused-ignore]
     with np.errstate(invalid="ignore", over="ignore"):
         x = np.asarray(a, dtype=np.float64)
         y = np.asarray(b, dtype=np.float64)
@@ -33,6 +35,17 @@ def add_up(a: FloatOrArray, b: FloatOrArray) -> FloatOrArray:
     if isinstance(a, float) and isinstance(b, float):
         return float(out)  # type: ignore[return-value,unused-ignore]
     return out  # type: ignore[return-value,unused-ignore]
+
+
+def _add_up_float(x: float, y: float) -> float:
+    """``add_up`` of two Python floats: TwoSum in IEEE double, as numpy computes it (an
+    infinite or NaN sum is returned as is: its error term is NaN)."""
+    s = x + y
+    if not math.isfinite(s):
+        return s
+    bb = s - x
+    err = (x - (s - bb)) + (y - bb)
+    return math.nextafter(s, math.inf) if err > 0 else s
 
 
 def sub_up(a: FloatOrArray, b: FloatOrArray) -> FloatOrArray:

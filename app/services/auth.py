@@ -5,10 +5,20 @@ Keys are found by their slow salted lookup digest (``key_digest``: one scrypt pe
 process, then a dictionary lookup and one indexed query). A row stored the old way (unsalted
 SHA-256 lookup) is verified with its salted hash and rewritten to the scrypt digest on its first
 successful use, in a short write transaction of its own.
+
+A key found active is remembered for ``KEY_CACHE_SECONDS`` per ``Database`` (process): the
+requests that follow within that window skip the key's query (a charge then costs one round
+trip less; a budget read is one SELECT). Revoking a key through this process forgets every
+remembered key at once; another process (worker, replica, the CLI) keeps accepting a key it
+found active for at most that window after it is revoked (docs/operations.md). Unknown and
+revoked keys are never remembered.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+import weakref
 from typing import Any
 
 from sqlalchemy import bindparam, select
@@ -25,6 +35,57 @@ _K = ApiKey.__table__.c
 _BY_DIGEST = select(_K.id, _K.role, _K.dataset_ids, _K.revoked_at, _K.allocations).where(
     _K.lookup == bindparam("digest")
 )
+
+
+KEY_CACHE_SECONDS = 2.0
+"""How long a process trusts a key it found active without looking it up again."""
+KEY_CACHE_SIZE = 4096
+_now = time.monotonic  # the window's clock (tests substitute a fixed one)
+
+
+class _RecentKeys:
+    """Active keys' rows by lookup digest, each trusted until its deadline."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+        self.generation = 0  # bumped by ``forget``: a lookup begun before it is not stored
+
+    def get(self, digest: str) -> Any:
+        found = self._rows.get(digest)
+        if found is None or found[0] < _now():
+            return None
+        return found[1]
+
+    def put(self, digest: str, row: Any, generation: int) -> None:
+        with self._lock:
+            if generation != self.generation:
+                return
+            if len(self._rows) >= KEY_CACHE_SIZE:
+                self._rows.clear()
+            self._rows[digest] = (_now() + KEY_CACHE_SECONDS, row)
+
+    def forget(self) -> None:
+        with self._lock:
+            self.generation += 1
+            self._rows.clear()
+
+
+_recent: weakref.WeakKeyDictionary[Database, _RecentKeys] = weakref.WeakKeyDictionary()
+_recent_lock = threading.Lock()
+
+
+def _recent_keys(db: Database) -> _RecentKeys:
+    found = _recent.get(db)
+    if found is None:
+        with _recent_lock:
+            found = _recent.setdefault(db, _RecentKeys())
+    return found
+
+
+def forget_keys(db: Database) -> None:
+    """Forget the keys this process remembers for ``db`` (after a key is revoked)."""
+    _recent_keys(db).forget()
 
 
 def find_key(db: Database, key: str) -> ApiKey | None:
@@ -57,12 +118,23 @@ def require_role(principal: Principal, role: Role) -> None:
 
 
 def _steady(db: Database, session: Session | None, key: str) -> Any:
-    """The key's row by its scrypt digest (one prebuilt indexed query), in ``session`` if given."""
-    params = {"digest": key_digest.digester(db).digest(key)}
+    """The key's row by its scrypt digest: remembered (an active key, found less than
+    ``KEY_CACHE_SECONDS`` ago), or one prebuilt indexed query, in ``session`` if given."""
+    digest = key_digest.digester(db).digest(key)
+    recent = _recent_keys(db)
+    row = recent.get(digest)
+    if row is not None:
+        return row
+    generation = recent.generation
+    params = {"digest": digest}
     if session is not None:
-        return session.connection().execute(_BY_DIGEST, params).first()
-    with db.read() as s:
-        return s.connection().execute(_BY_DIGEST, params).first()
+        row = session.connection().execute(_BY_DIGEST, params).first()
+    else:
+        with db.read() as s:
+            row = s.connection().execute(_BY_DIGEST, params).first()
+    if row is not None and row.revoked_at is None:
+        recent.put(digest, row, generation)
+    return row
 
 
 def authenticated(db: Database, caller: Caller, session: Session | None = None) -> Principal:
@@ -91,4 +163,4 @@ def authenticated(db: Database, caller: Caller, session: Session | None = None) 
     return principal
 
 
-__all__ = ["authenticated", "find_key", "require_role"]
+__all__ = ["KEY_CACHE_SECONDS", "authenticated", "find_key", "forget_keys", "require_role"]

@@ -22,7 +22,7 @@ from app.db.models import Allocation, ApiKey, AppSetting, Dataset, utcnow
 from app.errors import Forbidden, NotFound, Unprocessable
 from app.principal import SYSTEM, Caller, Principal, Role
 from app.services import audit, key_digest
-from app.services.auth import authenticated, find_key
+from app.services.auth import authenticated, find_key, forget_keys
 
 _K = ApiKey.__table__.c
 
@@ -168,7 +168,9 @@ def revoke_key(db: Database, caller: Caller, key_id: str) -> r.Key:
             audit.record(
                 s, actor, "key.revoked", target_id=row.id, details={"role": row.role.value}
             )
-        return key_answer(row)
+        answer = key_answer(row)
+    forget_keys(db)  # committed: this process stops accepting the key now
+    return answer
 
 
 def ensure_admin_key(db: Database, key: str) -> str:

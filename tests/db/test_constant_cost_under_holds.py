@@ -19,6 +19,7 @@ from app.accounting.mechanisms import Gaussian, Laplace
 from app.db.engine import Database
 from app.principal import SYSTEM, Credentials, Role
 from app.services import charges, datasets, keys, reservations
+from app.services.auth import forget_keys
 
 HOLD = Laplace(epsilon=1e-4)
 CHARGE = Gaussian(sigma=50.0)
@@ -132,6 +133,7 @@ def test_a_charge_reads_the_same_rows_with_0_1_and_1000_holds(db_url: str) -> No
         for holds in (0, 1, 1000):
             dataset_id = _dataset_with_holds(db, f"holds-{holds}", holds)
             charges.charge(db, caller, dataset_id, mechanism=CHARGE, wire=CHARGE.to_dict())
+            forget_keys(db)  # the worst case: the key is looked up (not remembered)
             before = rows_read()
             if db.is_sqlite:
                 counter.statements = []

@@ -154,6 +154,19 @@ def test_add_up_never_below_exact_sum(xs: list[float]) -> None:
 
 
 @FAST
+@given(
+    st.floats(allow_nan=True, allow_infinity=True), st.floats(allow_nan=True, allow_infinity=True)
+)
+def test_add_up_scalar_path_equals_the_array_path(a: float, b: float) -> None:
+    """Two floats take a path without numpy; it gives numpy's answer bit for bit."""
+    got = add_up(a, b)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = float(add_up(np.array([a]), np.array([b]))[0])
+    assert type(got) is float
+    assert (math.isnan(got) and math.isnan(want)) or got == want
+
+
+@FAST
 @given(st.floats(min_value=1e-200, max_value=1e200), st.integers(min_value=1, max_value=10**9))
 def test_mul_up_never_below_exact_product(x: float, n: int) -> None:
     got = mul_up(x, float(n))
