@@ -23,6 +23,16 @@ from app.cli.common import (
 
 Accounting = Literal["rdp", "zcdp", "pld"]
 Partition = Literal["day", "week", "month"]
+Archived = Literal["false", "true", "all"]
+
+
+def _state(d: dict[str, Any]) -> str:
+    """The API's state (ok / warning / exhausted: one rule, docs/operations.md), and archived."""
+    state = d.get("state") or ("exhausted" if d["exhausted"] else "ok")
+    label = {"ok": "ok", "warning": "WARNING", "exhausted": "EXHAUSTED"}.get(state, state)
+    return label + (" (archived)" if d.get("archived") else "")
+
+
 KIND = choice(kind_names(), "mechanism kind")
 
 app = typer.Typer(
@@ -49,6 +59,10 @@ ALLOW_HELP = (
 @app.callback()
 def datasets_list(
     ctx: typer.Context,
+    archived: Annotated[
+        Archived,
+        typer.Option(help="false: datasets in use (default); true: archived ones only; all: both."),
+    ] = "false",
     url: URL = DEFAULT_URL,
     api_key: KEY = None,
     as_json: JSON_OUT = False,
@@ -57,7 +71,7 @@ def datasets_list(
     if ctx.invoked_subcommand is not None:
         return
     with connect(url, api_key) as s:
-        items = [d.raw for d in s.call(lambda c: c.datasets())]
+        items = [d.raw for d in s.call(lambda c: c.datasets(archived=archived))]
     if as_json:
         print_json(items)
         return
@@ -74,7 +88,7 @@ def datasets_list(
             num(d["spent"]["epsilon"]),
             num(d["remaining"]["epsilon"]),
             str(d["entries"]),
-            "EXHAUSTED" if d["exhausted"] else "open",
+            _state(d),
         )
     console.print(table)
 
@@ -227,6 +241,44 @@ def datasets_update(
             f"delta {d['budget']['delta']:g}; spent {num(d['spent']['epsilon'])}",
             markup=False,
         )
+
+
+def _archive(dataset: str, archived: bool, url: str, api_key: str | None, as_json: bool) -> None:
+    with connect(url, api_key) as s:
+        ref = s.dataset_id(dataset)
+        d = s.call(lambda c: c.archive_dataset(ref) if archived else c.unarchive_dataset(ref)).raw
+    if as_json:
+        print_json(d)
+    elif archived:
+        console.print(
+            f"archived {d['name']} ({d['id']}): it refuses charges and reservations; its ledger "
+            f"stays readable (datasets list --archived all shows it)",
+            markup=False,
+        )
+    else:
+        console.print(f"unarchived {d['name']} ({d['id']}): it takes charges again", markup=False)
+
+
+@app.command("archive")
+def datasets_archive(
+    dataset: Annotated[str, typer.Argument(help="Dataset name or id.", metavar="DATASET")],
+    url: URL = DEFAULT_URL,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+) -> None:
+    """Retire a finished dataset (admin key; audited; undo with `unarchive`)."""
+    _archive(dataset, True, url, api_key, as_json)
+
+
+@app.command("unarchive")
+def datasets_unarchive(
+    dataset: Annotated[str, typer.Argument(help="Dataset name or id.", metavar="DATASET")],
+    url: URL = DEFAULT_URL,
+    api_key: KEY = None,
+    as_json: JSON_OUT = False,
+) -> None:
+    """Take an archived dataset back into use (admin key; audited)."""
+    _archive(dataset, False, url, api_key, as_json)
 
 
 __all__ = ["app"]

@@ -384,3 +384,16 @@ def test_allocations_and_blocks_through_the_cli(run: Cli) -> None:
     # a bad range is refused by the CLI before anything is sent
     assert "FROM:TO" in run("charge", "daily", "--sigma", "5", "--blocks", "2026-11-01:",
                             code=1).stderr  # fmt: skip
+
+
+def test_archive_and_unarchive_through_the_cli(run: Cli) -> None:
+    _dataset(run)
+    archived = run.json("datasets", "archive", "census")
+    assert archived["archived"] is True
+    assert "census" not in run("datasets").stdout
+    assert "census" in run("datasets", "--archived", "all").stdout
+    r = run("charge", "census", "-m", "gaussian", "--sigma", "10", code=1)
+    assert "archived" in r.stderr
+    assert run.json("datasets", "unarchive", "census")["archived"] is False
+    assert run.json("charge", "census", "-m", "gaussian", "--sigma", "10")["entry"]["seq"] == 1
+    assert [d["name"] for d in run.json("datasets")] == ["census"]

@@ -145,9 +145,9 @@ class AsyncLedgerClient:
 
     # -- datasets --
 
-    async def datasets(self) -> list[Dataset]:
+    async def datasets(self, archived: str | None = None) -> list[Dataset]:
         """As ``LedgerClient.datasets``."""
-        return await self.send(calls.datasets())
+        return await self.send(calls.datasets(archived))
 
     async def dataset(self, dataset: str) -> Dataset:
         """As ``LedgerClient.dataset``."""
@@ -162,6 +162,14 @@ class AsyncLedgerClient:
     async def update_dataset(self, dataset: str, **changes: Any) -> Dataset:
         """As ``LedgerClient.update_dataset``."""
         return await self.send(calls.update_dataset(dataset, changes))
+
+    async def archive_dataset(self, dataset: str) -> Dataset:
+        """As ``LedgerClient.archive_dataset``."""
+        return await self.send(calls.archive_dataset(dataset, True))
+
+    async def unarchive_dataset(self, dataset: str) -> Dataset:
+        """As ``LedgerClient.unarchive_dataset``."""
+        return await self.send(calls.archive_dataset(dataset, False))
 
     async def budget(self, dataset: str) -> BudgetStatus:
         """As ``LedgerClient.budget``."""

@@ -100,8 +100,9 @@ def compose(
 # --- datasets ---------------------------------------------------------------------------------
 
 
-def datasets() -> Call[list[Dataset]]:
-    return Call("GET", "/v1/datasets", _many(Dataset, "datasets"))
+def datasets(archived: str | None = None) -> Call[list[Dataset]]:
+    params = {"archived": archived} if archived is not None else None
+    return Call("GET", "/v1/datasets", _many(Dataset, "datasets"), params=params)
 
 
 def dataset(ref: str) -> Call[Dataset]:
@@ -117,6 +118,11 @@ def create_dataset(
 
 def update_dataset(ref: str, changes: Mapping[str, Any]) -> Call[Dataset]:
     return Call("PATCH", f"/v1/datasets/{_seg(ref)}", _one(Dataset), json=dict(changes))
+
+
+def archive_dataset(ref: str, archived: bool) -> Call[Dataset]:
+    action = "archive" if archived else "unarchive"
+    return Call("POST", f"/v1/datasets/{_seg(ref)}/{action}", _one(Dataset))
 
 
 def budget(ref: str) -> Call[BudgetStatus]:

@@ -149,9 +149,10 @@ class LedgerClient:
 
     # -- datasets --
 
-    def datasets(self) -> list[Dataset]:
-        """Every dataset this key may see, with its spend."""
-        return self.send(calls.datasets())
+    def datasets(self, archived: str | None = None) -> list[Dataset]:
+        """Every dataset this key may see, with its spend; archived ones are left out unless
+        ``archived`` is "true" (only them) or "all"."""
+        return self.send(calls.datasets(archived))
 
     def dataset(self, dataset: str) -> Dataset:
         """One dataset (by id or name) with its spend."""
@@ -165,6 +166,16 @@ class LedgerClient:
     def update_dataset(self, dataset: str, **changes: Any) -> Dataset:
         """Change a dataset's budget or description (admin key; audited)."""
         return self.send(calls.update_dataset(dataset, changes))
+
+    def archive_dataset(self, dataset: str) -> Dataset:
+        """Retire a dataset (admin key; audited; reversible): it then refuses charges and
+        reservations (409 dataset-archived), keeps its ledger readable and leaves the default
+        listing."""
+        return self.send(calls.archive_dataset(dataset, True))
+
+    def unarchive_dataset(self, dataset: str) -> Dataset:
+        """Undo ``archive_dataset`` (admin key; audited)."""
+        return self.send(calls.archive_dataset(dataset, False))
 
     def budget(self, dataset: str) -> BudgetStatus:
         """Budget, spend, remaining (after active holds) and the number of entries."""
