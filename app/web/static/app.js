@@ -237,6 +237,12 @@
       box.appendChild(html("p", { "data-testid": "calibration-exhausted" }, "None: the budget is exhausted, so every further charge is refused whatever its noise."));
       return;
     }
+    if (d.partition) {
+      // /calibrate measures the whole ledger against the budget, but here the budget is per
+      // block: the answer would not be about any block, so the page does not ask for it
+      box.appendChild(html("p", { "data-testid": "calibration-blocks" }, `It depends on the blocks the query reads: each block has its own budget of ${eps(d.budget.epsilon)}, and a block nobody charged has all of it. The remaining ε of each block is in the heatmap below (and its data table).`));
+      return;
+    }
     const rows = await Promise.all(kinds.map(async (k) => {
       const spec = CALIBRATE[k] || { q: "", fixed: "" };
       try {
