@@ -48,7 +48,9 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
         ).json()
         base = f"/v1/datasets/{ds['id']}"
         for name, e in [("team-a", 0.8), ("team-b", 0.7)]:
-            r = api.post(f"{base}/allocations", json={"name": name, "budget": {"epsilon": e, "delta": 1e-6}})
+            r = api.post(
+                f"{base}/allocations", json={"name": name, "budget": {"epsilon": e, "delta": 1e-6}}
+            )
             assert r.status_code == 201, r.text
         charges = [
             ("team-a", 0.3, day(9), day(7)),
@@ -130,8 +132,12 @@ def test_team_table_and_block_heatmap_match_the_api(world: dict[str, Any]) -> No
                 ]:
                     got = row.locator(f"[data-testid={field}]").get_attribute("data-value")
                     assert got is not None and math.isclose(float(got), want), (name, field)
-                st = "exhausted" if a["exhausted"] else (
-                    "warning" if a["spent"]["epsilon"] / a["budget"]["epsilon"] >= 0.8 else "ok"
+                st = (
+                    "exhausted"
+                    if a["exhausted"]
+                    else (
+                        "warning" if a["spent"]["epsilon"] / a["budget"]["epsilon"] >= 0.8 else "ok"
+                    )
                 )
                 assert row.get_attribute("data-state") == st
                 label = row.locator("svg.gauge").get_attribute("aria-label") or ""
@@ -175,9 +181,12 @@ def test_team_table_and_block_heatmap_match_the_api(world: dict[str, Any]) -> No
                 f"{day(8)}: 1 of 1 used, exhausted"
             ]
             for key in charged:
-                assert page.locator(f"[data-testid=block-cell][data-block='{key}']").get_attribute(
-                    "data-step"
-                ) != "h0"
+                assert (
+                    page.locator(f"[data-testid=block-cell][data-block='{key}']").get_attribute(
+                        "data-step"
+                    )
+                    != "h0"
+                )
             ex_cell = page.locator(f"[data-testid=block-cell][data-block='{day(8)}']")
             assert ex_cell.locator("path.cross").count() == 1  # a symbol, not colour alone
             assert "exhausted" in (ex_cell.get_attribute("aria-label") or "")
@@ -188,11 +197,15 @@ def test_team_table_and_block_heatmap_match_the_api(world: dict[str, Any]) -> No
 
             # the /budget summary as text
             top = budget["blocks"]["most_spent"]
-            assert page.get_attribute("[data-testid=blocks-most-spent]", "data-value") == top["block"]
+            assert (
+                page.get_attribute("[data-testid=blocks-most-spent]", "data-value") == top["block"]
+            )
             assert page.inner_text("[data-testid=blocks-exhausted-count]") == "1"
             assert page.inner_text("[data-testid=blocks-charged]") == "5"
             lifetime = page.get_attribute("[data-testid=blocks-lifetime]", "data-value")
-            assert lifetime is not None and float(lifetime) == budget["lifetime"]["spent"]["epsilon"]
+            assert (
+                lifetime is not None and float(lifetime) == budget["lifetime"]["spent"]["epsilon"]
+            )
 
             a11y += check_accessibility(page, "partitioned dataset")
         finally:
