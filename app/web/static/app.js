@@ -3,7 +3,7 @@
 "use strict";
 
 (function () {
-  const { lineChart, barChart, gauge, fmt, html, pctUsed, stateIcon, el } = window.Charts;
+  const { lineChart, barChart, gauge, heatmap, fmt, html, pctUsed, stateIcon, el } = window.Charts;
   const KEY = "privacy-ledger.key";
   const REFRESH_MS = 30000;
   const $ = (id) => document.getElementById(id);
@@ -124,7 +124,7 @@
   let caps = null;
   async function capabilities() {
     if (caps) return caps;
-    caps = { reservations: false, csv: false, archived: false, ledgerFilters: false };
+    caps = { reservations: false, csv: false, archived: false, ledgerFilters: false, allocations: false, blocks: false };
     try {
       const r = await fetch("/openapi.json", { headers: { Accept: "application/json" } });
       if (!r.ok) return caps;
@@ -136,6 +136,8 @@
       caps.csv = named("/v1/datasets/{dataset_id}/ledger", "format");
       caps.ledgerFilters = named("/v1/datasets/{dataset_id}/ledger", "kind");
       caps.archived = named("/v1/datasets", "archived");
+      caps.allocations = !!(paths["/v1/datasets/{dataset_id}/allocations"] || {}).get;
+      caps.blocks = !!(paths["/v1/datasets/{dataset_id}/blocks"] || {}).get;
     } catch (err) {
       // keep the conservative defaults
     }
@@ -233,6 +235,12 @@
     const kinds = d.allowed_mechanisms && d.allowed_mechanisms.length ? d.allowed_mechanisms : KINDS;
     if (stateOf(d) === "exhausted") {
       box.appendChild(html("p", { "data-testid": "calibration-exhausted" }, "None: the budget is exhausted, so every further charge is refused whatever its noise."));
+      return;
+    }
+    if (d.partition) {
+      // /calibrate measures the whole ledger against the budget, but here the budget is per
+      // block: the answer would not be about any block, so the page does not ask for it
+      box.appendChild(html("p", { "data-testid": "calibration-blocks" }, `It depends on the blocks the query reads: each block has its own budget of ${eps(d.budget.epsilon)}, and a block nobody charged has all of it. The remaining ε of each block is in the heatmap below (and its data table).`));
       return;
     }
     const rows = await Promise.all(kinds.map(async (k) => {
@@ -529,6 +537,186 @@
       "No active holds.");
   }
 
+  // ---- budget structures (issue 15): teams (allocations) and blocks ------------------------
+
+  // one row per allocation: a small gauge in the allocation's state, its numbers, its entries
+  async function renderTeams(d) {
+    const box = $("teams");
+    const c = await capabilities();
+    if (!c.allocations) { box.hidden = true; return; }
+    const page = await api(`/v1/datasets/${encodeURIComponent(d.id)}/allocations`);
+    const allocs = page.allocations || [];
+    box.hidden = !allocs.length;
+    if (!allocs.length) return;
+    const perBlock = !!d.partition;
+    const total = allocs.reduce((acc, a) => acc + a.budget.epsilon, 0);
+    $("teams-note").textContent = `The dataset's budget is split between ${allocs.length} team${allocs.length === 1 ? "" : "s"}. ` +
+      "Team budgets may add up to more than the dataset's (here " + `${eps(total)} against ${eps(d.budget.epsilon)}` + "): " +
+      "a team's charge must fit both its own budget and the dataset's, so the dataset's budget is the guarantee." +
+      (perBlock ? " On this partitioned dataset each team's budget applies to each block; its spend is that of its most-spent block." : "");
+    const table = $("teams-table");
+    table.replaceChildren();
+    const headers = ["team", "used", "status", "budget", "spent", "remaining", "entries"];
+    if (perBlock) headers.push("most-spent block");
+    const thead = html("thead");
+    const hr = html("tr");
+    headers.forEach((h) => hr.appendChild(html("th", { scope: "col" }, h)));
+    thead.appendChild(hr);
+    table.appendChild(thead);
+    const body = html("tbody");
+    for (const a of allocs) {
+      const view = { ...a, warning_threshold: d.warning_threshold };
+      const st = stateOf(view);
+      const tr = html("tr", { "data-testid": "team-row", "data-allocation": a.name, "data-state": st, class: `team ${st}` });
+      tr.appendChild(html("th", { scope: "row" }, a.name));
+      const g = html("td", { class: "team-gauge" });
+      const svg = gauge(a.spent.epsilon, a.budget.epsilon,
+        `${a.name}: spent ${used(view)} of its epsilon budget, ${eps(a.spent.epsilon)} of ${fmt(a.budget.epsilon)}; ${stateText(view)}`, st);
+      svg.classList.add("small");
+      g.appendChild(svg);
+      tr.appendChild(g);
+      const stc = html("td", { "data-testid": "team-state" });
+      stc.appendChild(stateBadge(view));
+      tr.appendChild(stc);
+      const num = (testid, x, text) => tr.appendChild(html("td", { "data-testid": testid, "data-value": x }, text));
+      num("team-budget", a.budget.epsilon, `${eps(a.budget.epsilon)}, δ = ${fmt(a.budget.delta)}`);
+      num("team-spent", a.spent.epsilon, `${eps(a.spent.epsilon)} (${used(view)})`);
+      let rem = eps(a.remaining.epsilon);
+      if (a.reserved && a.reserved.count) rem += `, after ${a.reserved.count} hold${a.reserved.count === 1 ? "" : "s"} reserving ${eps(a.reserved.epsilon)}`;
+      num("team-remaining", a.remaining.epsilon, rem);
+      num("team-entries", a.entries, String(a.entries));
+      if (perBlock) tr.appendChild(html("td", { "data-testid": "team-block" }, a.most_spent_block || "none charged"));
+      body.appendChild(tr);
+    }
+    table.appendChild(body);
+  }
+
+  // UTC block keys: 2026-11-23, 2026-W48 (ISO week), 2026-11
+  const DAY = 864e5;
+  const utcDay = (t) => Math.floor(t / DAY) * DAY;
+  const dayKey = (t) => new Date(t).toISOString().slice(0, 10);
+  const mondayOf = (t) => t - ((new Date(t).getUTCDay() + 6) % 7) * DAY;
+  function weekKey(t) {
+    const thursday = mondayOf(t) + 3 * DAY;
+    const y = new Date(thursday).getUTCFullYear();
+    const week = 1 + Math.floor((thursday - Date.UTC(y, 0, 1)) / (7 * DAY));
+    return `${y}-W${String(week).padStart(2, "0")}`;
+  }
+  const monthKey = (y, m) => `${y}-${String(m + 1).padStart(2, "0")}`;
+  const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+  const UNIT_WORDS = { day: "one day", week: "one week", month: "one month" };
+
+  // the blocks the heatmap shows, oldest first, each with its grid place: the last 12 weeks of
+  // days (columns weeks, rows weekdays), the last 26 weeks, or the last 12 months; at most max_span
+  function blockLayout(unit, maxSpan, now) {
+    const today = utcDay(now);
+    let cells = [];
+    const colLabels = [], rowLabels = [];
+    if (unit === "day") {
+      const start = mondayOf(today) - 11 * 7 * DAY;
+      for (let t = start, i = 0; t <= today; t += DAY, i++) cells.push({ key: dayKey(t), col: Math.floor(i / 7), row: i % 7, t });
+      rowLabels.push([0, "Mon"], [2, "Wed"], [4, "Fri"], [6, "Sun"]);
+    } else if (unit === "week") {
+      const mon = mondayOf(today);
+      for (let i = 25; i >= 0; i--) cells.push({ key: weekKey(mon - i * 7 * DAY), t: mon - i * 7 * DAY });
+      cells.forEach((c, i) => { c.col = i; c.row = 0; });
+    } else {
+      const d = new Date(today);
+      for (let i = 11; i >= 0; i--) {
+        const m = new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth() - i, 1));
+        cells.push({ key: monthKey(m.getUTCFullYear(), m.getUTCMonth()), t: m.getTime() });
+      }
+      cells.forEach((c, i) => { c.col = i; c.row = 0; });
+    }
+    if (maxSpan && cells.length > maxSpan) cells = cells.slice(cells.length - maxSpan);
+    // column labels: the month where it changes (days), every fourth week, every month
+    let last = null;
+    cells.forEach((c, i) => {
+      const dt = new Date(c.t);
+      if (unit === "day") {
+        if (c.row === 0 || i === 0) {
+          const m = dt.getUTCMonth();
+          if (m !== last) { colLabels.push([c.col, MONTHS[m]]); last = m; }
+        }
+      } else if (unit === "week") {
+        if (i % 4 === 0) colLabels.push([c.col, c.key.slice(5)]);
+      } else {
+        colLabels.push([c.col, MONTHS[dt.getUTCMonth()]]);
+      }
+    });
+    const rows = unit === "day" ? 7 : 1;
+    const cols = cells.length ? Math.max(...cells.map((c) => c.col)) + 1 : 0;
+    return { cells, rows, cols, rowLabels, colLabels };
+  }
+
+  async function renderBlocks(d) {
+    const box = $("blocks");
+    const c = await capabilities();
+    if (!d.partition || !c.blocks) { box.hidden = true; return; }
+    const unit = d.partition.unit;
+    const layout = blockLayout(unit, d.partition.max_span, Date.now());
+    const base = `/v1/datasets/${encodeURIComponent(d.id)}`;
+    const first = layout.cells[0].key, last = layout.cells[layout.cells.length - 1].key;
+    const [list, budget] = await Promise.all([
+      api(`${base}/blocks?from=${encodeURIComponent(first)}&to=${encodeURIComponent(last)}`),
+      api(`${base}/budget`).catch(() => null),
+    ]);
+    const byKey = new Map((list.blocks || []).map((b) => [b.block, b]));
+    const per = d.budget.epsilon;
+    const cells = layout.cells.map((cell) => {
+      const b = byKey.get(cell.key);
+      const spent = b ? b.spent.epsilon : 0;
+      const exhausted = b ? !!b.exhausted : false;
+      const label = `${cell.key}: ${fmt(spent)} of ${fmt(per)} used${exhausted ? ", exhausted" : ""}`;
+      return { ...cell, spent, exhausted, budget: per, label, entries: b ? b.entries : 0 };
+    });
+    const span = unit === "day" ? "the last 12 weeks" : unit === "week" ? "the last 26 weeks" : "the last 12 months";
+    $("blocks-note").textContent = `This dataset is split into blocks of ${UNIT_WORDS[unit] || unit} of data (UTC), and each block has its own budget of ${eps(per)} at δ = ${fmt(d.budget.delta)}: ` +
+      "a query is charged only to the blocks it reads, so using up one block leaves the others untouched; " +
+      "a person whose records are in many blocks is protected only by the lifetime budget.";
+    const charged = cells.filter((x) => x.spent > 0 || x.entries > 0);
+    heatmap($("fig-blocks"), {
+      testid: "chart-blocks",
+      title: `Spend per ${unit}, ${span}`,
+      description: `Each square is one block; the darker it is, the more of that block's budget (${eps(per)}) is used; a crossed square is exhausted.`,
+      cells,
+      cols: layout.cols,
+      rows: layout.rows,
+      rowLabels: layout.rowLabels,
+      colLabels: layout.colLabels,
+      table: { headers: ["block", "spent ε", "remaining ε", "entries", "exhausted"], rows: charged.map((x) => {
+        const b = byKey.get(x.key);
+        return [x.key, x.spent, b ? b.remaining.epsilon : per, x.entries, x.exhausted ? "yes" : "no"];
+      }) },
+    });
+    const ex = cells.filter((x) => x.exhausted).map((x) => x.key);
+    $("blocks-exhausted").textContent = ex.length
+      ? `Exhausted block${ex.length === 1 ? "" : "s"} shown: ${ex.join(", ")}. No further charge fits ${ex.length === 1 ? "it" : "them"}.`
+      : "No block shown is exhausted.";
+    $("blocks-exhausted").className = ex.length ? "badge exhausted" : "muted";
+    const dl = $("blocks-summary");
+    dl.replaceChildren();
+    const sb = budget && budget.blocks;
+    if (sb) {
+      const top = sb.most_spent;
+      summaryRow(dl, "Most-spent block", top
+        ? `${top.block}: ${eps(top.spent.epsilon)} of ${fmt(per)} used${top.exhausted ? " (exhausted)" : ""}`
+        : "none charged yet", "blocks-most-spent").setAttribute("data-value", top ? top.block : "");
+      summaryRow(dl, "Exhausted blocks", String(sb.exhausted_blocks), "blocks-exhausted-count");
+      summaryRow(dl, "Blocks charged", String(sb.charged_blocks), "blocks-charged");
+    }
+    const lt = budget && budget.lifetime;
+    if (lt) {
+      const text = lt.budget
+        ? `${eps(lt.spent.epsilon)} of a lifetime budget of ${fmt(lt.budget.epsilon)} at δ = ${fmt(lt.budget.delta)}` +
+          (lt.remaining ? `, ${eps(lt.remaining.epsilon)} left` : "") + (lt.exhausted ? " (exhausted)" : "")
+        : `${eps(lt.spent.epsilon)} over all charges together (no lifetime budget is set)`;
+      summaryRow(dl, "Lifetime spend", text, "blocks-lifetime").setAttribute("data-value", lt.spent.epsilon);
+    }
+    dl.hidden = !dl.childElementCount;
+    box.hidden = false;
+  }
+
   async function renderDetail(id) {
     const base = `/v1/datasets/${encodeURIComponent(id)}`;
     if (detailId !== id) {
@@ -546,7 +734,7 @@
     sel.replaceChildren(html("option", { value: "" }, "any kind"));
     for (const k of kinds) sel.appendChild(html("option", { value: k }, kindName(k)));
     sel.value = kinds.includes(chosen) ? chosen : "";
-    await Promise.all([loadEntries(), loadRejections(), renderHolds(d), renderCsvLink()]);
+    await Promise.all([loadEntries(), loadRejections(), renderHolds(d), renderCsvLink(), renderTeams(d), renderBlocks(d)]);
     show("detail");
     await renderCalibration(d);
     status(`${d.name}: ${eps(d.spent.epsilon)} of ${fmt(d.budget.epsilon)} spent; ${stateText(d)}`);

@@ -311,5 +311,73 @@
     return svg;
   }
 
-  window.Charts = { lineChart, barChart, gauge, fmt, html, pctUsed, stateIcon, el };
+  // a calendar heatmap of spend per block: cells [{key, col, row, spent, budget, exhausted,
+  // label}], each its own <g role="img"> with a <title> and an aria-label; fill in five steps by
+  // spent / budget, exhausted cells crossed out (a symbol, not colour alone); a legend below
+  const HEAT_STEPS = [
+    { cls: "h0", name: "nothing used" },
+    { cls: "h1", name: "under 25 %" },
+    { cls: "h2", name: "25–50 %" },
+    { cls: "h3", name: "50–80 %" },
+    { cls: "h4", name: "80 % or more" },
+    { cls: "hx", name: "exhausted (crossed)" },
+  ];
+  function heatStep(spent, budget, exhausted) {
+    if (exhausted) return "hx";
+    const f = budget > 0 ? spent / budget : 0;
+    if (!(f > 0)) return "h0";
+    return f < 0.25 ? "h1" : f < 0.5 ? "h2" : f < 0.8 ? "h3" : "h4";
+  }
+
+  // opts: {title, description, cells, cols, rows, rowLabels: [[row, text]], colLabels: [[col, text]], table, testid}
+  function heatmap(figure, opts) {
+    figure.replaceChildren();
+    const ids = { title: `chart-title-${++uid}`, desc: `chart-desc-${uid}` };
+    caption(figure, opts.title, opts.description, ids);
+    const C = 16, G = 3, L = 40, T = 18;
+    const gridW = L + opts.cols * (C + G), gridH = T + opts.rows * (C + G);
+    const W = Math.max(560, gridW + 10), H = gridH + 44;
+    const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, role: "group", "aria-labelledby": `${ids.title} ${ids.desc}`, class: "plot heat", "data-testid": opts.testid || "" });
+    svg.appendChild(el("title", {}, opts.title));
+    for (const [row, text] of opts.rowLabels || []) {
+      svg.appendChild(el("text", { x: L - 6, y: T + row * (C + G) + C - 4, "text-anchor": "end", "aria-hidden": "true" }, text));
+    }
+    for (const [col, text] of opts.colLabels || []) {
+      svg.appendChild(el("text", { x: L + col * (C + G), y: T - 6, "aria-hidden": "true" }, text));
+    }
+    for (const c of opts.cells) {
+      const step = heatStep(c.spent, c.budget, c.exhausted);
+      const g = el("g", {
+        role: "img", "aria-label": c.label, class: `cell ${step}`, "data-testid": "block-cell",
+        "data-block": c.key, "data-spent": c.spent, "data-exhausted": c.exhausted ? "true" : "false", "data-step": step,
+      });
+      g.appendChild(el("title", {}, c.label));
+      const x = L + c.col * (C + G), y = T + c.row * (C + G);
+      g.appendChild(el("rect", { x, y, width: C, height: C, rx: 2 }));
+      if (c.exhausted) {
+        g.appendChild(el("path", { d: `M${x + 3} ${y + 3}L${x + C - 3} ${y + C - 3}M${x + C - 3} ${y + 3}L${x + 3} ${y + C - 3}`, class: "cross" }));
+      }
+      svg.appendChild(g);
+    }
+    // legend
+    let lx = L;
+    const ly = gridH + 24;
+    const legend = el("g", { class: "heat-legend", "aria-hidden": "true" });
+    for (const s of HEAT_STEPS) {
+      const g = el("g", { class: `cell ${s.cls}` });
+      g.appendChild(el("rect", { x: lx, y: ly - 11, width: 12, height: 12, rx: 2 }));
+      if (s.cls === "hx") g.appendChild(el("path", { d: `M${lx + 2} ${ly - 9}L${lx + 10} ${ly - 1}M${lx + 10} ${ly - 9}L${lx + 2} ${ly - 1}`, class: "cross" }));
+      g.appendChild(el("text", { x: lx + 16, y: ly }, s.name));
+      legend.appendChild(g);
+      lx += 30 + s.name.length * 6;
+    }
+    svg.appendChild(legend);
+    figure.appendChild(svg);
+    const legendText = html("p", { class: "muted sr-only" }, `Legend: ${HEAT_STEPS.map((s) => s.name).join(", ")}.`);
+    figure.appendChild(legendText);
+    dataTable(figure, opts.table);
+    return svg;
+  }
+
+  window.Charts = { lineChart, barChart, gauge, heatmap, heatStep, fmt, html, pctUsed, stateIcon, el };
 })();
