@@ -51,6 +51,8 @@ DURATION = 8.0
 PG_ADMIN_URL = os.environ.get(
     "PRIVACY_LEDGER_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
+# the databases the script (re)creates are named <prefix>_ours, _baseline, _reads
+PG_PREFIX = os.environ.get("PRIVACY_LEDGER_BENCH_DB_PREFIX", "pl_bench")
 
 BASELINE_APP = """
 import os, threading
@@ -232,11 +234,11 @@ def throughput(
     the connections spread their charges over ``datasets`` datasets (1: all on one dataset,
     the worst case, serialised by its lock)."""
     workers = workers or (1 if kind == "sqlite" else 2)
-    url = f"sqlite:///{tmp / 'ours.db'}" if kind == "sqlite" else _pg_database("pl_bench_ours")
+    url = f"sqlite:///{tmp / 'ours.db'}" if kind == "sqlite" else _pg_database(f"{PG_PREFIX}_ours")
     base_url = (
         f"sqlite:///{tmp / 'baseline.db'}"
         if kind == "sqlite"
-        else _pg_database("pl_bench_baseline")
+        else _pg_database(f"{PG_PREFIX}_baseline")
     )
     if kind == "sqlite":
         for stale in tmp.glob("*.db*"):
@@ -406,7 +408,9 @@ READ_ROUNDS = 300
 
 
 def budget_latency(kind: str, tmp: Path) -> dict[str, Any]:
-    url = f"sqlite:///{tmp / 'reads.db'}" if kind == "sqlite" else _pg_database("pl_bench_reads")
+    url = (
+        f"sqlite:///{tmp / 'reads.db'}" if kind == "sqlite" else _pg_database(f"{PG_PREFIX}_reads")
+    )
     server = Server(
         "app.main:app",
         {**OUR_ENV, "PRIVACY_LEDGER_DATABASE_URL": url},

@@ -95,9 +95,11 @@ IdempotencyKey = Annotated[
 ]
 
 
-def reject_unsafe_parameters(request: Request) -> None:
+async def reject_unsafe_parameters(request: Request) -> None:
     """422 for a path or query parameter (dataset, reservation or key reference, cursor, filter)
-    holding NUL or a lone surrogate, before any query sees it."""
+    holding NUL or a lone surrogate, before any query sees it. ``async`` although it never
+    awaits: a plain ``def`` dependency runs in the thread pool, a second thread hop on every
+    request (the endpoint's is the only one)."""
     errors = []
     for name, value in request.path_params.items():
         if isinstance(value, str) and (reason := unsafe_reason(value)) is not None:
