@@ -83,6 +83,11 @@ class Dataset(_Answer):
         default=None,
         description="rdp_fixed_orders: the Renyi orders, weights and thresholds fixed at creation",
     )
+    filter_description: str = Field(
+        default="",
+        description="what the filter guarantees, in plain words (e.g. 'Adaptive queries allowed "
+        "(Rényi filter at a fixed order)')",
+    )
     spent: Spent
     remaining: Remaining
     exhausted: bool

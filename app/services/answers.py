@@ -125,6 +125,19 @@ def exhausted(st: DatasetState) -> bool:
     return st.filter.exhausted(st.committed, st.spent)
 
 
+FILTER_DESCRIPTIONS: dict[str, str] = {
+    "rdp_fixed_orders": "Adaptive queries allowed (Rényi filter at a fixed order)",
+    "rdp_union_bound": "Adaptive queries allowed (older, looser rule)",
+    "rdp": "Parameters fixed in advance (Rényi DP, tight)",
+    "zcdp": "Parameters fixed in advance (zCDP)",
+    "zcdp_filter": "Adaptive queries allowed (zCDP filter)",
+    "gdp": "Adaptive Gaussian queries, exact",
+    "pld": "Parameters fixed in advance, tightest (privacy loss distribution)",
+}
+"""What each filter guarantees, in a privacy officer's words (the dashboard shows the same
+words; docs/accounting.md, "Choosing an accounting")."""
+
+
 def dataset(st: DatasetState) -> r.Dataset:
     """The public view of a dataset with its current spend."""
     f = st.filter
@@ -140,6 +153,7 @@ def dataset(st: DatasetState) -> r.Dataset:
         filter=f.kind.value,
         filter_bound={"rho": f.bound} if f.bound is not None else None,
         filter_params=f.params.to_dict() if f.params is not None else None,
+        filter_description=FILTER_DESCRIPTIONS.get(f.kind.value, f.kind.value),
         spent=spent(st),
         remaining=remaining(st, view),
         exhausted=exhausted(st),
@@ -358,6 +372,7 @@ __all__ = [
     "tally_spent",
     "tally_view",
     "EXHAUSTED_TOLERANCE",
+    "FILTER_DESCRIPTIONS",
     "budget",
     "budget_state",
     "reserved",

@@ -49,6 +49,25 @@ def test_new_adaptive_datasets_get_the_fixed_order_filter(client: TestClient) ->
     assert params == expected and len(params["orders"]) == 1
 
 
+@pytest.mark.parametrize(
+    "create,words",
+    [
+        ({}, "Adaptive queries allowed"),
+        ({"adaptive": False}, "Parameters fixed in advance (Rényi DP"),
+        ({"adaptive": False, "accounting": "pld"}, "Parameters fixed in advance, tightest"),
+        ({"accounting": "zcdp"}, "Adaptive queries allowed (zCDP filter)"),
+        ({"allowed_mechanisms": ["gaussian"]}, "Adaptive Gaussian queries, exact"),
+    ],
+)
+def test_datasets_say_what_their_filter_guarantees(
+    client: TestClient, create: dict, words: str
+) -> None:
+    ds = new_dataset(client, budget=BUDGET, **create)
+    assert ds["filter_description"].startswith(words), ds["filter"]
+    listed = client.get(f"/v1/datasets/{ds['id']}").json()
+    assert listed["filter_description"] == ds["filter_description"]
+
+
 def test_a_budget_change_keeps_the_order_fixed_at_creation(client: TestClient) -> None:
     ds = new_dataset(client, budget={"epsilon": 3.0, "delta": 1e-6})
     assert _charge(client, ds, LAPLACE) == 201
