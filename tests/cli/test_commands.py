@@ -397,3 +397,12 @@ def test_archive_and_unarchive_through_the_cli(run: Cli) -> None:
     assert run.json("datasets", "unarchive", "census")["archived"] is False
     assert run.json("charge", "census", "-m", "gaussian", "--sigma", "10")["entry"]["seq"] == 1
     assert [d["name"] for d in run.json("datasets")] == ["census"]
+
+
+def test_charge_with_the_whole_mechanism_as_json(run: Cli) -> None:
+    _dataset(run, "census", "--no-adaptive")
+    answer = run.json("charge", "census", "--mechanism-json",
+                      '{"mechanism": "laplace", "epsilon": 0.1}')  # fmt: skip
+    assert answer["entry"]["mechanism"]["epsilon"] == 0.1
+    r = run("charge", "census", "--mechanism", "gaussian", "--sigma", "-1", code=1)
+    assert "sigma" in r.stderr
