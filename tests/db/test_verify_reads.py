@@ -13,6 +13,7 @@ from tests.conftest import new_dataset
 
 def test_pages_progress_and_curve_mismatches(client: TestClient, db_url: str, monkeypatch) -> None:
     monkeypatch.setattr(ledger, "READ_CHUNK", 3)  # several pages from a short ledger
+    monkeypatch.setattr(ledger, "CHECK_CHUNK", 2)  # and several chunks of distinct curves
     ds = new_dataset(client, budget={"epsilon": 50.0, "delta": 1e-6}, adaptive=False)
     wires = [{"mechanism": "laplace", "epsilon": 0.01}] * 5 + [
         {"mechanism": "gaussian", "sigma": 30.0},
