@@ -123,10 +123,12 @@ def _search(
     lo: float,
     hi: float,
     increasing_cost: bool,
+    rel_tol: float = REL_TOL,
 ) -> float | None:
     """Boundary of a monotone predicate on [lo, hi]: geometric bisection to a factor 1.01, then
     Brent's method on the continuous ``margin`` (in log space), then a step to the safe side
-    until ``ok`` holds.
+    until ``ok`` holds. The value returned fits, and one relative step of ``rel_tol`` further
+    in the costly direction does not (to within rounding).
 
     increasing_cost=True: ok holds below the boundary (largest fitting value is returned);
     False: ok holds above it (least fitting value is returned).
@@ -155,12 +157,14 @@ def _search(
                 lambda x: margin(math.exp(x)),
                 math.log(good),
                 math.log(bad),
-                xtol=REL_TOL * 1e-3,
+                xtol=rel_tol / 8,
                 rtol=1e-15,
             )
         )
-        # finish on the safe side of the root, never beyond the known-good end
-        step = REL_TOL * 1e-3
+        # finish on the safe side of the root, never beyond the known-good end: the root is
+        # within rel_tol / 8 of the boundary and the doubling steps overshoot by at most twice
+        # what is needed, so the answer ends within rel_tol / 2 of the boundary
+        step = rel_tol / 64
         candidate = root
         while not ok(candidate):
             candidate = candidate * math.exp(step if not increasing_cost else -step)
@@ -169,7 +173,7 @@ def _search(
                 return good
         good = candidate
     else:
-        while abs(math.log(bad) - math.log(good)) > REL_TOL:
+        while abs(math.log(bad) - math.log(good)) > rel_tol:
             mid = math.sqrt(good * bad)
             if mid in (good, bad):
                 break
@@ -236,16 +240,23 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
     coarse[-1] = True
     mask = coarse
     lo_limit, hi_limit = 1e-3, 1e6
-    sigma, full = hi_limit, curve(hi_limit, None)
+    full = curve(hi_limit, None)
+
+    def search(window: np.ndarray, lo: float, hi: float, rel_tol: float) -> float | None:
+        return _search(
+            lambda s: fits(curve(s, window)),
+            lambda s: fits.margin(curve(s, window)),
+            lo,
+            hi,
+            increasing_cost=False,
+            rel_tol=rel_tol,
+        )
+
+    # A larger window never needs more noise (orders outside a window count as +inf), so the
+    # answer on one window is a fitting upper end of the search on the next.
+    sigma = hi_limit
     for _ in range(6):
-
-        def ok(sigma: float, window: np.ndarray = mask) -> bool:
-            return fits(curve(sigma, window))
-
-        def margin(sigma: float, window: np.ndarray = mask) -> float:
-            return fits.margin(curve(sigma, window))
-
-        found = _search(ok, margin, lo_limit, hi_limit, increasing_cost=False)
+        found = search(mask, lo_limit, min(hi_limit, sigma), REL_TOL)
         if found is None:
             # not even the largest noise fits on the window; try the full grid once
             if not fits(full):

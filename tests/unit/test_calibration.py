@@ -131,3 +131,33 @@ def test_fits_under_a_filter_is_the_same_search(kind: FilterKind) -> None:
 )
 def test_generic_kinds_calibrate_to_the_edge(mech: str, params: dict, parameter: str) -> None:
     _case(FilterKind.RDP, mech, params, parameter, 1.01)
+
+
+@pytest.mark.parametrize("q", [2.2250738585072014e-308, 1e-150, 1e-4, 0.5])
+def test_dp_sgd_noise_search_is_bounded_and_sharp(q: float, monkeypatch) -> None:
+    """The DP-SGD noise search (issue 12: calibration bounded) evaluates at most 110 batches of
+    curves, counted, not timed (136 at q = 2^-1022 before each window's search was bracketed by
+    the previous window's answer), and its answer is sharp to REL_TOL: one relative step of
+    REL_TOL less noise does not fit on the orders it searched."""
+    from app.accounting import calibration as cal
+    from app.accounting import subsampled_gaussian as sgm
+    from app.accounting.kinds._spec import unit_curve
+
+    calls = 0
+    chunk = sgm._rdp_chunk
+
+    def counted(*args, **kwargs):
+        nonlocal calls
+        calls += 1
+        return chunk(*args, **kwargs)
+
+    monkeypatch.setattr(sgm, "_rdp_chunk", counted)
+    unit_curve.cache_clear()
+    fits = filter_fits(FilterKind.RDP, PrivacyCurve.zero(), 3.0, 1e-6, None)
+    result = calibrate("subsampled_gaussian", {"sample_rate": q, "steps": 1000}, "sigma", fits)
+    assert result is not None and fits(result.curve)
+    assert 0 < calls <= 110
+    less = mechanism_from_dict(
+        {**result.mechanism.to_dict(), "sigma": result.value * (1 - cal.REL_TOL)}
+    )
+    assert not fits(less.curve())
