@@ -44,8 +44,13 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# the suite runs on TEST_WORKERS pytest-xdist workers (2: this project's machines have 2 cores
+# and much of the suite waits on PostgreSQL, subprocess servers and a browser); 0 runs it in
+# one process
+TEST_WORKERS ?= 2
+
 test: lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python bench/accounting.py

@@ -20,6 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import settings
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from app.config import Settings
 from app.db import migrate
@@ -29,7 +30,27 @@ from app.main import create_app
 settings.register_profile("ledger", deadline=None)
 settings.load_profile("ledger")
 
-PG_URL = os.environ.get("PRIVACY_LEDGER_TEST_POSTGRES_URL")
+
+def _worker_database(url: str | None) -> str | None:
+    """Under pytest-xdist (``make test`` runs two workers) each worker gets its own PostgreSQL
+    database, ``<the CI database>_<worker>``, created here on first use and dropped when the
+    worker ends: tests truncate their database, so two workers must never share one."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not url or not worker:
+        return url
+    base = make_url(url)
+    name = f"{base.database}_{worker}"
+    engine = create_engine(base.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    finally:
+        engine.dispose()
+    return base.set(database=name).render_as_string(hide_password=False)
+
+
+PG_URL = _worker_database(os.environ.get("PRIVACY_LEDGER_TEST_POSTGRES_URL"))
 ADMIN_KEY = "test-admin-key-0123456789-abcdefghijklmnop"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 BACKENDS = ["sqlite", "postgres"]
@@ -66,9 +87,24 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller counts
+        _drop_worker_database()
+        return
     out = os.environ.get("PRIVACY_LEDGER_PG_REPORT")
     if out:
         Path(out).write_text(str(_pg_passed))
+
+
+def _drop_worker_database() -> None:
+    if not PG_URL or not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    url = make_url(PG_URL)
+    engine = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{url.database}" WITH (FORCE)'))
+    finally:
+        engine.dispose()
 
 
 @pytest.fixture(autouse=True)

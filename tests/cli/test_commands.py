@@ -69,6 +69,10 @@ class Cli:
 @pytest.fixture
 def run(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cli]:
     monkeypatch.setattr(common, "TRANSPORT", client._transport)
+    # tables as wide as the env's COLUMNS says: rich fixes a console's width when it is created
+    # if COLUMNS is set then (pytest-xdist workers set COLUMNS=80), so set it here
+    monkeypatch.setattr(common.console, "width", 200)
+    monkeypatch.setattr(common.err_console, "width", 200)
     yield Cli(client)
 
 
