@@ -99,7 +99,8 @@ def _expm1_minus_x_array(x: Vector) -> Vector:
     x = np.asarray(x, dtype=np.float64)
     small = np.abs(x) < 2.0**-6
     with np.errstate(over="ignore"):
-        out = np.expm1(x) - x
+        out = np.expm1(x)
+    np.subtract(out, x, out=out)
     xs = x[small]
     series = np.ones_like(xs)
     for k in range(8, 2, -1):  # 1 + x/3 (1 + x/4 (1 + ... x/8))
@@ -130,10 +131,14 @@ def laplace_rdp(alpha: Vector, eps: float | Vector) -> Vector:
     p = a / (2.0 * a - 1.0)
     e1 = _expm1_minus_x_array(x1)
     e2 = _expm1_minus_x_array(x2)
-    s = p * e1 + (1.0 - p) * e2
-    out: Vector = np.log1p(s) / (a - 1.0) * (1.0 + LAPLACE_ERROR)
-    huge = ~np.isfinite(s)
-    if huge.any():
+    # s = p e1 + (1 - p) e2, then the result, in place (the same operations, fewer temporaries)
+    s = np.multiply(p, e1, out=e1)
+    np.add(s, np.multiply(1.0 - p, e2, out=e2), out=s)
+    out: Vector = np.log1p(s, out=e2)
+    np.divide(out, a - 1.0, out=out)
+    np.multiply(out, 1.0 + LAPLACE_ERROR, out=out)
+    if not np.max(s, initial=0.0) < math.inf:  # some S overflowed (S >= 0: never -inf)
+        huge = ~np.isfinite(s)
         xb = np.broadcast_to(x1, huge.shape)[huge]
         pb = np.broadcast_to(p, huge.shape)[huge]
         ab = np.broadcast_to(a, huge.shape)[huge]
