@@ -60,6 +60,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import special
 
+from app.accounting.closed_forms import exp_or_zero
 from app.accounting.orders import INTEGER_MASK, ORDERS
 
 Vector = npt.NDArray[np.float64]
@@ -105,20 +106,6 @@ def _log_factorials() -> Vector:
     n = int(ORDERS[INTEGER_MASK].max())
     out: Vector = special.gammaln(np.arange(n + 1, dtype=np.float64) + 1.0)
     out.setflags(write=False)
-    return out
-
-
-EXP_ZERO = -746.0
-"""e^x rounds to +0 for every x below this (the least subnormal is e^-744.4)."""
-
-
-def _exp(x: Vector) -> Vector:
-    """``np.exp(x)`` bit for bit (the same values; 0 where x < ``EXP_ZERO``, where it rounds to
-    0), without evaluating it there: numpy's vectorised exp takes a slow path, some 20 times
-    slower, for any vector of arguments whose results underflow."""
-    x = np.asarray(x, dtype=np.float64)
-    out = np.zeros_like(x)
-    np.exp(x, out=out, where=~(x < EXP_ZERO))
     return out
 
 
@@ -509,7 +496,7 @@ def _mtz_log_a(
     # unless A is near 1, where the scale 1 keeps A - 1 = (hi - 1) + lo free of cancellation
     scale = np.max(log_term[:, :16], axis=1)
     scale = np.where(np.abs(scale) < 1.0, 0.0, scale)
-    rel = _exp(log_term - scale[:, None])
+    rel = exp_or_zero(log_term - scale[:, None])
     head, tail = SERIES_HEAD, SERIES_TERMS - SERIES_HEAD - 1
     hi, lo = _sum2(sign[:, :head] * rel[:, :head])
     absolute = _tree_sum(rel[:, :head])
@@ -684,10 +671,10 @@ def _taylor_log_am1(
     scale = np.max(np.where(np.isfinite(log_t), log_t, -np.inf), axis=1)
     scale = np.where(np.isfinite(scale), scale, 0.0)
     with np.errstate(over="ignore", invalid="ignore"):
-        scaled = _exp(log_t - scale[:, None])  # (once: the terms, the bound and the gap)
+        scaled = exp_or_zero(log_t - scale[:, None])  # (once: the terms, the bound and the gap)
         pos = np.where(positive, scaled * (1.0 + eta), 0.0)
         neg = np.where(~positive, scaled * (1.0 - eta), 0.0)
-        rem = np.where(positive, _exp(log_rem - scale[:, None]) * (1.0 + eta), 0.0)
+        rem = np.where(positive, exp_or_zero(log_rem - scale[:, None]) * (1.0 + eta), 0.0)
     pos = np.nan_to_num(pos, copy=False, nan=np.inf)
     neg = np.nan_to_num(neg, copy=False, nan=0.0)
     rem = np.nan_to_num(rem, copy=False, nan=np.inf)
