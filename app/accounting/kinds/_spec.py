@@ -265,6 +265,16 @@ class UnitCurves:
             gaussian_only=np.full(n, gaussian_only, dtype=bool),
         )
 
+    def rows(self, sel: slice) -> UnitCurves:
+        """The curves of rows ``sel`` (views)."""
+        return UnitCurves(
+            rho=self.rho[sel],
+            rdp=self.rdp[sel],
+            pure_eps=self.pure_eps[sel],
+            delta=self.delta[sel],
+            gaussian_only=self.gaussian_only[sel],
+        )
+
     def row(self, i: int) -> PrivacyCurve:
         return PrivacyCurve(
             rho=float(self.rho[i]),
