@@ -30,6 +30,7 @@ from app.accounting.kinds._spec import (
     Affine,
     Mechanism,
     UnitCurves,
+    column,
     params_of,
 )
 from app.accounting.orders import ORDERS
@@ -108,20 +109,13 @@ def _add(a: PrivacyCurve, b: PrivacyCurve) -> PrivacyCurve:
     )
 
 
-def _column(ms: list[Mechanism], name: str) -> Vector:
-    """Attribute ``name`` of every mechanism of ``ms`` as float64 (the values ``np.array`` of
-    them gives, read in one C-level pass)."""
-    out: Vector = np.fromiter(map(operator.attrgetter(name), ms), dtype=np.float64, count=len(ms))
-    return out
-
-
 def _groups(cls: type[Mechanism], ms: list[Mechanism]) -> tuple[list[Mechanism], Vector]:
     """The distinct unit mechanisms among ``ms`` (all of kind ``cls``) and the total
     repetitions of each: by one sort of their parameters when they are all scalars, else by a
     dictionary of their keys."""
     keys = [p for p in params_of(cls) if p.name not in cls.repetition_params]
     if cls.repetition_params == ("count",):
-        reps = _column(ms, "count")
+        reps = column(ms, "count")
     else:
         reps = np.array([m.repetitions() for m in ms], dtype=np.float64)
     if reps.size and reps.max() > MAX_COUNT:
@@ -129,11 +123,11 @@ def _groups(cls: type[Mechanism], ms: list[Mechanism]) -> tuple[list[Mechanism],
     if all(p.type != "float_list" for p in keys):
         table = np.empty((len(ms), len(keys)), dtype=np.float64)
         for j, p in enumerate(keys):
-            table[:, j] = _column(ms, p.name)
+            table[:, j] = column(ms, p.name)
         varying = table[:, (table != table[:1]).any(axis=0)] if len(ms) else table
         if varying.shape[1] <= 1:  # one varying parameter (or none): a plain sort
-            column = varying[:, 0] if varying.shape[1] else np.zeros(len(ms))
-            _, first, inverse = np.unique(column, return_index=True, return_inverse=True)
+            values = varying[:, 0] if varying.shape[1] else np.zeros(len(ms))
+            _, first, inverse = np.unique(values, return_index=True, return_inverse=True)
         else:
             _, first, inverse = np.unique(varying, axis=0, return_index=True, return_inverse=True)
         totals: Vector = np.bincount(inverse.ravel(), weights=reps).astype(np.float64)

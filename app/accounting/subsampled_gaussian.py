@@ -372,15 +372,19 @@ def _integer_log_am1(rows: _Rows, curve: IntVector, work: Work) -> Vector:
     term_row = owner[term_window]
     lf = _log_factorials()
     al = rows.alpha[term_row]
+    ami = al - i
     fi = i.astype(np.float64)
     c = rows.a[term_row] * (fi * fi - fi)
     le = _log_expm1(c)
-    log_terms = lf[al] - lf[i] - lf[al - i] + fi * rows.lq[term_row] + (al - i) * rows.l1q[term_row]
+    # (each table entry and row parameter gathered once, for the terms and their error)
+    lf_al, lf_i, lf_ami = lf[al], lf[i], lf[ami]
+    lq_t, l1q_t = rows.lq[term_row], rows.l1q[term_row]
+    log_terms = lf_al - lf_i - lf_ami + fi * lq_t + ami * l1q_t
     log_terms += le
     # rounding: each term's log errs by a few ulps of the magnitudes that make it up
     err = U * (
-        16.0 * (lf[al] + lf[i] + lf[al - i])
-        + 4.0 * (fi * np.abs(rows.lq[term_row]) + (al - i) * np.abs(rows.l1q[term_row]))
+        16.0 * (lf_al + lf_i + lf_ami)
+        + 4.0 * (fi * np.abs(lq_t) + ami * np.abs(l1q_t))
         + 4.0 * (c + np.abs(le))
         + 16.0
     )
@@ -480,7 +484,8 @@ def _mtz_log_a(
     log_c = np.cumsum(steps, axis=1)
     # C(alpha, i) > 0 for i <= floor(alpha) + 1, then the signs alternate
     flip = np.maximum(i - np.floor(al) - 1.0, 0.0)
-    sign = 1.0 - 2.0 * np.mod(flip, 2.0)
+    # (flip holds non-negative integers: its parity by a bit test, the values np.mod(flip, 2) gave)
+    sign = 1.0 - 2.0 * np.bitwise_and(flip.astype(np.int64), 1)
     t1 = i * q1 + j * q2 + a * (i * i - i) + special.log_ndtr((z0 - i) / sg)
     t2 = j * q1 + i * q2 + a * (j * j - j) + special.log_ndtr((j - z0) / sg)
     log_term = log_c + np.logaddexp(t1, t2)
@@ -559,11 +564,14 @@ def _moments(a: Vector, work: Work) -> tuple[Vector, Vector]:
         v[:, 0] = 1.0
         acc = np.zeros_like(v)
         m = k[None, :]
+        c1, c2 = 2.0 * (m - 1.0), m * (m - 1.0)
+        shifted2, shifted1 = np.zeros_like(v), np.zeros_like(v)
+        every_row = int(big_n.min())  # below this n every row still adds its term
         for n in range(int(big_n.max())):
-            shifted2 = np.concatenate([np.zeros((series.size, 2)), v[:, :-2]], axis=1)
-            shifted1 = np.concatenate([np.zeros((series.size, 1)), v[:, :-1]], axis=1)
-            v = aa / (n + 1) * (shifted2 + 2.0 * (m - 1.0) * shifted1 + m * (m - 1.0) * v)
-            acc += np.where(n < big_n, v, 0.0)
+            shifted2[:, 2:] = v[:, :-2]
+            shifted1[:, 1:] = v[:, :-1]
+            v = aa / (n + 1) * (shifted2 + c1 * shifted1 + c2 * v)
+            acc += v if n < every_row else np.where(n < big_n, v, 0.0)
         work.evaluations += int(big_n.sum())
         fact = special.gammaln(k + 1.0)[None, :]
         b = aa * k * (k - 1.0)

@@ -183,6 +183,13 @@ _TYPES: dict[object, ParamType] = {float: "float", int: "int", tuple[float, ...]
 _PARAMS: dict[type[Mechanism], tuple[Param, ...]] = {}
 
 
+def column(ms: Sequence[Any], name: str) -> Vector:
+    """Attribute ``name`` of each of ``ms`` as float64: the values ``np.array`` of them gives,
+    read in one C-level pass (no Python loop over the objects)."""
+    out: Vector = np.fromiter(map(operator.attrgetter(name), ms), dtype=np.float64, count=len(ms))
+    return out
+
+
 def params_of(cls: type[Mechanism]) -> tuple[Param, ...]:
     """The ``Param`` of every field of mechanism class ``cls`` (``count`` last)."""
     if cls in _PARAMS:
@@ -478,6 +485,7 @@ class KindSpec:
 
 
 __all__ = [
+    "column",
     "MAX_COUNT",
     "MAX_EPSILON",
     "MAX_K",
