@@ -60,7 +60,6 @@ import numpy as np
 import numpy.typing as npt
 from scipy import special
 
-from app.accounting.closed_forms import exp_or_zero
 from app.accounting.orders import INTEGER_MASK, ORDERS
 
 Vector = npt.NDArray[np.float64]
@@ -501,7 +500,7 @@ def _mtz_log_a(
     # unless A is near 1, where the scale 1 keeps A - 1 = (hi - 1) + lo free of cancellation
     scale = np.max(log_term[:, :16], axis=1)
     scale = np.where(np.abs(scale) < 1.0, 0.0, scale)
-    rel = exp_or_zero(log_term - scale[:, None])
+    rel = np.exp(log_term - scale[:, None])
     head, tail = SERIES_HEAD, SERIES_TERMS - SERIES_HEAD - 1
     hi, lo = _sum2(sign[:, :head] * rel[:, :head])
     absolute = _tree_sum(rel[:, :head])
@@ -679,10 +678,10 @@ def _taylor_log_am1(
     scale = np.max(np.where(np.isfinite(log_t), log_t, -np.inf), axis=1)
     scale = np.where(np.isfinite(scale), scale, 0.0)
     with np.errstate(over="ignore", invalid="ignore"):
-        scaled = exp_or_zero(log_t - scale[:, None])  # (once: the terms, the bound and the gap)
+        scaled = np.exp(log_t - scale[:, None])  # (once: the terms, the bound and the gap)
         pos = np.where(positive, scaled * (1.0 + eta), 0.0)
         neg = np.where(~positive, scaled * (1.0 - eta), 0.0)
-        rem = np.where(positive, exp_or_zero(log_rem - scale[:, None]) * (1.0 + eta), 0.0)
+        rem = np.where(positive, np.exp(log_rem - scale[:, None]) * (1.0 + eta), 0.0)
     pos = np.nan_to_num(pos, copy=False, nan=np.inf)
     neg = np.nan_to_num(neg, copy=False, nan=0.0)
     rem = np.nan_to_num(rem, copy=False, nan=np.inf)
@@ -720,7 +719,7 @@ def _eps_from_log_am1(log_am1: Vector, alpha: Vector) -> Vector:
     return np.where(np.isfinite(log_am1) | (log_am1 > 0), np.maximum(value, TINY), value)
 
 
-CHUNK = 8
+CHUNK = 16
 """Curves computed together (their arrays stay in cache)."""
 
 
