@@ -113,6 +113,17 @@ LOG_EXPM1_EXACT = 40.0
 spacing of floats near x (>= 2^-48 from 32 on)."""
 
 
+@lru_cache(maxsize=1)
+def _log_integers() -> Vector:
+    """log n for n = 0 .. the largest integer order + 1 (-inf at 0; computed once): the values
+    np.log gives for each, looked up instead of evaluated in the bisections."""
+    n = int(ORDERS[INTEGER_MASK].max()) + 1
+    with np.errstate(divide="ignore"):
+        out: Vector = np.log(np.arange(n + 1, dtype=np.float64))
+    out.setflags(write=False)
+    return out
+
+
 def _log_expm1(x: Vector) -> Vector:
     """log(e^x - 1) for x >= 0 (-inf at 0), without overflow or cancellation. For
     30 < x < ``LOG_EXPM1_EXACT``: x + log1p(-e^-x); above, that expression's value x itself
@@ -165,13 +176,11 @@ class _Rows:
         """lambda(i) = f(i + 1) - f(i), for 0 <= i < alpha (i clipped to that range)."""
         al = self.alpha[sel]
         i = np.minimum(np.maximum(i, 0), al - 1)
-        with np.errstate(divide="ignore"):
-            return (
-                np.log((al - i).astype(np.float64))
-                - np.log((i + 1).astype(np.float64))
-                + (self.lq[sel] - self.l1q[sel])
-                + 2.0 * self.a[sel] * i
-            )
+        log_n = _log_integers()
+        out: Vector = (
+            log_n[al - i] - log_n[i + 1] + (self.lq[sel] - self.l1q[sel]) + 2.0 * self.a[sel] * i
+        )
+        return out
 
 
 def _first_true(lo: IntVector, hi: IntVector, pred, work: Work) -> IntVector:  # type: ignore[no-untyped-def]
