@@ -108,12 +108,33 @@ def _log_factorials() -> Vector:
     return out
 
 
+LOG_EXPM1_EXACT = 40.0
+"""For x >= this, x + log1p(-e^-x) rounds to x itself: |log1p(-e^-x)| < 5e-18, below half the
+spacing of floats near x (>= 2^-48 from 32 on)."""
+
+
+@lru_cache(maxsize=1)
+def _log_integers() -> Vector:
+    """log n for n = 0 .. the largest integer order + 1 (-inf at 0; computed once): the values
+    np.log gives for each, looked up instead of evaluated in the bisections."""
+    n = int(ORDERS[INTEGER_MASK].max()) + 1
+    with np.errstate(divide="ignore"):
+        out: Vector = np.log(np.arange(n + 1, dtype=np.float64))
+    out.setflags(write=False)
+    return out
+
+
 def _log_expm1(x: Vector) -> Vector:
-    """log(e^x - 1) for x >= 0 (-inf at 0), without overflow or cancellation."""
+    """log(e^x - 1) for x >= 0 (-inf at 0), without overflow or cancellation. For
+    30 < x < ``LOG_EXPM1_EXACT``: x + log1p(-e^-x); above, that expression's value x itself
+    (not evaluated: the same numbers)."""
     with np.errstate(divide="ignore"):
         big = x > 30.0
         small = np.log(np.expm1(np.where(big, 1.0, x)))
-        large = x + np.log1p(-np.exp(-np.where(big, x, 30.0)))
+        mid = np.flatnonzero(big & (x < LOG_EXPM1_EXACT))
+        large = x.copy()
+        xm = x[mid]
+        large[mid] = xm + np.log1p(-np.exp(-xm))
     return np.where(big, large, small)
 
 
@@ -128,6 +149,10 @@ class _Rows:
     l1q: Vector  # log(1 - q)
     a: Vector  # 1 / (2 sigma^2)
     alpha: IntVector
+
+    def take(self, sel: IntVector) -> _Rows:
+        """The rows ``sel`` (gathered once, for the many evaluations of a bisection)."""
+        return _Rows(lq=self.lq[sel], l1q=self.l1q[sel], a=self.a[sel], alpha=self.alpha[sel])
 
     def f(self, i: IntVector, sel: IntVector | slice = slice(None)) -> Vector:
         """log of the term i of A (before the expm1 refinement): log w_i + a (i^2 - i); i is
@@ -151,23 +176,20 @@ class _Rows:
         """lambda(i) = f(i + 1) - f(i), for 0 <= i < alpha (i clipped to that range)."""
         al = self.alpha[sel]
         i = np.minimum(np.maximum(i, 0), al - 1)
-        with np.errstate(divide="ignore"):
-            return (
-                np.log((al - i).astype(np.float64))
-                - np.log((i + 1).astype(np.float64))
-                + (self.lq[sel] - self.l1q[sel])
-                + 2.0 * self.a[sel] * i
-            )
+        log_n = _log_integers()
+        out: Vector = (
+            log_n[al - i] - log_n[i + 1] + (self.lq[sel] - self.l1q[sel]) + 2.0 * self.a[sel] * i
+        )
+        return out
 
 
 def _first_true(lo: IntVector, hi: IntVector, pred, work: Work) -> IntVector:  # type: ignore[no-untyped-def]
     """Smallest i in [lo, hi] with pred(i) true, for a predicate that is monotone (false then
     true) on that range and true at hi (bisection, vectorised)."""
-    every = np.arange(lo.size)
     for _ in range(int(np.max(hi - lo, initial=0)).bit_length()):
         mid = (lo + hi) // 2
         work.evaluations += lo.size
-        ok = pred(mid, every)
+        ok = pred(mid)
         hi = np.where(ok, mid, hi)
         lo = np.where(ok, lo, mid + 1)
     return hi
@@ -237,27 +259,24 @@ def _unimodal(
     if keep.size == 0:
         return
     idx, s, e = ids[keep], s[keep], e[keep]
+    sub = rows.take(idx)  # (_first_true evaluates every row: its predicates take all of sub)
     # peak: first i with lambda(i) <= 0 (lambda decreases on the piece), else the last index
-    peak = _first_true(s, e, lambda i, a: (i >= e[a]) | (rows.ratio(i, idx[a]) <= 0.0), work)
-    top = rows.f(peak, idx)
+    peak = _first_true(s, e, lambda i: (i >= e) | (sub.ratio(i) <= 0.0), work)
+    top = sub.f(peak)
     work.evaluations += idx.size
     # f increases up to the peak and decreases after it: bisect for the drop on each side
     lo = np.maximum(s, peak - width[idx])
-    first = _first_true(lo, peak, lambda i, a: rows.f(i, idx[a]) >= top[a] - DROP, work)
+    drop = top - DROP
+    first = _first_true(lo, peak, lambda i: sub.f(i) >= drop, work)
     hi = np.minimum(e, peak + width[idx])
     # largest i in [peak, hi] with f(i) >= top - DROP = (first j with f(j + 1) < top - DROP)
-    last = _first_true(
-        peak,
-        hi,
-        lambda i, a: (i >= hi[a]) | (rows.f(i + 1, idx[a]) < top[a] - DROP),
-        work,
-    )
+    last = _first_true(peak, hi, lambda i: (i >= hi) | (sub.f(i + 1) < drop), work)
     out.window(idx, first, last)
     work.evaluations += 2 * idx.size
     left = first - s
-    out.remainder(idx, left, rows.f(np.maximum(first - 1, 0), idx))
+    out.remainder(idx, left, sub.f(np.maximum(first - 1, 0)))
     right = e - last
-    out.remainder(idx, right, rows.f(np.minimum(last + 1, rows.alpha[idx]), idx))
+    out.remainder(idx, right, sub.f(np.minimum(last + 1, sub.alpha)))
 
 
 def _quasi_convex(
@@ -273,18 +292,18 @@ def _quasi_convex(
     if keep.size == 0:
         return
     idx, s, e = ids[keep], s[keep], e[keep]
+    sub = rows.take(idx)
     # valley: first i with lambda(i) > 0 (lambda increases on the piece), else the last index
-    valley = _first_true(s, e, lambda i, a: (i >= e[a]) | (rows.ratio(i, idx[a]) > 0.0), work)
-    f_s, f_e = rows.f(s, idx), rows.f(e, idx)
+    valley = _first_true(s, e, lambda i: (i >= e) | (sub.ratio(i) > 0.0), work)
+    f_s, f_e = sub.f(s), sub.f(e)
     work.evaluations += 2 * idx.size
     hi = np.minimum(valley, s + width[idx])
     # f decreases on [s, valley]: the left window ends at the last i with f(i) >= f(s) - DROP
-    left_last = _first_true(
-        s, hi, lambda i, a: (i >= hi[a]) | (rows.f(i + 1, idx[a]) < f_s[a] - DROP), work
-    )
+    drop_s, drop_e = f_s - DROP, f_e - DROP
+    left_last = _first_true(s, hi, lambda i: (i >= hi) | (sub.f(i + 1) < drop_s), work)
     lo = np.maximum(valley, e - width[idx])
     # f increases on [valley, e]: the right window starts at the first i with f(i) >= f(e) - DROP
-    right_first = _first_true(lo, e, lambda i, a: rows.f(i, idx[a]) >= f_e[a] - DROP, work)
+    right_first = _first_true(lo, e, lambda i: sub.f(i) >= drop_e, work)
     merged = left_last + 1 >= right_first
     out.window(idx[merged], s[merged], e[merged])
     sep = ~merged
@@ -361,15 +380,19 @@ def _integer_log_am1(rows: _Rows, curve: IntVector, work: Work) -> Vector:
     term_row = owner[term_window]
     lf = _log_factorials()
     al = rows.alpha[term_row]
+    ami = al - i
     fi = i.astype(np.float64)
     c = rows.a[term_row] * (fi * fi - fi)
     le = _log_expm1(c)
-    log_terms = lf[al] - lf[i] - lf[al - i] + fi * rows.lq[term_row] + (al - i) * rows.l1q[term_row]
+    # (each table entry and row parameter gathered once, for the terms and their error)
+    lf_al, lf_i, lf_ami = lf[al], lf[i], lf[ami]
+    lq_t, l1q_t = rows.lq[term_row], rows.l1q[term_row]
+    log_terms = lf_al - lf_i - lf_ami + fi * lq_t + ami * l1q_t
     log_terms += le
     # rounding: each term's log errs by a few ulps of the magnitudes that make it up
     err = U * (
-        16.0 * (lf[al] + lf[i] + lf[al - i])
-        + 4.0 * (fi * np.abs(rows.lq[term_row]) + (al - i) * np.abs(rows.l1q[term_row]))
+        16.0 * (lf_al + lf_i + lf_ami)
+        + 4.0 * (fi * np.abs(lq_t) + ami * np.abs(l1q_t))
         + 4.0 * (c + np.abs(le))
         + 16.0
     )
@@ -469,7 +492,8 @@ def _mtz_log_a(
     log_c = np.cumsum(steps, axis=1)
     # C(alpha, i) > 0 for i <= floor(alpha) + 1, then the signs alternate
     flip = np.maximum(i - np.floor(al) - 1.0, 0.0)
-    sign = 1.0 - 2.0 * np.mod(flip, 2.0)
+    # (flip holds non-negative integers: its parity by a bit test, the values np.mod(flip, 2) gave)
+    sign = 1.0 - 2.0 * np.bitwise_and(flip.astype(np.int64), 1)
     t1 = i * q1 + j * q2 + a * (i * i - i) + special.log_ndtr((z0 - i) / sg)
     t2 = j * q1 + i * q2 + a * (j * j - j) + special.log_ndtr((j - z0) / sg)
     log_term = log_c + np.logaddexp(t1, t2)
@@ -548,11 +572,14 @@ def _moments(a: Vector, work: Work) -> tuple[Vector, Vector]:
         v[:, 0] = 1.0
         acc = np.zeros_like(v)
         m = k[None, :]
+        c1, c2 = 2.0 * (m - 1.0), m * (m - 1.0)
+        shifted2, shifted1 = np.zeros_like(v), np.zeros_like(v)
+        every_row = int(big_n.min())  # below this n every row still adds its term
         for n in range(int(big_n.max())):
-            shifted2 = np.concatenate([np.zeros((series.size, 2)), v[:, :-2]], axis=1)
-            shifted1 = np.concatenate([np.zeros((series.size, 1)), v[:, :-1]], axis=1)
-            v = aa / (n + 1) * (shifted2 + 2.0 * (m - 1.0) * shifted1 + m * (m - 1.0) * v)
-            acc += np.where(n < big_n, v, 0.0)
+            shifted2[:, 2:] = v[:, :-2]
+            shifted1[:, 1:] = v[:, :-1]
+            v = aa / (n + 1) * (shifted2 + c1 * shifted1 + c2 * v)
+            acc += v if n < every_row else np.where(n < big_n, v, 0.0)
         work.evaluations += int(big_n.sum())
         fact = special.gammaln(k + 1.0)[None, :]
         b = aa * k * (k - 1.0)
@@ -600,20 +627,47 @@ def _binomials(alpha: float) -> tuple[Vector, Vector]:
     return log_c, sign
 
 
+@lru_cache(maxsize=1)
+def _binomial_table() -> tuple[Vector, Vector]:
+    """``_binomials`` of every grid order (row j: ORDERS[j]), built once."""
+    rows = [_binomials(float(al)) for al in ORDERS]
+    log_c, sign = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+    log_c.setflags(write=False)
+    sign.setflags(write=False)
+    return log_c, sign
+
+
+def _binomials_of(alpha: Vector) -> tuple[Vector, Vector]:
+    """``_binomials`` of each element of ``alpha`` (rows): from the grid's table when every
+    element is a grid order, the same values."""
+    j = np.minimum(np.searchsorted(ORDERS, alpha), ORDERS.size - 1)
+    if np.array_equal(ORDERS[j], alpha):
+        log_c, sign = _binomial_table()
+        return log_c[j], sign[j]
+    distinct, inverse = np.unique(alpha, return_inverse=True)
+    table = [_binomials(float(al)) for al in distinct]
+    return np.array([t[0] for t in table])[inverse], np.array([t[1] for t in table])[inverse]
+
+
 def _taylor_log_am1(
-    lq: Vector, l1q: Vector, alpha: Vector, moments: tuple[Vector, Vector]
+    lq: Vector,
+    l1q: Vector,
+    alpha: Vector,
+    moments: tuple[Vector, Vector],
+    row_in: IntVector | None = None,
 ) -> tuple[Vector, Mask]:
     """Upper bounds on log(A - 1) for fractional orders by the Taylor bound (module docstring),
     +inf where no truncation order gives a positive bound; and whether the bound is tight to
     1e-12 (the K-th term and the moments' spread are that small), so that nothing can improve
-    it (the signed series is then skipped)."""
-    m_lo, m_hi = moments
+    it (the signed series is then skipped). ``moments``: per row, or (with ``row_in``, which
+    row of them each row uses) per distinct sigma."""
+    m_lo_r, m_hi_r = moments
+    if row_in is None:
+        row_in = np.arange(alpha.size)
+    m_lo, m_hi = m_lo_r[row_in], m_hi_r[row_in]
     n = alpha.size
     k = np.arange(TAYLOR_K + 1, dtype=np.float64)
-    distinct, inverse = np.unique(alpha, return_inverse=True)
-    table = [_binomials(float(al)) for al in distinct]
-    log_c = np.array([t[0] for t in table])[inverse]
-    sign = np.array([t[1] for t in table])[inverse]
+    log_c, sign = _binomials_of(alpha)
     positive = sign > 0
     log_m = np.where(positive, m_hi, m_lo)
     log_t = log_c + k * lq[:, None] + log_m
@@ -633,12 +687,13 @@ def _taylor_log_am1(
     scale = np.max(np.where(np.isfinite(log_t), log_t, -np.inf), axis=1)
     scale = np.where(np.isfinite(scale), scale, 0.0)
     with np.errstate(over="ignore", invalid="ignore"):
-        pos = np.where(positive, np.exp(log_t - scale[:, None]) * (1.0 + eta), 0.0)
-        neg = np.where(~positive, np.exp(log_t - scale[:, None]) * (1.0 - eta), 0.0)
+        scaled = np.exp(log_t - scale[:, None])  # (once: the terms, the bound and the gap)
+        pos = np.where(positive, scaled * (1.0 + eta), 0.0)
+        neg = np.where(~positive, scaled * (1.0 - eta), 0.0)
         rem = np.where(positive, np.exp(log_rem - scale[:, None]) * (1.0 + eta), 0.0)
-    pos = np.nan_to_num(pos, nan=np.inf)
-    neg = np.nan_to_num(neg, nan=0.0)
-    rem = np.nan_to_num(rem, nan=np.inf)
+    pos = np.nan_to_num(pos, copy=False, nan=np.inf)
+    neg = np.nan_to_num(neg, copy=False, nan=0.0)
+    rem = np.nan_to_num(rem, copy=False, nan=np.inf)
     # partial sums over k < K for every K, plus the remainder at K
     cum_pos = np.cumsum(pos, axis=1) - pos
     cum_neg = np.cumsum(neg, axis=1) - neg
@@ -652,10 +707,10 @@ def _taylor_log_am1(
     # how far below the bound A - 1 can be: the K-th term (|R_K| is at most it) and the spread
     # of the moments used
     with np.errstate(over="ignore", invalid="ignore"):
-        spread = np.expm1(m_hi - m_lo)
-        known = np.where(np.isfinite(log_t), np.exp(log_t - scale[:, None]), 0.0)
+        spread = np.nan_to_num(np.expm1(m_hi_r - m_lo_r), copy=False, nan=np.inf)[row_in]
+        known = np.where(np.isfinite(log_t), scaled, 0.0)
         gap = np.abs(np.exp(log_rem[rows, best_k] - scale)) + np.sum(
-            np.where(k[None, :] < best_k[:, None], known * np.nan_to_num(spread, nan=np.inf), 0.0),
+            np.where(k[None, :] < best_k[:, None], known * spread, 0.0),
             axis=1,
         )
     tight = np.isfinite(best) & (gap <= 1e-12 * best)
@@ -673,7 +728,7 @@ def _eps_from_log_am1(log_am1: Vector, alpha: Vector) -> Vector:
     return np.where(np.isfinite(log_am1) | (log_am1 > 0), np.maximum(value, TINY), value)
 
 
-CHUNK = 8
+CHUNK = 16
 """Curves computed together (their arrays stay in cache)."""
 
 
@@ -731,7 +786,7 @@ def _rdp_chunk(q: Vector, sigma: Vector, mask: Mask, work: Work) -> Vector:
             m_lo, m_hi = _moments(0.5 / sigma[rows_needed] ** 2, work)
             row_in = np.searchsorted(rows_needed, r_of[sel])
             log_am1, taylor_tight[sel] = _taylor_log_am1(
-                lq[r_of[sel]], l1q[r_of[sel]], al[sel], (m_lo[row_in], m_hi[row_in])
+                lq[r_of[sel]], l1q[r_of[sel]], al[sel], (m_lo, m_hi), row_in
             )
             eps_taylor[sel] = np.where(
                 np.isfinite(log_am1), _eps_from_log_am1(log_am1, al[sel]), np.inf

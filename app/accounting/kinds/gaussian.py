@@ -18,6 +18,7 @@ from app.accounting.kinds._spec import (
     KindSpec,
     Mechanism,
     Translate,
+    column,
     event_number,
     param,
 )
@@ -58,7 +59,7 @@ class Gaussian(Mechanism):
 
     @classmethod
     def _affine(cls, units: Sequence[Gaussian]) -> Affine:
-        ratio = np.array([u.sensitivity for u in units]) / np.array([u.sigma for u in units])
+        ratio = column(units, "sensitivity") / column(units, "sigma")
         rho = 0.5 * ratio * ratio
         n = rho.size
         return Affine(rho, np.zeros(n), rho, np.full(n, math.inf), np.zeros(n), True)

@@ -6,8 +6,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import numpy as np
-
 from app.accounting.closed_forms import laplace_rdp, laplace_rho_array
 from app.accounting.kinds._spec import (
     MAX_EPSILON,
@@ -19,6 +17,7 @@ from app.accounting.kinds._spec import (
     Param,
     Translate,
     UnitCurves,
+    column,
     event_number,
     param,
 )
@@ -90,7 +89,7 @@ class Laplace(Mechanism):
 
     @classmethod
     def _raw_curves(cls, units: Sequence[Laplace]) -> UnitCurves:
-        eps = np.array([u.epsilon for u in units])
+        eps = column(units, "epsilon")
         return UnitCurves.of(laplace_rho_array(eps), laplace_rdp(ORDERS, eps[:, None]), eps)
 
 

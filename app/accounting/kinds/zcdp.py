@@ -14,6 +14,7 @@ from app.accounting.kinds._spec import (
     KindSpec,
     Mechanism,
     Translate,
+    column,
     event_number,
     param,
 )
@@ -52,10 +53,10 @@ class ZCDP(Mechanism):
 
     @classmethod
     def _affine(cls, units: Sequence[ZCDP]) -> Affine:
-        rho = np.array([u.rho for u in units])
-        xi = np.array([u.xi for u in units])
+        rho = column(units, "rho")
+        xi = column(units, "xi")
         pure = np.where(rho == 0.0, xi, math.inf)
-        return Affine(rho, xi, rho + xi, pure, np.array([u.delta for u in units]), False)
+        return Affine(rho, xi, rho + xi, pure, column(units, "delta"), False)
 
 
 def _from_zcdp_event(event: Mapping[str, Any], translate: Translate) -> list[Mechanism]:
