@@ -5,8 +5,8 @@ codec of ``dataset_total``). A charge or reservation naming it is admitted only 
 allocation stays within its budget **and** the dataset within the dataset's, both under the
 dataset's filter, in one transaction under the dataset's lock (``admission.decide``). The
 allocation's filter is the dataset's kind with the allocation's budget (for
-``rdp_fixed_orders``, at the dataset's fixed orders). On a partitioned dataset the allocation's
-budget applies to each block, as the dataset's does.
+``rdp_fixed_orders``, at an order chosen for the allocation's budget when it is created). On a
+partitioned dataset the allocation's budget applies to each block, as the dataset's does.
 
 Allocations may be overbooked: their budgets may add up to more than the dataset's. The
 dataset's budget is the guarantee; an allocation only limits who may use how much of it.
@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app import responses as r
-from app.accounting.filters import Budget, Filter
+from app.accounting.filters import Budget, Filter, FilterKind
 from app.db.engine import Database
 from app.db.models import Allocation, utcnow
 from app.errors import Conflict, NotFound, Unprocessable
@@ -48,18 +48,25 @@ def _budget(epsilon: float, delta: float) -> Budget:
         raise Unprocessable(str(exc)) from None
 
 
-def _filter_for(st: DatasetState, budget: Budget) -> Filter:
-    """The allocation filter: the dataset's kind, the allocation's budget, the dataset's
-    orders (rdp_fixed_orders)."""
+def _filter_for(st: DatasetState, budget: Budget, kept: Filter | None = None) -> Filter:
+    """The allocation filter: the dataset's kind with the allocation's budget. For
+    ``rdp_fixed_orders`` the order is the allocation's own, chosen when it is created from its
+    budget and the dataset's allowed kinds (as a dataset's is, before its ledger has an entry:
+    an order chosen for a larger budget can leave a smaller one unable to admit anything), and
+    kept (``kept``: the allocation's current filter) when its budget changes."""
     if st.is_pld:
         raise Unprocessable(
             f"dataset {st.name!r} uses 'pld' accounting, which has no allocations (a PLD per "
             "allocation is not kept); use 'rdp' or 'zcdp' accounting for datasets split into "
             "allocations"
         )
-    orders = st.filter.params.orders if st.filter.params is not None else None
     try:
-        return allocation_filter(st.filter.kind, budget, orders)
+        if kept is None and st.filter.kind is FilterKind.RDP_FIXED_ORDERS:
+            return Filter.create(st.filter.kind, budget, st.allowed_mechanisms)
+        orders = (kept or st.filter).params
+        return allocation_filter(
+            st.filter.kind, budget, orders.orders if orders is not None else None
+        )
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
 
@@ -163,7 +170,7 @@ def update_allocation(
     db: Database, caller: Caller, ref: str, name: str, budget_in: dict[str, float]
 ) -> r.Allocation:
     """Change an allocation's budget (audited with old and new values), under the dataset's
-    lock. Its filter keeps the dataset's fixed orders. Lowering it below the spend is allowed
+    lock. Its filter keeps its fixed orders. Lowering it below the spend is allowed
     and leaves the allocation exhausted; nothing is ever reset."""
     actor = authenticated(db, caller)
     with db.write() as s:
@@ -176,7 +183,7 @@ def update_allocation(
             old = t.budget
             new = _budget(budget_in.get("epsilon", old.epsilon), budget_in.get("delta", old.delta))
             if new != old:
-                flt = _filter_for(st, new)
+                flt = _filter_for(st, new, kept=t.filter)
                 tallies.set_filter(t, flt)
                 t.updated_at = utcnow()
                 rebudgeted = 0

@@ -216,3 +216,27 @@ def test_pld_datasets_have_no_allocations(client: TestClient) -> None:
     )
     assert r.status_code == 422 and "pld" in r.json()["detail"]
     assert client.get(f"/v1/datasets/{ds}/allocations").json()["allocations"] == []
+
+
+def test_a_small_allocation_on_an_adaptive_dataset_admits_gaussians(client: TestClient) -> None:
+    """An allocation's fixed-order filter is chosen for its own budget. At the dataset's order
+    (20 for epsilon 1, delta 1e-6) a budget of 0.3 has a negative threshold, 0.3 - log(1e6) / 19,
+    so such an allocation refused every Gaussian charge, however much noise it had."""
+    ds = new_dataset(client, budget={"epsilon": 1.0, "delta": 1e-6})["id"]  # adaptive default
+    _alloc(client, ds, "small", 0.3)
+    gaussian = {"mechanism": "gaussian", "sigma": 40.0}
+    r = client.post(
+        f"/v1/datasets/{ds}/charges", json={"mechanism": gaussian, "allocation": "small"}
+    )
+    assert r.status_code == 201, r.text
+    # its budget change keeps the order it was created with, and still admits
+    assert (
+        client.patch(
+            f"/v1/datasets/{ds}/allocations/small", json={"budget": {"epsilon": 0.35}}
+        ).status_code
+        == 200
+    )
+    r = client.post(
+        f"/v1/datasets/{ds}/charges", json={"mechanism": gaussian, "allocation": "small"}
+    )
+    assert r.status_code == 201, r.text
