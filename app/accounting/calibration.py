@@ -309,6 +309,38 @@ class FilterFit:
         return self.filter.spend(self.total + curve).order
 
 
+@dataclass(frozen=True)
+class AllFit:
+    """``Fits`` of several limits at once (a block's budget, a lifetime budget, an
+    allocation's): a curve fits when it fits every one. The margin is the least of theirs (its
+    sign says whether all fit; continuous, so the search's root finding applies), the order the
+    one of the limit with the least margin."""
+
+    fits: tuple[FilterFit, ...]
+
+    def __call__(self, curve: PrivacyCurve) -> bool:
+        return all(f(curve) for f in self.fits)
+
+    def margin(self, curve: PrivacyCurve) -> float:
+        return min(f.margin(curve) for f in self.fits)
+
+    def order(self, curve: PrivacyCurve) -> float | None:
+        return min(self.fits, key=lambda f: f.margin(curve)).order(curve)
+
+
+def envelope(curves: list[PrivacyCurve]) -> PrivacyCurve:
+    """The least curve at least every one of ``curves`` at every order (rho, pure epsilon and
+    delta likewise): a new curve that fits on top of it, under a filter monotone in the curve,
+    fits on top of each of them. Exact when one curve is largest everywhere."""
+    return PrivacyCurve(
+        rho=max(c.rho for c in curves),
+        rdp=np.max(np.stack([c.rdp for c in curves]), axis=0),
+        pure_eps=max(c.pure_eps for c in curves),
+        gaussian_only=all(c.gaussian_only for c in curves),
+        delta=max(c.delta for c in curves),
+    )
+
+
 def filter_fits(
     kind: FilterKind,
     total: PrivacyCurve,
@@ -329,6 +361,8 @@ def fits_under(f: Filter, total: PrivacyCurve) -> FilterFit:
 __all__ = [
     "PARAMETERS",
     "REL_TOL",
+    "AllFit",
+    "envelope",
     "Calibration",
     "FilterFit",
     "Fits",

@@ -283,6 +283,8 @@ def calibrate(
             show_default=False,
         ),
     ] = None,
+    allocation: ALLOCATION = None,
+    blocks: BLOCKS = None,
     url: URL = DEFAULT_URL,
     api_key: KEY = None,
     as_json: JSON_OUT = False,
@@ -290,7 +292,9 @@ def calibrate(
     flags: dict[str, str | None],
 ) -> None:
     """The least noise (or largest epsilon, most steps) the next invocation may use and still
-    fit the budget; the other parameters are fixed by the flags (viewer key)."""
+    fit the budget; the other parameters are fixed by the flags (viewer key). With
+    --allocation / --blocks (required on a partitioned dataset): against every limit a charge
+    naming them must fit."""
     solvable = calibration_parameters().get(mechanism) or {}
     target = parameter or next(iter(solvable), None)
     if target not in solvable:
@@ -300,7 +304,16 @@ def calibrate(
         fail(f"--{str(target).replace('_', '-')} is what calibrate solves for; do not give it")
     fixed = {k: v for k, v in body.items() if k != "mechanism"}
     with connect(url, api_key) as s:
-        answer = s.call(lambda c: c.calibrate(dataset, mechanism, target, **fixed)).raw
+        answer = s.call(
+            lambda c: c.calibrate(
+                dataset,
+                mechanism,
+                target,
+                allocation=allocation,
+                blocks=block_range(blocks),
+                **fixed,
+            )
+        ).raw
     if as_json:
         print_json(answer)
         return

@@ -8,11 +8,15 @@ from app import responses as r
 from app.accounting import registry
 from app.accounting.calibration import (
     PARAMETERS,
+    AllFit,
     Calibration,
+    Fits,
     calibrate,
     default_parameter,
+    envelope,
     fits_under,
 )
+from app.accounting.curve import PrivacyCurve
 from app.accounting.mechanisms import mechanism_from_dict
 from app.accounting.pld_filter import PldFilter
 from app.db.engine import Database
@@ -61,6 +65,35 @@ def _confirmed_by_pld(
     return None
 
 
+def _with_holds(committed: PrivacyCurve, held: PrivacyCurve | None) -> PrivacyCurve:
+    return committed if held is None else committed + held
+
+
+def _structure_fits(st: DatasetState, ask: admission.Ask) -> Fits:
+    """The limits a charge with ``ask``'s allocation and blocks must fit, as admission checks
+    them (``admission.decide_structures``): the dataset's budget (on a partitioned dataset its
+    lifetime budget, if any), each block's budget, the allocation's (per block on a
+    partitioned dataset). The blocks of one budget count as one limit: their envelope (the
+    pointwise largest of their curves, active holds included), so the work does not grow with
+    the span; exact when one block has spent the most at every order, otherwise the answer
+    errs toward more noise."""
+    t = ask.target
+    fits = []
+    if st.partition_unit is None:
+        fits.append(fits_under(st.filter, _with_holds(st.committed, st.held_curve)))
+    elif st.lifetime is not None:
+        fits.append(fits_under(st.lifetime, _with_holds(st.committed, st.held_curve)))
+    if t is not None:
+        for group in (t.blocks, t.allocation_blocks):
+            if group:
+                curves = [_with_holds(b.committed, b.held.total()) for b in group]
+                fits.append(fits_under(group[0].filter, envelope(curves)))
+        a = t.allocation
+        if a is not None and st.partition_unit is None:
+            fits.append(fits_under(a.filter, _with_holds(a.committed, a.held.total())))
+    return fits[0] if len(fits) == 1 else AllFit(tuple(fits))
+
+
 def calibrate_next(
     db: Database,
     caller: Caller,
@@ -68,9 +101,13 @@ def calibrate_next(
     kind: str,
     parameter: str | None,
     fixed: dict[str, Any],
+    allocation: str | None = None,
+    blocks: tuple[str, str] | None = None,
 ) -> r.Calibration:
     """Calibrate the next invocation of ``kind`` against the dataset's remaining budget
-    (active reservations count as spent), under the dataset's filter."""
+    (active reservations count as spent), under the dataset's filter; with an ``allocation``
+    and (on a partitioned dataset, required) the ``blocks`` the invocation reads, against
+    every limit a charge with them must fit."""
     parameter = parameter or default_parameter(kind)
     if parameter not in PARAMETERS[kind]:
         raise Unprocessable(f"{kind}: can calibrate {sorted(PARAMETERS[kind])}, not {parameter!r}")
@@ -97,14 +134,18 @@ def calibrate_next(
         st = state.load(s, ref, principal)
         if st.is_pld:
             state.load_pld(s, st)
+        fits: Fits = fits_under(st.filter, _with_holds(st.committed, st.held_curve))
+        if allocation is not None or blocks is not None or st.partition_unit is not None:
+            ask = admission.Ask(
+                kind, 1, {}, PrivacyCurve.zero(), allocation=allocation, blocks=blocks
+            )
+            fits = _structure_fits(st, admission.prepare(s, st, ask))
     if st.allowed_mechanisms is not None and kind not in st.allowed_mechanisms:
         raise Unprocessable(f"mechanism {kind!r} is not allowed on dataset {st.name!r}")
     admission.check_entry_delta(st, kind, float(fixed.get("delta", 0.0)))
-    held = st.held_curve
-    total = st.committed if held is None else st.committed + held
     f = st.filter
     try:
-        result = calibrate(kind, fixed, parameter, fits_under(f, total))
+        result = calibrate(kind, fixed, parameter, fits)
         if result is not None and st.is_pld:
             result = _confirmed_by_pld(st, kind, fixed, parameter, result)
     except ValueError as exc:

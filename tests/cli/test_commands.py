@@ -377,6 +377,15 @@ def test_allocations_and_blocks_through_the_cli(run: Cli) -> None:
     api_blocks = api["blocks"] if isinstance(api, dict) else api
     assert spent == {b["block"]: b["spent"]["epsilon"] for b in api_blocks}
     assert spent["2026-11-04"] == 0.0 and spent["2026-11-02"] > spent["2026-11-01"] > 0
+    # calibrate counts the allocation and the blocks a charge would name, as admission does
+    cal = run.json("calibrate", "daily", "-m", "gaussian", "--allocation", "team-a",
+                   "--blocks", "2026-11-04:2026-11-05")  # fmt: skip
+    run("charge", "daily", "-m", "gaussian", "--sigma", repr(cal["value"]), "--allocation",
+        "team-a", "--blocks", "2026-11-04:2026-11-05", "--dry-run")  # fmt: skip
+    run("charge", "daily", "-m", "gaussian", "--sigma", repr(cal["value"] * 0.99),
+        "--allocation", "team-a", "--blocks", "2026-11-04:2026-11-05", "--dry-run",
+        code=2)  # fmt: skip
+    assert "partitioned" in run("calibrate", "daily", "-m", "gaussian", code=1).stderr
     listed = run.json("allocations", "list", "daily")
     assert [a["name"] for a in listed] == ["team-a"]
     raised = run.json("allocations", "set-budget", "daily", "team-a", "--epsilon", "2")

@@ -11,11 +11,13 @@ from fastapi.responses import StreamingResponse
 from app import responses as r
 from app.accounting.registry import calibration_parameters
 from app.api.answer import send
+from app.api.dataset_names import NAME_MAX_LENGTH
 from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer
 from app.api.problems import responses
 from app.api.safe_text import IdempotencyKey
 from app.api.schemas import ChargeIn, DatasetIn, DatasetPatch, DpEventChargeIn, SampleRate
 from app.db.models import MAX_BIGINT
+from app.errors import Unprocessable
 from app.services import calibrate as calibrate_service
 from app.services import charges, datasets, ledger
 
@@ -304,7 +306,30 @@ def calibrate(
         float | None, Query(ge=0, lt=1, allow_inf_nan=False, description="approx_dp, zcdp")
     ] = None,
     xi: Annotated[float | None, Query(ge=0, allow_inf_nan=False, description="zcdp")] = None,
+    allocation: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=NAME_MAX_LENGTH,
+            description="Calibrate against this allocation's budget too (as a charge to it).",
+        ),
+    ] = None,
+    block_from: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=16,
+            description="Partitioned datasets (required there): the first block the next "
+            "invocation reads (e.g. 2026-11-23, 2026-W48, 2026-11); with block_to.",
+        ),
+    ] = None,
+    block_to: Annotated[
+        str | None,
+        Query(min_length=1, max_length=16, description="The last block read (inclusive)."),
+    ] = None,
 ) -> Response:
+    if (block_from is None) != (block_to is None):
+        raise Unprocessable("give both block_from and block_to (an inclusive range), or neither")
     fixed = {
         "sensitivity": sensitivity,
         "sample_rate": sample_rate,
@@ -322,5 +347,7 @@ def calibrate(
         mechanism,
         parameter,
         {n: v for n, v in fixed.items() if v is not None},
+        allocation=allocation,
+        blocks=(block_from, block_to) if block_from is not None and block_to is not None else None,
     )
     return send(answer)

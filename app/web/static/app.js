@@ -238,8 +238,8 @@
       return;
     }
     if (d.partition) {
-      // /calibrate measures the whole ledger against the budget, but here the budget is per
-      // block: the answer would not be about any block, so the page does not ask for it
+      // the budget is per block: /calibrate needs the blocks a query reads (block_from,
+      // block_to), which the page cannot guess, so it points to the blocks' remaining budget
       box.appendChild(html("p", { "data-testid": "calibration-blocks" }, `It depends on the blocks the query reads: each block has its own budget of ${eps(d.budget.epsilon)}, and a block nobody charged has all of it. The remaining ε of each block is in the heatmap below (and its data table).`));
       return;
     }

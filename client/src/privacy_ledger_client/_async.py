@@ -186,10 +186,19 @@ class AsyncLedgerClient:
         return await self.send(calls.ledger(dataset, limit, cursor))
 
     async def calibrate(
-        self, dataset: str, mechanism: str, parameter: str | None = None, **fixed: Any
+        self,
+        dataset: str,
+        mechanism: str,
+        parameter: str | None = None,
+        *,
+        allocation: str | None = None,
+        blocks: tuple[str, str] | None = None,
+        **fixed: Any,
     ) -> Calibration:
         """As ``LedgerClient.calibrate``."""
-        return await self.send(calls.calibrate(dataset, mechanism, parameter, fixed))
+        return await self.send(
+            calls.calibrate(dataset, mechanism, parameter, fixed, allocation, blocks)
+        )
 
     # -- charging --
 

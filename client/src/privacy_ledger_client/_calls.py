@@ -142,9 +142,24 @@ def ledger(ref: str, limit: int, cursor: str | None) -> Call[LedgerPage]:
 
 
 def calibrate(
-    ref: str, kind: str, parameter: str | None, fixed: Mapping[str, Any]
+    ref: str,
+    kind: str,
+    parameter: str | None,
+    fixed: Mapping[str, Any],
+    allocation: str | None = None,
+    blocks: tuple[str, str] | None = None,
 ) -> Call[Calibration]:
-    params = _drop_none({"mechanism": kind, "parameter": parameter, **fixed})
+    first, last = blocks if blocks is not None else (None, None)
+    params = _drop_none(
+        {
+            "mechanism": kind,
+            "parameter": parameter,
+            **fixed,
+            "allocation": allocation,
+            "block_from": first,
+            "block_to": last,
+        }
+    )
     return Call("GET", f"/v1/datasets/{_seg(ref)}/calibrate", _one(Calibration), params=params)
 
 

@@ -192,11 +192,20 @@ class LedgerClient:
         return self.send(calls.ledger(dataset, limit, cursor))
 
     def calibrate(
-        self, dataset: str, mechanism: str, parameter: str | None = None, **fixed: Any
+        self,
+        dataset: str,
+        mechanism: str,
+        parameter: str | None = None,
+        *,
+        allocation: str | None = None,
+        blocks: tuple[str, str] | None = None,
+        **fixed: Any,
     ) -> Calibration:
         """The least noise / largest epsilon / most steps that still fits; ``.mechanism`` is
-        complete and ready to charge. ``fixed``: the other parameters (``sensitivity=1.0``)."""
-        return self.send(calls.calibrate(dataset, mechanism, parameter, fixed))
+        complete and ready to charge. ``fixed``: the other parameters (``sensitivity=1.0``).
+        ``allocation`` / ``blocks`` (required on a partitioned dataset): those the charge will
+        name, so that every limit it must fit is counted."""
+        return self.send(calls.calibrate(dataset, mechanism, parameter, fixed, allocation, blocks))
 
     # -- charging --
 

@@ -1,0 +1,127 @@
+"""``/calibrate`` with budget structures (issue 15): against every limit a charge with the same
+allocation and blocks must fit (each block's budget, the lifetime budget, the allocation's).
+Sharp: the answer is admitted by a dry-run charge and one relative step of 1e-6 toward more
+privacy loss is refused, so the calibration says exactly what admission does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.conftest import new_dataset
+
+STEP = 1e-6
+
+
+def _dry_run(client: TestClient, ds: str, mechanism: dict[str, Any], **extra: Any) -> int:
+    r = client.post(
+        f"/v1/datasets/{ds}/charges",
+        params={"dry_run": "true"},
+        json={"mechanism": mechanism, **extra},
+    )
+    assert r.status_code in (200, 409), r.text
+    return r.status_code
+
+
+def _calibrated_sigma(client: TestClient, ds: str, **params: Any) -> float:
+    r = client.get(
+        f"/v1/datasets/{ds}/calibrate",
+        params={"mechanism": "gaussian", "parameter": "sigma", **params},
+    )
+    assert r.status_code == 200, r.text
+    return float(r.json()["value"])
+
+
+def _sharp(client: TestClient, ds: str, sigma: float, **extra: Any) -> None:
+    """``sigma`` is admitted; a relative step less noise is refused."""
+    assert _dry_run(client, ds, {"mechanism": "gaussian", "sigma": sigma}, **extra) == 200
+    less = {"mechanism": "gaussian", "sigma": sigma * (1 - STEP)}
+    assert _dry_run(client, ds, less, **extra) == 409
+
+
+def _partitioned(client: TestClient, **fields: Any) -> str:
+    ds = new_dataset(
+        client,
+        name="clicks",
+        budget={"epsilon": 1.0, "delta": 1e-6},
+        adaptive=False,
+        partition={"unit": "day"},
+        **fields,
+    )
+    return str(ds["id"])
+
+
+def _charge(client: TestClient, ds: str, first: str, last: str, epsilon: float) -> None:
+    r = client.post(
+        f"/v1/datasets/{ds}/charges",
+        json={
+            "mechanism": {"mechanism": "laplace", "epsilon": epsilon},
+            "blocks": {"from": first, "to": last},
+        },
+    )
+    assert r.status_code == 201, r.text
+
+
+def test_blocks_calibrate_against_the_most_spent_block(client: TestClient) -> None:
+    ds = _partitioned(client)
+    _charge(client, ds, "2026-11-01", "2026-11-03", 0.3)
+    _charge(client, ds, "2026-11-03", "2026-11-03", 0.2)
+    span = {"block_from": "2026-11-03", "block_to": "2026-11-04"}
+    sigma = _calibrated_sigma(client, ds, **span)
+    _sharp(client, ds, sigma, blocks={"from": "2026-11-03", "to": "2026-11-04"})
+    # a block nobody charged has its whole budget: less noise fits there
+    fresh = _calibrated_sigma(client, ds, block_from="2026-11-10", block_to="2026-11-12")
+    assert fresh < sigma
+    _sharp(client, ds, fresh, blocks={"from": "2026-11-10", "to": "2026-11-12"})
+
+
+def test_the_lifetime_budget_binds_when_it_is_the_tighter(client: TestClient) -> None:
+    ds = _partitioned(client, lifetime_budget={"epsilon": 1.2, "delta": 1e-6})
+    for day in ("01", "02", "03"):
+        _charge(client, ds, f"2026-11-{day}", f"2026-11-{day}", 0.3)
+    # block 2026-11-20 has its whole budget of 1; the lifetime has about 0.3 left
+    sigma = _calibrated_sigma(client, ds, block_from="2026-11-20", block_to="2026-11-20")
+    _sharp(client, ds, sigma, blocks={"from": "2026-11-20", "to": "2026-11-20"})
+
+
+def test_an_allocation_calibrates_against_its_own_budget(client: TestClient) -> None:
+    ds = new_dataset(client, budget={"epsilon": 3.0, "delta": 1e-6}, adaptive=False)["id"]
+    r = client.post(
+        f"/v1/datasets/{ds}/allocations",
+        json={"name": "team-a", "budget": {"epsilon": 0.5, "delta": 1e-6}},
+    )
+    assert r.status_code == 201, r.text
+    whole = _calibrated_sigma(client, ds)
+    team = _calibrated_sigma(client, ds, allocation="team-a")
+    assert team > whole  # the allocation's budget is the smaller
+    _sharp(client, ds, team, allocation="team-a")
+    _sharp(client, ds, whole)
+
+
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [
+        ({}, "partitioned"),  # a partitioned dataset needs the blocks read
+        ({"block_from": "2026-11-01"}, "block_to"),
+        ({"block_from": "2026-11-02", "block_to": "2026-11-01"}, "2026-11-02"),
+        ({"block_from": "2026-11-01", "block_to": "2026-11-01", "allocation": "nope"}, "nope"),
+    ],
+)
+def test_bad_structure_parameters_are_422(
+    client: TestClient, params: dict[str, str], needle: str
+) -> None:
+    ds = _partitioned(client)
+    r = client.get(f"/v1/datasets/{ds}/calibrate", params={"mechanism": "gaussian", **params})
+    assert r.status_code == 422, r.text
+    assert needle in r.json()["detail"]
+
+
+def test_blocks_on_a_dataset_that_is_not_partitioned_are_422(client: TestClient) -> None:
+    ds = new_dataset(client)["id"]
+    r = client.get(
+        f"/v1/datasets/{ds}/calibrate",
+        params={"mechanism": "gaussian", "block_from": "2026-11-01", "block_to": "2026-11-01"},
+    )
+    assert r.status_code == 422 and "not partitioned" in r.json()["detail"], r.text
