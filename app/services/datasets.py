@@ -90,7 +90,7 @@ def create_dataset(
     if allowed_mechanisms is not None:
         allowed_mechanisms = sorted(set(allowed_mechanisms))
     flt = _filter(accounting, adaptive, allowed_mechanisms, budget)
-    lifetime = _structure_filters(flt, partition_unit, lifetime_budget)
+    lifetime = _structure_filters(flt, partition_unit, lifetime_budget, allowed_mechanisms)
     zero = PrivacyCurve.zero()
     pld_state = (
         state_for_budget(budget.epsilon, budget.delta) if flt.kind is FilterKind.PLD else None
@@ -179,10 +179,15 @@ def create_dataset(
 
 
 def _structure_filters(
-    flt: Filter, partition_unit: str | None, lifetime_budget: tuple[float, float] | None
+    flt: Filter,
+    partition_unit: str | None,
+    lifetime_budget: tuple[float, float] | None,
+    allowed_mechanisms: list[str] | None = None,
 ) -> Filter | None:
     """Budget structures at creation: 422 for a partition on a ``pld`` dataset or a lifetime
-    budget without a partition; the lifetime budget's filter (the dataset's kind and orders)."""
+    budget without a partition; the lifetime budget's filter (the dataset's kind; for
+    ``rdp_fixed_orders`` an order chosen for the lifetime budget itself, as an allocation's is:
+    the block budget's order can leave a smaller lifetime budget unable to admit anything)."""
     if partition_unit is not None and flt.kind is FilterKind.PLD:
         raise Unprocessable(
             "'pld' datasets cannot be partitioned (a PLD per block is not kept); use 'rdp' or "
@@ -195,9 +200,10 @@ def _structure_filters(
             "'lifetime_budget' applies only to partitioned datasets (give 'partition'); an "
             "unpartitioned dataset's budget already caps all its charges"
         )
-    orders = flt.params.orders if flt.params is not None else None
     try:
-        return allocation_filter(flt.kind, _budget(*lifetime_budget), orders)
+        if flt.kind is FilterKind.RDP_FIXED_ORDERS:
+            return Filter.create(flt.kind, _budget(*lifetime_budget), allowed_mechanisms)
+        return allocation_filter(flt.kind, _budget(*lifetime_budget), None)
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
 

@@ -210,3 +210,24 @@ def test_reservations_hold_blocks_and_allocations(client: TestClient) -> None:
         ).status_code
         == 404
     )
+
+
+def test_a_lifetime_budget_below_the_block_budget_admits_gaussians(client: TestClient) -> None:
+    """The lifetime budget's fixed-order filter is chosen for the lifetime budget: at the block
+    budget's order (20 for epsilon 1, delta 1e-6) a lifetime epsilon of 0.3 had a negative
+    threshold and refused every Gaussian charge."""
+    ds = new_dataset(
+        client,
+        name="clicks-adaptive",
+        budget={"epsilon": 1.0, "delta": 1e-6},
+        partition={"unit": "day"},
+        lifetime_budget={"epsilon": 0.3, "delta": 1e-6},
+    )["id"]
+    r = client.post(
+        f"/v1/datasets/{ds}/charges",
+        json={
+            "mechanism": {"mechanism": "gaussian", "sigma": 40.0},
+            "blocks": {"from": "2026-11-20", "to": "2026-11-20"},
+        },
+    )
+    assert r.status_code == 201, r.text
