@@ -36,15 +36,18 @@ CONTRIBUTION_LIMIT = 100_000
 """``status`` reads at most this many ledger entries to attribute the spend to mechanism kinds."""
 
 
-def _entries(s: Session, dataset: str, limit: int | None) -> Iterator[LedgerEntry]:
-    """Ledger entries newest first, one page request at a time, at most ``limit``."""
+def _entries(
+    s: Session, dataset: str, limit: int | None, **filters: str | None
+) -> Iterator[LedgerEntry]:
+    """Ledger entries newest first (``filters``: only those), one page request at a time, at
+    most ``limit``."""
     cursor: str | None = None
     seen = 0
     while True:
         size = PAGE if limit is None else min(PAGE, limit - seen)
         if size <= 0:
             return
-        page = s.call(LedgerClient.ledger, dataset, limit=size, cursor=cursor)
+        page = s.call(LedgerClient.ledger, dataset, limit=size, cursor=cursor, **filters)
         for e in page.entries:
             yield e
             seen += 1
@@ -218,27 +221,43 @@ def ledger(
             show_default=False,
         ),
     ] = None,
+    kind: Annotated[
+        str | None, typer.Option(help="Only this mechanism kind.", show_default=False)
+    ] = None,
+    allocation: Annotated[
+        str | None,
+        typer.Option(help="Only entries charged to this allocation.", show_default=False),
+    ] = None,
+    block: Annotated[
+        str | None,
+        typer.Option(
+            help="Partitioned datasets: only entries whose block range covers this block "
+            "(e.g. 2026-11-23).",
+            show_default=False,
+        ),
+    ] = None,
     url: URL = DEFAULT_URL,
     api_key: KEY = None,
 ) -> None:
     """Ledger entries, newest first (viewer key)."""
+    filters = {"kind": kind, "allocation": allocation, "block": block}
     if output_format == "table" and limit is None:
         limit = 50
     with connect(url, api_key) as s:
         if output_format == "csv":
             out = csv.writer(sys.stdout, lineterminator="\n")
             out.writerow(CSV_COLUMNS)
-            for e in _entries(s, dataset, limit):
+            for e in _entries(s, dataset, limit, **filters):
                 out.writerow(_csv_row(e.raw))
             return
         if output_format == "jsonl":
-            for e in _entries(s, dataset, limit):
+            for e in _entries(s, dataset, limit, **filters):
                 sys.stdout.write(json.dumps(e.raw) + "\n")
             return
         table = Table(title=f"ledger of {dataset} (newest first)")
         for col in ("#", "time (UTC)", "mechanism", "count", "label", "spent ε after", "source"):
             table.add_column(col)
-        for e in _entries(s, dataset, limit):
+        for e in _entries(s, dataset, limit, **filters):
             table.add_row(
                 str(e.seq),
                 when(e.raw.get("created_at")),

@@ -106,20 +106,34 @@ def decode_cursor(cursor: str) -> int:
 
 
 _K = ApiKey.__table__.c
+_A = Allocation.__table__.c
 
 
 @dataclass(frozen=True)
 class EntryFilter:
-    """Ledger filters: mechanism kind, label, key (id or label), creation time range."""
+    """Ledger filters: mechanism kind, label, key (id or label), creation time range, the
+    allocation charged (name or id), a block the entry's range covers (partitioned datasets)."""
 
     kind: str | None = None
     label: str | None = None
     key: str | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
+    allocation: str | None = None
+    block: str | None = None
 
     def where(self, dataset_id: str) -> list[ColumnElement[bool]]:
         clauses: list[ColumnElement[bool]] = [_L.dataset_id == dataset_id]
+        if self.allocation is not None:
+            by_name = (
+                select(_A.id)
+                .where(_A.dataset_id == dataset_id, _A.name == self.allocation)
+                .scalar_subquery()
+            )
+            clauses.append(or_(_L.allocation_id == self.allocation, _L.allocation_id == by_name))
+        if self.block is not None:  # keys of one unit sort as their blocks do
+            clauses.append(_L.block_from <= self.block)
+            clauses.append(_L.block_to >= self.block)
         if self.kind is not None:
             clauses.append(_L.kind == self.kind)
         if self.label is not None:
@@ -143,6 +157,16 @@ def _entries(where: list[ColumnElement[bool]]) -> Select[Any]:
     )
 
 
+def _checked(st: DatasetState, filters: EntryFilter) -> EntryFilter:
+    """``filters``, or 422 for a block filter on a dataset that is not partitioned or a key
+    that is not one of its unit's."""
+    if filters.block is not None:
+        if st.partition_unit is None:
+            raise Unprocessable(f"dataset {st.name!r} is not partitioned: 'block' does not apply")
+        blocks.check_key(st.partition_unit, filters.block)
+    return filters
+
+
 def list_entries(
     db: Database,
     caller: Caller,
@@ -158,7 +182,7 @@ def list_entries(
     with db.read() as s:
         principal = authenticated(db, caller, s)
         st = state.load(s, ref, principal)
-        q = _entries((filters or EntryFilter()).where(st.id))
+        q = _entries(_checked(st, filters or EntryFilter()).where(st.id))
         if before is not None:
             q = q.where(_L.id < before)
         rows = s.execute(q.order_by(_L.id.desc()).limit(limit + 1)).all()
@@ -191,6 +215,9 @@ CSV_COLUMNS = (
     "spent_epsilon",
     "mechanism",
     "metadata",
+    "allocation_id",
+    "block_from",
+    "block_to",
 )
 
 
@@ -229,8 +256,9 @@ def export_entries(
         raise Unprocessable(f"format must be one of {list(EXPORT_FORMATS)}, got {fmt!r}")
     with db.read() as s:
         principal = authenticated(db, caller, s)
-        dataset_id = state.load(s, ref, principal).id
-    chosen = filters or EntryFilter()
+        st = state.load(s, ref, principal)
+    dataset_id = st.id
+    chosen = _checked(st, filters or EntryFilter())
 
     def lines() -> Iterator[str]:
         if fmt == "csv":
@@ -245,6 +273,9 @@ def export_entries(
                 if fmt == "csv":
                     values = e.model_dump()
                     values["created_at"] = e.created_at
+                    span = e.blocks
+                    values["block_from"] = span.from_ if span is not None else None
+                    values["block_to"] = span.to if span is not None else None
                     writer.writerow([_csv_cell(values[c]) for c in CSV_COLUMNS])
                 else:
                     chunk.write(e.model_dump_json() + "\n")

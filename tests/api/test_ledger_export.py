@@ -71,8 +71,10 @@ def _only(client: TestClient, url: str, **params: Any) -> dict[str, Any]:
 def _as_csv_row(entry: dict[str, Any]) -> dict[str, str]:
     """What the CSV should say for an API entry (computed from the JSON, independently)."""
     out = {}
+    span = entry.get("blocks") or {}
+    flat = {**entry, "block_from": span.get("from"), "block_to": span.get("to")}
     for c in ledger.CSV_COLUMNS:
-        v = entry[c]
+        v = flat[c]
         if v is None:
             out[c] = ""
         elif isinstance(v, float):

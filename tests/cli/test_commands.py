@@ -386,6 +386,14 @@ def test_allocations_and_blocks_through_the_cli(run: Cli) -> None:
         "--allocation", "team-a", "--blocks", "2026-11-04:2026-11-05", "--dry-run",
         code=2)  # fmt: skip
     assert "partitioned" in run("calibrate", "daily", "-m", "gaussian", code=1).stderr
+
+    # the ledger filtered by allocation and by block
+    def seqs(*flags: str) -> list[int]:
+        out = run("ledger", "daily", "--format", "jsonl", *flags).stdout.splitlines()
+        return [json.loads(line)["seq"] for line in out]
+
+    assert seqs("--allocation", "team-a") == [1]
+    assert seqs("--block", "2026-11-02") == [2, 1] and seqs("--block", "2026-11-04") == []
     listed = run.json("allocations", "list", "daily")
     assert [a["name"] for a in listed] == ["team-a"]
     raised = run.json("allocations", "set-budget", "daily", "team-a", "--epsilon", "2")

@@ -223,6 +223,17 @@ def ledger_(
     key_id: Annotated[str | None, Query(max_length=200, description="same as key")] = None,
     created_after: datetime | None = None,
     created_before: datetime | None = None,
+    allocation: Annotated[
+        str | None,
+        Query(max_length=NAME_MAX_LENGTH, description="the allocation charged (name or id)"),
+    ] = None,
+    block: Annotated[
+        str | None,
+        Query(
+            max_length=16,
+            description="partitioned datasets: entries whose block range covers this block",
+        ),
+    ] = None,
     format: Annotated[
         Literal["json", "csv", "jsonl"],
         Query(description="csv or jsonl: the whole (filtered) ledger, oldest first, streamed"),
@@ -234,6 +245,8 @@ def ledger_(
         key=key if key is not None else key_id,
         created_after=_utc(created_after),
         created_before=_utc(created_before),
+        allocation=allocation,
+        block=block,
     )
     if format != "json":
         lines = ledger.export_entries(db, caller, dataset_id, format, filters)

@@ -181,9 +181,21 @@ class AsyncLedgerClient:
         """As ``LedgerClient.spend``."""
         return await self.send(calls.spend(dataset, delta, epsilon))
 
-    async def ledger(self, dataset: str, limit: int = 50, cursor: str | None = None) -> LedgerPage:
+    async def ledger(
+        self,
+        dataset: str,
+        limit: int = 50,
+        cursor: str | None = None,
+        *,
+        kind: str | None = None,
+        label: str | None = None,
+        key: str | None = None,
+        allocation: str | None = None,
+        block: str | None = None,
+    ) -> LedgerPage:
         """As ``LedgerClient.ledger``."""
-        return await self.send(calls.ledger(dataset, limit, cursor))
+        filters = {"kind": kind, "label": label, "key": key, "allocation": allocation}
+        return await self.send(calls.ledger(dataset, limit, cursor, {**filters, "block": block}))
 
     async def calibrate(
         self,

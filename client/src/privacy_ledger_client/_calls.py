@@ -136,8 +136,10 @@ def spend(ref: str, delta: float | None, epsilon: float | None) -> Call[SpendQue
     return Call("GET", f"/v1/datasets/{_seg(ref)}/spend", _one(SpendQuery), params=params)
 
 
-def ledger(ref: str, limit: int, cursor: str | None) -> Call[LedgerPage]:
-    params = _drop_none({"limit": limit, "cursor": cursor})
+def ledger(
+    ref: str, limit: int, cursor: str | None, filters: Mapping[str, Any] | None = None
+) -> Call[LedgerPage]:
+    params = _drop_none({"limit": limit, "cursor": cursor, **(filters or {})})
     return Call("GET", f"/v1/datasets/{_seg(ref)}/ledger", _one(LedgerPage), params=params)
 
 

@@ -187,9 +187,23 @@ class LedgerClient:
         """Epsilon at another ``delta``, or delta at an ``epsilon``."""
         return self.send(calls.spend(dataset, delta, epsilon))
 
-    def ledger(self, dataset: str, limit: int = 50, cursor: str | None = None) -> LedgerPage:
-        """One page of ledger entries, newest first."""
-        return self.send(calls.ledger(dataset, limit, cursor))
+    def ledger(
+        self,
+        dataset: str,
+        limit: int = 50,
+        cursor: str | None = None,
+        *,
+        kind: str | None = None,
+        label: str | None = None,
+        key: str | None = None,
+        allocation: str | None = None,
+        block: str | None = None,
+    ) -> LedgerPage:
+        """One page of ledger entries, newest first; only those of a mechanism ``kind``,
+        ``label``, ``key`` (id or label), ``allocation`` (name or id) or covering ``block``
+        (a partitioned dataset's block key) when given."""
+        filters = {"kind": kind, "label": label, "key": key, "allocation": allocation}
+        return self.send(calls.ledger(dataset, limit, cursor, {**filters, "block": block}))
 
     def calibrate(
         self,
