@@ -368,6 +368,11 @@ class DatasetPatch(_Strict):
 
     name: Name | None = None
     budget: BudgetPatch | None = None
+    lifetime_budget: BudgetPatch | None = Field(
+        default=None,
+        description="partitioned datasets: set or change the lifetime budget (the cap on the "
+        "composition of all charges); setting one where there was none needs epsilon and delta",
+    )
     description: Description | None = None
     accounting: Literal["rdp", "zcdp", "pld"] | None = None
     adaptive: bool | None = None

@@ -205,6 +205,18 @@ def datasets_update(
         bool,
         typer.Option("--allow-all", help="Allow every mechanism kind again."),
     ] = False,
+    lifetime_epsilon: Annotated[
+        float | None,
+        typer.Option(
+            help="Partitioned datasets: new lifetime budget epsilon [nats] (a new lifetime "
+            "budget needs --lifetime-delta too).",
+            show_default=False,
+        ),
+    ] = None,
+    lifetime_delta: Annotated[
+        float | None,
+        typer.Option(help="New lifetime budget delta [probability].", show_default=False),
+    ] = None,
     url: URL = DEFAULT_URL,
     api_key: KEY = None,
     as_json: JSON_OUT = False,
@@ -214,6 +226,9 @@ def datasets_update(
     budget = {k: v for k, v in {"epsilon": epsilon, "delta": delta}.items() if v is not None}
     if budget:
         changes["budget"] = budget
+    lifetime = {"epsilon": lifetime_epsilon, "delta": lifetime_delta}
+    if any(v is not None for v in lifetime.values()):
+        changes["lifetime_budget"] = {k: v for k, v in lifetime.items() if v is not None}
     if name is not None:
         changes["name"] = name
     if description is not None:

@@ -304,6 +304,7 @@ _SETTINGS = (
     "adaptive",
     "allowed_mechanisms",
     "warning_threshold",
+    "lifetime_budget",
 )
 
 
@@ -316,6 +317,11 @@ def _settings(ds: Dataset) -> dict[str, Any]:
         "adaptive": ds.adaptive,
         "allowed_mechanisms": ds.allowed_mechanisms,
         "warning_threshold": ds.warning_threshold,
+        "lifetime_budget": (
+            None
+            if ds.lifetime_budget_epsilon is None
+            else {"epsilon": ds.lifetime_budget_epsilon, "delta": ds.lifetime_budget_delta}
+        ),
     }
 
 
@@ -391,6 +397,8 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
             ds.filter_params = flt.params.to_dict() if flt.params is not None else None
             ds.updated_at = utcnow()
             st.filter = flt
+            if "lifetime_budget" in changes:
+                _set_lifetime(ds, st, changes["lifetime_budget"])
             if flt.kind is FilterKind.PLD:
                 if st.pld is None:  # a rule change before the first charge: a fresh state
                     st.pld = state_for_budget(budget.epsilon, budget.delta)
@@ -418,6 +426,39 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
                 )
         s.flush()
         return answers.dataset(state.load(s, st.id, actor))
+
+
+def _set_lifetime(ds: Dataset, st: state.DatasetState, change: dict[str, float]) -> None:
+    """Set or change a partitioned dataset's lifetime budget (under the dataset's lock). A
+    changed budget keeps its filter's fixed orders (as a dataset's budget change does); a new
+    one gets an order chosen for it (only its budget and the allowed kinds decide, not the
+    ledger). Lowering it below the spend is allowed and leaves the dataset exhausted."""
+    if st.partition_unit is None:
+        raise Unprocessable(
+            "'lifetime_budget' applies only to partitioned datasets; an unpartitioned "
+            "dataset's budget already caps all its charges"
+        )
+    old = st.lifetime
+    if old is None and set(change) != {"epsilon", "delta"}:
+        raise Unprocessable("a new lifetime_budget needs both epsilon and delta")
+    epsilon = change.get("epsilon", old.budget.epsilon if old is not None else 0.0)
+    delta = change.get("delta", old.budget.delta if old is not None else 0.0)
+    budget = _budget(epsilon, delta)
+    try:
+        if old is None:
+            flt = _structure_filters(
+                st.filter, st.partition_unit, (budget.epsilon, budget.delta), st.allowed_mechanisms
+            )
+        else:
+            kept = old.params.orders if old.params is not None else None
+            flt = allocation_filter(old.kind, budget, kept)
+    except ValueError as exc:
+        raise Unprocessable(str(exc)) from None
+    assert flt is not None
+    ds.lifetime_budget_epsilon, ds.lifetime_budget_delta = budget.epsilon, budget.delta
+    ds.lifetime_filter_bound = flt.bound
+    ds.lifetime_filter_params = flt.params.to_dict() if flt.params is not None else None
+    st.lifetime = flt
 
 
 def set_archived(db: Database, caller: Caller, ref: str, archived: bool) -> r.Dataset:

@@ -231,3 +231,33 @@ def test_a_lifetime_budget_below_the_block_budget_admits_gaussians(client: TestC
         },
     )
     assert r.status_code == 201, r.text
+
+
+def test_patch_sets_and_changes_the_lifetime_budget(client: TestClient) -> None:
+    ds = _partitioned(client)["id"]
+    path = f"/v1/datasets/{ds}"
+    # a new lifetime budget needs both numbers; a dataset that is not partitioned has none
+    r = client.patch(path, json={"lifetime_budget": {"epsilon": 1.0}})
+    assert r.status_code == 422 and "both" in r.json()["detail"], r.text
+    plain = new_dataset(client, name="plain")["id"]
+    r = client.patch(
+        f"/v1/datasets/{plain}", json={"lifetime_budget": {"epsilon": 1.0, "delta": 1e-6}}
+    )
+    assert r.status_code == 422 and "partitioned" in r.json()["detail"], r.text
+    # set: the cap applies to the next charges (days 1 and 2 each fit their block)
+    r = client.patch(path, json={"lifetime_budget": {"epsilon": 0.6, "delta": 1e-6}})
+    assert r.status_code == 200 and r.json()["lifetime_budget"] == {"epsilon": 0.6, "delta": 1e-6}
+    assert _charge(client, ds, "2026-11-01", "2026-11-01").status_code == 201
+    refused = _charge(client, ds, "2026-11-02", "2026-11-02")
+    assert refused.status_code == 409 and refused.json()["limit"] == "lifetime", refused.text
+    # raised (epsilon only; delta kept): the same charge fits, and the change is audited
+    r = client.patch(path, json={"lifetime_budget": {"epsilon": 2.0}})
+    assert r.status_code == 200 and r.json()["lifetime_budget"] == {"epsilon": 2.0, "delta": 1e-6}
+    assert _charge(client, ds, "2026-11-02", "2026-11-02").status_code == 201
+    events = client.get("/v1/audit", params={"dataset_id": ds}).json()["events"]
+    changes = [e["details"]["changes"] for e in events if e["action"] == "dataset.changed"]
+    assert {"old": {"epsilon": 0.6, "delta": 1e-6}, "new": {"epsilon": 2.0, "delta": 1e-6}} in [
+        c.get("lifetime_budget") for c in changes
+    ]
+    view = client.get(f"/v1/datasets/{ds}/budget").json()
+    assert view["lifetime"]["budget"] == {"epsilon": 2.0, "delta": 1e-6}

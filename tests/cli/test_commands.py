@@ -392,6 +392,8 @@ def test_allocations_and_blocks_through_the_cli(run: Cli) -> None:
         out = run("ledger", "daily", "--format", "jsonl", *flags).stdout.splitlines()
         return [json.loads(line)["seq"] for line in out]
 
+    raised_life = run.json("datasets", "update", "daily", "--lifetime-epsilon", "6")
+    assert raised_life["lifetime_budget"] == {"epsilon": 6.0, "delta": 1e-6}
     assert seqs("--allocation", "team-a") == [1]
     assert seqs("--block", "2026-11-02") == [2, 1] and seqs("--block", "2026-11-04") == []
     listed = run.json("allocations", "list", "daily")

@@ -105,8 +105,9 @@ def patch(dataset_id: str, body: DatasetPatch, db: DbDep, caller: Admin) -> Resp
         for k, v in changes.items()
         if v is not None or k in ("description", "allowed_mechanisms")
     }
-    if "budget" in changes:
-        changes["budget"] = {k: v for k, v in changes["budget"].items() if v is not None}
+    for budget in ("budget", "lifetime_budget"):
+        if budget in changes:
+            changes[budget] = {k: v for k, v in changes[budget].items() if v is not None}
     return send(datasets.update_dataset(db, caller, dataset_id, changes))
 
 

@@ -164,7 +164,8 @@ class LedgerClient:
         return self.send(calls.create_dataset(name, epsilon, delta, fields))
 
     def update_dataset(self, dataset: str, **changes: Any) -> Dataset:
-        """Change a dataset's budget or description (admin key; audited)."""
+        """Change a dataset's budget or description (admin key; audited); ``changes`` are
+        the PATCH body's members (``budget={"epsilon": 2.0}``, ``lifetime_budget=...``)."""
         return self.send(calls.update_dataset(dataset, changes))
 
     def archive_dataset(self, dataset: str) -> Dataset:
