@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Row, Select, Table, bindparam, select, update
+from sqlalchemy import Insert, Row, Select, Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from app.accounting.adaptive import RenyiFilter
@@ -258,13 +258,9 @@ _SAVE = (
 )
 
 
-def save(session: Session, st: DatasetState, now: datetime | None = None) -> None:
-    """Write the totals back (one ``UPDATE``) if anything changed since ``load``."""
-    if st.structures is not None:
-        st.structures.save(session, now)
-    if not st.dirty:
-        return
-    values = {
+def _totals(st: DatasetState, now: datetime) -> dict[str, Any]:
+    """The totals row's values for ``st``, keyed as ``_SAVE`` binds them."""
+    return {
         "key_dataset_id": st.id,
         **curve_columns(st.committed),
         "entry_count": st.entry_count,
@@ -272,11 +268,20 @@ def save(session: Session, st: DatasetState, now: datetime | None = None) -> Non
         "spent_epsilon": st.spent.epsilon,
         "spent_method": st.spent.method,
         "last_entry_at": st.last_entry_at,
-        "updated_at": now or utcnow(),
+        "updated_at": now,
         "held_count": st.held.count,
         "held": held_to_bytes(st.held),
         "held_next_expiry": st.held_next_expiry,
     }
+
+
+def save(session: Session, st: DatasetState, now: datetime | None = None) -> None:
+    """Write the totals back (one ``UPDATE``) if anything changed since ``load``."""
+    if st.structures is not None:
+        st.structures.save(session, now)
+    if not st.dirty:
+        return
+    values = _totals(st, now or utcnow())
     session.connection().execute(_SAVE, values)
     st.dirty = False
     if st.pld_dirty:
@@ -293,4 +298,41 @@ def save(session: Session, st: DatasetState, now: datetime | None = None) -> Non
         st.pld_dirty = False
 
 
-__all__ = ["DatasetState", "columns", "load", "load_pld", "save", "state_of"]
+# PostgreSQL: the totals written by the statement that inserts a ledger entry (a data-modifying
+# CTE), so that an admitted charge costs one round trip less. Every name bound is prefixed
+# ("t_" here, the statement's own otherwise): SQLAlchemy adds to an UPDATE a SET for any
+# execution parameter named like one of its table's columns.
+_SAVE_AS_CTE = (
+    update(_TOTALS)
+    .where(_T.dataset_id == bindparam("t_key_dataset_id"))
+    .values({name: bindparam("t_" + name, type_=_T[name].type) for name in _SAVED})
+    .cte("saved_totals")
+)
+
+
+def saving_totals(statement: Insert) -> Insert:
+    """``statement`` that also writes the totals (PostgreSQL; see ``saved_totals``)."""
+    return statement.add_cte(_SAVE_AS_CTE)
+
+
+def saved_totals(st: DatasetState, now: datetime) -> dict[str, Any] | None:
+    """The parameters of ``saving_totals`` for the totals of ``st`` as they are now, marking
+    them saved; None when they cannot be saved that way (a ``pld`` dataset's PLD is saved with
+    its totals by ``save``)."""
+    if st.is_pld:
+        return None
+    values = {"t_" + k: v for k, v in _totals(st, now).items()}
+    st.dirty = False
+    return values
+
+
+__all__ = [
+    "DatasetState",
+    "columns",
+    "load",
+    "load_pld",
+    "save",
+    "saved_totals",
+    "saving_totals",
+    "state_of",
+]
