@@ -13,6 +13,7 @@ admission therefore cost O(1) in the ledger length and in the number of active r
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -140,6 +141,37 @@ class DatasetState:
         return self.held.total()
 
 
+@functools.lru_cache(maxsize=1024)
+def _renyi_filter_of(key: tuple[Any, ...]) -> RenyiFilter:
+    filter_name, version, epsilon, delta, orders, weights, thresholds = key
+    return RenyiFilter.from_dict(
+        {
+            "filter": filter_name,
+            "version": version,
+            "epsilon": epsilon,
+            "delta": delta,
+            "orders": orders,
+            "weights": weights,
+            "thresholds": thresholds,
+        }
+    )
+
+
+def _renyi_filter(params: dict[str, Any]) -> RenyiFilter:
+    """``RenyiFilter.from_dict(params)``, remembered by value: a frozen filter, validated once
+    per distinct stored value (its validation was a third of building a dataset's state)."""
+    key = (
+        params.get("filter"),
+        params.get("version"),
+        float(params["epsilon"]),
+        float(params["delta"]),
+        tuple(float(x) for x in params["orders"]),
+        tuple(float(x) for x in params["weights"]),
+        tuple(float(x) for x in params["thresholds"]),
+    )
+    return _renyi_filter_of(key)
+
+
 def _state(row: Row[Any]) -> DatasetState:
     budget = Budget(row.budget_epsilon, row.budget_delta)
     committed = PrivacyCurve(
@@ -160,7 +192,7 @@ def _state(row: Row[Any]) -> DatasetState:
             FilterKind(row.filter),
             budget,
             row.filter_bound,
-            RenyiFilter.from_dict(row.filter_params) if row.filter_params else None,
+            _renyi_filter(row.filter_params) if row.filter_params else None,
         ),
         created_at=row.created_at,
         updated_at=row.updated_at,
