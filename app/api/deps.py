@@ -7,10 +7,10 @@ in the same worker thread as the work (one thread hop per request).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.requests import HTTPConnection
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
 
@@ -23,9 +23,15 @@ from app.services.auth import authenticated
 bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`")
 
 
-async def get_db(request: Request) -> Database:
+def db_of(request: Request) -> Database:
+    """The application's database. The hot routes (charge, budget) call it themselves rather
+    than declaring ``DbDep``: one nested dependency fewer for FastAPI to solve per request."""
     db: Database = request.app.state.db
     return db
+
+
+async def get_db(request: Request) -> Database:
+    return db_of(request)
 
 
 async def get_settings_dep(request: Request) -> Settings:
@@ -38,13 +44,27 @@ SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
-def _needs(role: Role) -> Callable[[BearerDep], Awaitable[Credentials]]:
-    async def credentials(presented: BearerDep) -> Credentials:
+class _RoleBearer(HTTPBearer):
+    """The bearer scheme of one role: ``HTTPBearer`` (the OpenAPI document shows the same
+    ``HTTPBearer`` scheme on every route) whose answer is the caller's ``Credentials``, or 401
+    when there is no key. One dependency per request instead of two nested ones (the role's
+    over ``bearer``): FastAPI's dependency solving is a fifth of a charge's CPU."""
+
+    def __init__(self, role: Role) -> None:
+        super().__init__(
+            auto_error=False, scheme_name="HTTPBearer", description=bearer.model.description
+        )
+        self.role = role
+
+    async def __call__(self, request: HTTPConnection) -> Credentials:  # type: ignore[override]
+        presented = await super().__call__(request)
         if presented is None or not presented.credentials:
             raise Unauthorized("an API key is required: send 'Authorization: Bearer <key>'")
-        return Credentials(token=presented.credentials, role=role)
+        return Credentials(token=presented.credentials, role=self.role)
 
-    return credentials
+
+def _needs(role: Role) -> _RoleBearer:
+    return _RoleBearer(role)
 
 
 Viewer = Annotated[Credentials, Depends(_needs(Role.VIEWER))]
@@ -74,6 +94,7 @@ __all__ = [
     "SettingsDep",
     "Viewer",
     "bearer",
+    "db_of",
     "get_db",
     "get_settings_dep",
     "metrics_access",

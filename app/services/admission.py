@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import Table, func, insert, select
+from sqlalchemy import Table, bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
 from app import observability
@@ -56,6 +56,35 @@ from app.services.tallies import ALLOCATION_BLOCK, BLOCK, Tally
 
 _LEDGER = cast(Table, LedgerEntry.__table__)
 _INSERT_ENTRY = insert(_LEDGER).returning(_LEDGER.c.id)
+_ENTRY_COLUMNS = (
+    "dataset_id",
+    "seq",
+    "created_at",
+    "kind",
+    "mechanism",
+    "count",
+    "rho",
+    "rdp",
+    "pure_eps",
+    "gaussian_only",
+    "delta",
+    "orders_version",
+    "label",
+    "metadata",
+    "key_id",
+    "source",
+    "reservation_id",
+    "spent_epsilon",
+    "allocation_id",
+    "block_from",
+    "block_to",
+)
+# PostgreSQL: the entry and the dataset's totals after it in one statement (one round trip)
+_INSERT_ENTRY_SAVING = state.saving_totals(
+    insert(_LEDGER)
+    .values({c: bindparam("e_" + c, type_=_LEDGER.c[c].type) for c in _ENTRY_COLUMNS})
+    .returning(_LEDGER.c.id)
+)
 _R = Reservation.__table__.c
 T = TypeVar("T")
 
@@ -549,7 +578,6 @@ def append(
         "block_from": ask.target.block_from if ask.target is not None else None,
         "block_to": ask.target.block_to if ask.target is not None else None,
     }
-    entry_id = session.connection().execute(_INSERT_ENTRY, values).scalar_one()
     for tally, d in checks:  # the ask's allocation and blocks (budget structures)
         tally.record(d.after, d.spend_after)
     c = st.mechanism_counts.get(ask.kind) or {"entries": 0, "count": 0, "rho": 0.0}
@@ -569,6 +597,13 @@ def append(
     st.entry_count += 1
     st.last_entry_at = now
     st.dirty = True
+    conn = session.connection()
+    totals = state.saved_totals(st, now) if conn.dialect.name == "postgresql" else None
+    if totals is not None:  # the totals are written with the entry (``state.save`` skips them)
+        params = {"e_" + k: values[k] for k in _ENTRY_COLUMNS}
+        entry_id = conn.execute(_INSERT_ENTRY_SAVING, {**params, **totals}).scalar_one()
+    else:
+        entry_id = conn.execute(_INSERT_ENTRY, values).scalar_one()
     return answers.entry({**values, "id": entry_id})
 
 

@@ -56,7 +56,8 @@ def charge(
     request: dict[str, Any] = {"mechanism": wire, "label": label, "metadata": metadata}
     if allocation is not None or blocks is not None:  # budget structures
         request["allocation"], request["blocks"] = allocation, blocks
-    req_hash = idempotency.request_hash(request)
+    # only a request sent with an Idempotency-Key is remembered (or replayed) by its hash
+    req_hash = idempotency.request_hash(request) if idempotency_key is not None else ""
 
     def work(s: Session, st: DatasetState) -> r.Charge | r.DryRun | BudgetExceeded:
         if idempotency_key is not None and not dry_run:
@@ -200,7 +201,11 @@ def charge_dp_event(
     whole = admission.Ask(
         "dp_event", 1, {"dp_event": event}, total, label, metadata, principal.key_id
     )
-    req_hash = idempotency.request_hash({"dp_event": event, "label": label, "metadata": metadata})
+    req_hash = (
+        idempotency.request_hash({"dp_event": event, "label": label, "metadata": metadata})
+        if idempotency_key is not None
+        else ""
+    )
 
     def work(s: Session, st: DatasetState) -> r.ChargeBatch | r.DryRun | BudgetExceeded:
         if idempotency_key is not None and not dry_run:

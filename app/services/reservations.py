@@ -103,7 +103,7 @@ def reserve(
     }
     if allocation is not None or blocks is not None:  # budget structures
         request["allocation"], request["blocks"] = allocation, blocks
-    req_hash = idempotency.request_hash(request)
+    req_hash = idempotency.request_hash(request) if idempotency_key is not None else ""
 
     def work(s: Session, st: DatasetState) -> r.ReservationAnswer | BudgetExceeded:
         if idempotency_key is not None:

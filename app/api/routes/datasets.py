@@ -5,14 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 
 from app import responses as r
 from app.accounting.registry import calibration_parameters
 from app.api.answer import send
 from app.api.dataset_names import NAME_MAX_LENGTH
-from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer
+from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer, db_of
 from app.api.problems import responses
 from app.api.safe_text import IdempotencyKey
 from app.api.schemas import ChargeIn, DatasetIn, DatasetPatch, DpEventChargeIn, SampleRate
@@ -144,13 +144,13 @@ def unarchive(dataset_id: str, db: DbDep, caller: Admin) -> Response:
 def charge(
     dataset_id: str,
     body: ChargeIn,
-    db: DbDep,
+    request: Request,
     caller: Pipeline,
     idempotency_key: IdemKey = None,
     dry_run: bool = False,
 ) -> Response:
     answer = charges.charge(
-        db,
+        db_of(request),
         caller,
         dataset_id,
         mechanism=body.mechanism.core,
@@ -278,8 +278,8 @@ def _utc(ts: datetime | None) -> datetime | None:
     responses=responses(404),
     summary="Budget, spent, remaining (O(1) in ledger length)",
 )
-def budget(dataset_id: str, db: DbDep, caller: Viewer) -> Response:
-    return send(datasets.budget_view(db, caller, dataset_id))
+def budget(dataset_id: str, request: Request, caller: Viewer) -> Response:
+    return send(datasets.budget_view(db_of(request), caller, dataset_id))
 
 
 @router.get(
