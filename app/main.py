@@ -158,11 +158,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     api_docs.install(app)
     app.state.settings = settings
     problems.install(app)
+    # the hot paths (charges, budget reads) first: FastAPI matches a request against the
+    # routers in this order, and no two routers' paths overlap, so the order changes only the
+    # work per request (and the order of paths in the OpenAPI document)
     for r in (
+        datasets.router,
         health.router,
         accounting.router,
         mechanisms.router,
-        datasets.router,
         dashboard.router,
         reservations.router,
         structures.router,
