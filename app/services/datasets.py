@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from app import responses as r
 from app.accounting.curve import PrivacyCurve
@@ -243,12 +244,13 @@ def get_dataset(db: Database, caller: Caller, ref: str) -> r.Dataset:
 
 def budget_view(db: Database, caller: Caller, ref: str) -> r.BudgetView:
     """``GET /budget``: budget, spent, remaining, exhausted, entries (O(1) in ledger length)."""
-    with db.read() as s:
-        principal = authenticated(db, caller, s)
-        st = state.load(s, ref, principal)
+    with db.read_core() as conn:  # Core only: no Session (~65 us of CPU per read)
+        principal = authenticated(db, caller, conn)
+        st = state.load(conn, ref, principal)
         view = answers.budget_view(st)
         if st.partition_unit is not None:  # budget structures: blocks and lifetime
-            view = view.model_copy(update=partitions.summary(s, st))
+            with Session(conn, expire_on_commit=False) as s:  # the ORM reads in this connection
+                view = view.model_copy(update=partitions.summary(s, st))
         return view
 
 

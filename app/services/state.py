@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Insert, Row, Select, Table, bindparam, select, update
+from sqlalchemy import Connection, Insert, Row, Select, Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from app.accounting.adaptive import RenyiFilter
@@ -27,6 +27,7 @@ from app.accounting.filters import Budget, Filter, FilterKind, Spend
 from app.accounting.pld import Pld
 from app.accounting.running import RunningSum
 from app.db.codec import curve_columns, held_from_bytes, held_to_bytes, rdp_from_bytes
+from app.db.engine import core
 from app.db.models import Dataset, DatasetPld, DatasetTotal, utcnow
 from app.errors import NotFound
 from app.principal import Principal
@@ -217,13 +218,16 @@ def _state(row: Row[Any]) -> DatasetState:
     )
 
 
-def load(session: Session, ref: str, principal: Principal, *, lock: bool = False) -> DatasetState:
-    """The dataset ``ref`` (id first, then unique name) visible to ``principal``.
+def load(
+    session: Session | Connection, ref: str, principal: Principal, *, lock: bool = False
+) -> DatasetState:
+    """The dataset ``ref`` (id first, then unique name) visible to ``principal``, read in a
+    Session or a Core connection (``Database.read_core``).
 
     A dataset outside a scoped key's datasets is answered like a missing one (404).
     """
     by_id, by_name = (_LOCK_BY_ID, _LOCK_BY_NAME) if lock else (_SELECT_BY_ID, _SELECT_BY_NAME)
-    conn = session.connection()  # Core: no ORM bookkeeping for a plain row
+    conn = core(session)  # Core: no ORM bookkeeping for a plain row
     row = conn.execute(by_id, {"ref": ref}).first()
     if row is None:
         row = conn.execute(by_name, {"ref": ref}).first()
@@ -248,9 +252,9 @@ _SAVE_PLD = (
 )
 
 
-def load_pld(session: Session, st: DatasetState) -> None:
+def load_pld(session: Session | Connection, st: DatasetState) -> None:
     """Read a ``pld`` dataset's composed PLD (and its holds') into ``st`` (a few MiB at most)."""
-    row = session.connection().execute(_LOAD_PLD, {"id": st.id}).one()
+    row = core(session).execute(_LOAD_PLD, {"id": st.id}).one()
     st.pld = Pld.from_bytes(row.state)
     st.pld_held = Pld.from_bytes(row.held) if row.held is not None else None
 
