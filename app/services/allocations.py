@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app import responses as r
-from app.accounting.filters import Budget, Filter, FilterKind
+from app.accounting.filters import Budget, Filter
 from app.db.engine import Database
 from app.db.models import Allocation, utcnow
 from app.errors import Conflict, NotFound, Unprocessable
@@ -61,12 +61,7 @@ def _filter_for(st: DatasetState, budget: Budget, kept: Filter | None = None) ->
             "allocations"
         )
     try:
-        if kept is None and st.filter.kind is FilterKind.RDP_FIXED_ORDERS:
-            return Filter.create(st.filter.kind, budget, st.allowed_mechanisms)
-        orders = (kept or st.filter).params
-        return allocation_filter(
-            st.filter.kind, budget, orders.orders if orders is not None else None
-        )
+        return allocation_filter(st.filter.kind, budget, kept, st.allowed_mechanisms)
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
 

@@ -202,9 +202,9 @@ def _structure_filters(
             "unpartitioned dataset's budget already caps all its charges"
         )
     try:
-        if flt.kind is FilterKind.RDP_FIXED_ORDERS:
-            return Filter.create(flt.kind, _budget(*lifetime_budget), allowed_mechanisms)
-        return allocation_filter(flt.kind, _budget(*lifetime_budget), None)
+        return allocation_filter(
+            flt.kind, _budget(*lifetime_budget), allowed_mechanisms=allowed_mechanisms
+        )
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
 
@@ -447,16 +447,9 @@ def _set_lifetime(ds: Dataset, st: state.DatasetState, change: dict[str, float])
     delta = change.get("delta", old.budget.delta if old is not None else 0.0)
     budget = _budget(epsilon, delta)
     try:
-        if old is None:
-            flt = _structure_filters(
-                st.filter, st.partition_unit, (budget.epsilon, budget.delta), st.allowed_mechanisms
-            )
-        else:
-            kept = old.params.orders if old.params is not None else None
-            flt = allocation_filter(old.kind, budget, kept)
+        flt = allocation_filter(st.filter.kind, budget, old, st.allowed_mechanisms)
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
-    assert flt is not None
     ds.lifetime_budget_epsilon, ds.lifetime_budget_delta = budget.epsilon, budget.delta
     ds.lifetime_filter_bound = flt.bound
     ds.lifetime_filter_params = flt.params.to_dict() if flt.params is not None else None

@@ -171,15 +171,19 @@ def _from_row(kind: str, owner: str, key: str | None, flt: Filter, row: Row[Any]
 
 
 def allocation_filter(
-    kind: FilterKind, budget: Budget, orders: Sequence[float] | None, bound: float | None = None
+    kind: FilterKind,
+    budget: Budget,
+    kept: Filter | None = None,
+    allowed_mechanisms: Sequence[str] | None = None,
 ) -> Filter:
-    """The filter of an allocation of a dataset whose filter has ``kind`` (and, for
-    ``rdp_fixed_orders``, ``orders``): the same rule with the allocation's budget."""
-    if bound is not None or kind is not FilterKind.RDP_FIXED_ORDERS:
-        if bound is not None:
-            return Filter(kind, budget, bound)
-        return Filter.create(kind, budget)
-    return Filter.create(kind, budget, None, orders)
+    """The filter of a sub-budget (an allocation, a lifetime budget) of a dataset whose filter
+    has ``kind``: the same rule with ``budget``. For ``rdp_fixed_orders`` the fixed orders are
+    ``kept``'s (the sub-budget's current filter: a budget change must not re-pick them after
+    the ledger was seen), or for a new one chosen for ``budget`` and the dataset's
+    ``allowed_mechanisms``, as a dataset's are: an order chosen for another budget can leave a
+    much smaller one with a negative threshold, unable to admit anything."""
+    orders = kept.params.orders if kept is not None and kept.params is not None else None
+    return Filter.create(kind, budget, allowed_mechanisms, orders)
 
 
 def stored_filter(
