@@ -123,11 +123,10 @@ def _search(
     lo: float,
     hi: float,
     increasing_cost: bool,
-    rel_tol: float = REL_TOL,
 ) -> float | None:
     """Boundary of a monotone predicate on [lo, hi]: geometric bisection to a factor 1.01, then
     Brent's method on the continuous ``margin`` (in log space), then a step to the safe side
-    until ``ok`` holds. The value returned fits, and one relative step of ``rel_tol`` further
+    until ``ok`` holds. The value returned fits, and one relative step of ``REL_TOL`` further
     in the costly direction does not (to within rounding).
 
     increasing_cost=True: ok holds below the boundary (largest fitting value is returned);
@@ -157,14 +156,14 @@ def _search(
                 lambda x: margin(math.exp(x)),
                 math.log(good),
                 math.log(bad),
-                xtol=rel_tol / 8,
+                xtol=REL_TOL / 8,
                 rtol=1e-15,
             )
         )
         # finish on the safe side of the root, never beyond the known-good end: the root is
-        # within rel_tol / 8 of the boundary and the doubling steps overshoot by at most twice
-        # what is needed, so the answer ends within rel_tol / 2 of the boundary
-        step = rel_tol / 64
+        # within REL_TOL / 8 of the boundary and the doubling steps overshoot by at most twice
+        # what is needed, so the answer ends within REL_TOL / 2 of the boundary
+        step = REL_TOL / 64
         candidate = root
         while not ok(candidate):
             candidate = candidate * math.exp(step if not increasing_cost else -step)
@@ -173,7 +172,7 @@ def _search(
                 return good
         good = candidate
     else:
-        while abs(math.log(bad) - math.log(good)) > rel_tol:
+        while abs(math.log(bad) - math.log(good)) > REL_TOL:
             mid = math.sqrt(good * bad)
             if mid in (good, bad):
                 break
@@ -242,21 +241,21 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
     lo_limit, hi_limit = 1e-3, 1e6
     full = curve(hi_limit, None)
 
-    def search(window: np.ndarray, lo: float, hi: float, rel_tol: float) -> float | None:
+    def search(window: np.ndarray, hi: float) -> float | None:
+        """The least sigma in [lo_limit, hi] that fits on the orders of ``window``."""
         return _search(
             lambda s: fits(curve(s, window)),
             lambda s: fits.margin(curve(s, window)),
-            lo,
+            lo_limit,
             hi,
             increasing_cost=False,
-            rel_tol=rel_tol,
         )
 
     # A larger window never needs more noise (orders outside a window count as +inf), so the
     # answer on one window is a fitting upper end of the search on the next.
     sigma = hi_limit
     for _ in range(6):
-        found = search(mask, lo_limit, min(hi_limit, sigma), REL_TOL)
+        found = search(mask, sigma)  # sigma <= hi_limit: the last answer, or hi_limit
         if found is None:
             # not even the largest noise fits on the window; try the full grid once
             if not fits(full):
