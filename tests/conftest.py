@@ -40,14 +40,20 @@ def _worker_database(url: str | None) -> str | None:
         return url
     base = make_url(url)
     name = f"{base.database}_{worker}"
-    engine = create_engine(base.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    _on_server(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
+    return base.set(database=name).render_as_string(hide_password=False)
+
+
+def _on_server(url: str, *statements: str) -> None:
+    """Run ``statements`` (CREATE / DROP DATABASE) on the server of ``url``, outside any
+    transaction, from its ``postgres`` database."""
+    engine = create_engine(make_url(url).set(database="postgres"), isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
+            for statement in statements:
+                conn.execute(text(statement))
     finally:
         engine.dispose()
-    return base.set(database=name).render_as_string(hide_password=False)
 
 
 PG_URL = _worker_database(os.environ.get("PRIVACY_LEDGER_TEST_POSTGRES_URL"))
@@ -98,13 +104,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def _drop_worker_database() -> None:
     if not PG_URL or not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    url = make_url(PG_URL)
-    engine = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{url.database}" WITH (FORCE)'))
-    finally:
-        engine.dispose()
+    _on_server(PG_URL, f'DROP DATABASE IF EXISTS "{make_url(PG_URL).database}" WITH (FORCE)')
 
 
 @pytest.fixture(autouse=True)

@@ -63,13 +63,9 @@ class _RoleBearer(HTTPBearer):
         return Credentials(token=presented.credentials, role=self.role)
 
 
-def _needs(role: Role) -> _RoleBearer:
-    return _RoleBearer(role)
-
-
-Viewer = Annotated[Credentials, Depends(_needs(Role.VIEWER))]
-Pipeline = Annotated[Credentials, Depends(_needs(Role.PIPELINE))]
-Admin = Annotated[Credentials, Depends(_needs(Role.ADMIN))]
+Viewer = Annotated[Credentials, Depends(_RoleBearer(Role.VIEWER))]
+Pipeline = Annotated[Credentials, Depends(_RoleBearer(Role.PIPELINE))]
+Admin = Annotated[Credentials, Depends(_RoleBearer(Role.ADMIN))]
 
 
 def metrics_access(request: Request, settings: SettingsDep, db: DbDep) -> None:
