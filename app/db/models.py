@@ -327,10 +327,30 @@ class AppSetting(Base):
 # --- budget structures (issue 15): allocations and time blocks ---------------------------------
 
 
-class Allocation(Base):
+class _RunningTotals:
+    """The running-totals columns of an allocation and of a time block (those of
+    ``dataset_total`` too, which has a few more): the composed curve (``codec.curve_columns``),
+    entry count, spend under the owner's filter, and the active holds' count and
+    ``RunningSum`` (``codec.held_to_bytes``; None when there are none)."""
+
+    orders_version: Mapped[int] = mapped_column(Integer)
+    rho: Mapped[float] = mapped_column(Float)
+    rdp: Mapped[bytes] = mapped_column(LargeBinary)
+    pure_eps: Mapped[float] = mapped_column(Float)
+    gaussian_only: Mapped[bool] = mapped_column(Boolean)
+    delta: Mapped[float] = mapped_column(Float, default=0.0)
+    entry_count: Mapped[int] = mapped_column(BigInteger)
+    spent_epsilon: Mapped[float] = mapped_column(Float)
+    spent_method: Mapped[str] = mapped_column(String(32))
+    held_count: Mapped[int] = mapped_column(BigInteger, default=0)
+    held: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+
+
+class Allocation(_RunningTotals, Base):
     """A sub-budget of a dataset (a team's or analyst's), with the running totals of the
     charges made to it (same columns and codec as ``dataset_total``). Its filter has the
-    dataset's kind (and, for ``rdp_fixed_orders``, the dataset's orders)."""
+    dataset's kind (and, for ``rdp_fixed_orders``, orders chosen for its own budget when it
+    was created: ``tallies.allocation_filter``)."""
 
     __tablename__ = "allocation"
     __table_args__ = (UniqueConstraint("dataset_id", "name", name="uq_allocation_dataset_name"),)
@@ -346,20 +366,9 @@ class Allocation(Base):
     filter_params: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    orders_version: Mapped[int] = mapped_column(Integer)
-    rho: Mapped[float] = mapped_column(Float)
-    rdp: Mapped[bytes] = mapped_column(LargeBinary)
-    pure_eps: Mapped[float] = mapped_column(Float)
-    gaussian_only: Mapped[bool] = mapped_column(Boolean)
-    delta: Mapped[float] = mapped_column(Float, default=0.0)
-    entry_count: Mapped[int] = mapped_column(BigInteger)
-    spent_epsilon: Mapped[float] = mapped_column(Float)
-    spent_method: Mapped[str] = mapped_column(String(32))
-    held_count: Mapped[int] = mapped_column(BigInteger, default=0)
-    held: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
 
 
-class DatasetBlock(Base):
+class DatasetBlock(_RunningTotals, Base):
     """Running totals of one time block of a partitioned dataset (``key``: ``2026-11-23``,
     ``2026-W48`` or ``2026-11``), created by the first charge or hold that touches it."""
 
@@ -369,21 +378,10 @@ class DatasetBlock(Base):
         String(32), ForeignKey("dataset.id", ondelete="CASCADE"), primary_key=True
     )
     key: Mapped[str] = mapped_column(String(16), primary_key=True)
-    orders_version: Mapped[int] = mapped_column(Integer)
-    rho: Mapped[float] = mapped_column(Float)
-    rdp: Mapped[bytes] = mapped_column(LargeBinary)
-    pure_eps: Mapped[float] = mapped_column(Float)
-    gaussian_only: Mapped[bool] = mapped_column(Boolean)
-    delta: Mapped[float] = mapped_column(Float, default=0.0)
-    entry_count: Mapped[int] = mapped_column(BigInteger)
-    spent_epsilon: Mapped[float] = mapped_column(Float)
-    spent_method: Mapped[str] = mapped_column(String(32))
-    held_count: Mapped[int] = mapped_column(BigInteger, default=0)
-    held: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
-class AllocationBlock(Base):
+class AllocationBlock(_RunningTotals, Base):
     """Running totals of one allocation in one time block (an allocation of a partitioned
     dataset has its budget per block, as the dataset has)."""
 
@@ -393,17 +391,6 @@ class AllocationBlock(Base):
         String(32), ForeignKey("allocation.id", ondelete="CASCADE"), primary_key=True
     )
     key: Mapped[str] = mapped_column(String(16), primary_key=True)
-    orders_version: Mapped[int] = mapped_column(Integer)
-    rho: Mapped[float] = mapped_column(Float)
-    rdp: Mapped[bytes] = mapped_column(LargeBinary)
-    pure_eps: Mapped[float] = mapped_column(Float)
-    gaussian_only: Mapped[bool] = mapped_column(Boolean)
-    delta: Mapped[float] = mapped_column(Float, default=0.0)
-    entry_count: Mapped[int] = mapped_column(BigInteger)
-    spent_epsilon: Mapped[float] = mapped_column(Float)
-    spent_method: Mapped[str] = mapped_column(String(32))
-    held_count: Mapped[int] = mapped_column(BigInteger, default=0)
-    held: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
