@@ -14,6 +14,7 @@ import math
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,45 @@ def _browser_path() -> str:
             pytest.fail(reason + " but PRIVACY_LEDGER_REQUIRE_BROWSER is set")
         pytest.skip(reason)
     return path
+
+
+@contextmanager
+def dashboard_page(
+    executable: str, problems: list[str] | None = None, **page_options: Any
+) -> Iterator[Any]:
+    """A page of headless Chromium (the flags these machines need), closed afterwards; with
+    ``problems``, the console's errors and warnings and the page's errors are appended to it."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=executable,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+        )
+        try:
+            page = browser.new_page(**page_options)
+            if problems is not None:
+                page.on(
+                    "console",
+                    lambda m: (
+                        problems.append(f"console {m.type}: {m.text}")
+                        if m.type in ("error", "warning")
+                        else None
+                    ),
+                )
+                page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+            yield page
+        finally:
+            browser.close()
+
+
+def sign_in(page: Any, url: str, key: str) -> None:
+    """Open the dashboard at ``url`` and sign in with ``key`` (until the overview shows)."""
+    page.goto(url + "/")
+    page.fill("#key", key)
+    page.click("button[type=submit]")
+    page.wait_for_selector("body[data-ready=true] #overview:not([hidden])")
 
 
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
@@ -182,7 +222,6 @@ def check_accessibility(page: Any, where: str) -> list[str]:
 
 def test_dashboard_shows_the_ledger_as_the_api_reports_it(world: dict[str, Any]) -> None:
     executable = _browser_path()
-    from playwright.sync_api import sync_playwright
 
     api: httpx.Client = world["api"]
     census, survey, clinic = world["census"], world["survey"], world["clinic"]
@@ -205,241 +244,221 @@ def test_dashboard_shows_the_ledger_as_the_api_reports_it(world: dict[str, Any])
 
     problems: list[str] = []
     a11y: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=executable,
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+    with dashboard_page(executable, problems, viewport={"width": 1280, "height": 1000}) as page:
+        page.goto(world["server"].url + "/")
+
+        # a wrong key is refused with a message, and is not kept
+        page.fill("#key", "pl_v_not-a-real-key")
+        page.press("#key", "Enter")
+        page.wait_for_selector("#login-error:has-text('not accepted')")
+        assert page.evaluate("sessionStorage.length") == 0
+        problems.clear()  # the 401 of the wrong key is the expected console message
+
+        page.fill("#key", world["viewer"])
+        page.click("button[type=submit]")
+        page.wait_for_selector("body[data-ready=true] #overview:not([hidden])")
+        assert page.evaluate("sessionStorage.getItem('privacy-ledger.key')") == world["viewer"]
+        assert page.evaluate("localStorage.length") == 0
+
+        # overview: one card per dataset, the exact spend, the state in words and shape
+        cards = page.locator("#dataset-list li.card")
+        assert cards.count() == len(datasets)
+        for ds_id, d in datasets.items():
+            card = page.locator(f"li[data-dataset='{ds_id}']")
+            value = card.locator("[data-testid=spent]").get_attribute("data-value")
+            assert value is not None and float(value) == d["spent"]["epsilon"]
+            st = states[ds_id]
+            pct = floor_pct(d["spent"]["epsilon"], d["budget"]["epsilon"], st == "exhausted")
+            label = card.locator("svg.gauge").get_attribute("aria-label") or ""
+            assert pct in label and d["name"] in label
+            assert card.get_attribute("data-state") == st
+            assert card.locator("svg.gauge").get_attribute("data-state") == st
+            badge = card.locator("[data-testid=state]")
+            assert badge.get_attribute("data-state") == st
+            assert badge.locator("svg .state-icon").count() == 1  # the shape
+            text = card.inner_text()
+            if st != "exhausted":
+                assert "100.0%" not in text
+            # the accounting in plain words, never the bare technical name
+            assert FILTER_WORDS[d["filter"]] in text
+        assert (
+            f"Warning: {floor_pct(datasets[survey['id']]['spent']['epsilon'], 1.0, False)} used"
+            in (page.locator(f"li[data-dataset='{survey['id']}']").inner_text())
         )
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            page.on(
-                "console",
-                lambda m: (
-                    problems.append(f"console {m.type}: {m.text}")
-                    if m.type in ("error", "warning")
-                    else None
-                ),
+        assert "Exhausted" in page.locator(f"li[data-dataset='{clinic['id']}']").inner_text()
+        # the percentage rule on values near the edges, against floor_pct written here
+        for used_, total, exhausted in [
+            (0.99999, 1.0, False),
+            (1.0, 1.0, False),
+            (0.8, 1.0, False),
+            (0.00042, 1.0, False),
+            (1.0, 1.0, True),
+            (0.123456, 0.5, False),
+        ]:
+            got = page.evaluate(
+                "([u, t, e]) => window.Charts.pctUsed(u, t, e)", [used_, total, exhausted]
             )
-            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-            page.goto(world["server"].url + "/")
+            assert got == floor_pct(used_, total, exhausted), (used_, total, exhausted)
+        assert floor_pct(0.99999, 1.0, False) == "99.9%"  # never 100.0 unless exhausted
+        a11y += check_accessibility(page, "overview")
+        DOCS_IMG.mkdir(parents=True, exist_ok=True)
+        if SHOTS:
+            page.screenshot(path=str(DOCS_IMG / "overview.png"), full_page=True)
 
-            # a wrong key is refused with a message, and is not kept
-            page.fill("#key", "pl_v_not-a-real-key")
-            page.press("#key", "Enter")
-            page.wait_for_selector("#login-error:has-text('not accepted')")
-            assert page.evaluate("sessionStorage.length") == 0
-            problems.clear()  # the 401 of the wrong key is the expected console message
+        # the show-archived toggle asks the API for every dataset
+        with page.expect_request(lambda r: "archived=all" in r.url):
+            page.check("#show-archived")
+        page.wait_for_selector(f"li[data-dataset='{world['old']['id']}']")
+        assert page.locator("#dataset-list li.card").count() == len(every)
+        old_card = page.locator(f"li[data-dataset='{world['old']['id']}']")
+        assert (old_card.locator("[data-testid=archived]").count() == 1) == world["archiving"]
+        page.uncheck("#show-archived")
+        page.wait_for_function(
+            f"() => document.querySelectorAll('#dataset-list li.card').length === {len(datasets)}"
+        )
 
-            page.fill("#key", world["viewer"])
-            page.click("button[type=submit]")
-            page.wait_for_selector("body[data-ready=true] #overview:not([hidden])")
-            assert page.evaluate("sessionStorage.getItem('privacy-ledger.key')") == world["viewer"]
-            assert page.evaluate("localStorage.length") == 0
+        # the warning dataset: calibration for its own kinds only (RR and Laplace)
+        page.goto(world["server"].url + f"/#/datasets/{survey['id']}")
+        page.wait_for_selector("body[data-ready=true] #detail:not([hidden])")
+        page.wait_for_selector("[data-testid=calibration-table]")
+        kinds = page.locator("[data-testid=calibration-table] tbody tr")
+        assert sorted(
+            kinds.nth(i).get_attribute("data-kind") or "" for i in range(kinds.count())
+        ) == ["laplace", "randomized_response"]
+        rr = api.get(
+            f"/v1/datasets/{survey['id']}/calibrate",
+            params={"mechanism": "randomized_response", "k": 2},
+        ).json()
+        got = page.get_attribute("[data-testid=calibrate-randomized_response]", "data-value")
+        assert got is not None and float(got) == rr["value"]
+        assert "Warning" in page.inner_text("[data-testid=detail-status]")
 
-            # overview: one card per dataset, the exact spend, the state in words and shape
-            cards = page.locator("#dataset-list li.card")
-            assert cards.count() == len(datasets)
-            for ds_id, d in datasets.items():
-                card = page.locator(f"li[data-dataset='{ds_id}']")
-                value = card.locator("[data-testid=spent]").get_attribute("data-value")
-                assert value is not None and float(value) == d["spent"]["epsilon"]
-                st = states[ds_id]
-                pct = floor_pct(d["spent"]["epsilon"], d["budget"]["epsilon"], st == "exhausted")
-                label = card.locator("svg.gauge").get_attribute("aria-label") or ""
-                assert pct in label and d["name"] in label
-                assert card.get_attribute("data-state") == st
-                assert card.locator("svg.gauge").get_attribute("data-state") == st
-                badge = card.locator("[data-testid=state]")
-                assert badge.get_attribute("data-state") == st
-                assert badge.locator("svg .state-icon").count() == 1  # the shape
-                text = card.inner_text()
-                if st != "exhausted":
-                    assert "100.0%" not in text
-                # the accounting in plain words, never the bare technical name
-                assert FILTER_WORDS[d["filter"]] in text
-            assert (
-                f"Warning: {floor_pct(datasets[survey['id']]['spent']['epsilon'], 1.0, False)} used"
-                in (page.locator(f"li[data-dataset='{survey['id']}']").inner_text())
-            )
-            assert "Exhausted" in page.locator(f"li[data-dataset='{clinic['id']}']").inner_text()
-            # the percentage rule on values near the edges, against floor_pct written here
-            for used_, total, exhausted in [
-                (0.99999, 1.0, False),
-                (1.0, 1.0, False),
-                (0.8, 1.0, False),
-                (0.00042, 1.0, False),
-                (1.0, 1.0, True),
-                (0.123456, 0.5, False),
-            ]:
-                got = page.evaluate(
-                    "([u, t, e]) => window.Charts.pctUsed(u, t, e)", [used_, total, exhausted]
-                )
-                assert got == floor_pct(used_, total, exhausted), (used_, total, exhausted)
-            assert floor_pct(0.99999, 1.0, False) == "99.9%"  # never 100.0 unless exhausted
-            a11y += check_accessibility(page, "overview")
-            DOCS_IMG.mkdir(parents=True, exist_ok=True)
-            if SHOTS:
-                page.screenshot(path=str(DOCS_IMG / "overview.png"), full_page=True)
+        # the exhausted one says so, and offers no next query
+        page.goto(world["server"].url + f"/#/datasets/{clinic['id']}")
+        page.wait_for_selector("body[data-ready=true] #detail:not([hidden])")
+        page.wait_for_selector("[data-testid=calibration-exhausted]")
+        assert "Exhausted" in page.inner_text("[data-testid=detail-status]")
 
-            # the show-archived toggle asks the API for every dataset
-            with page.expect_request(lambda r: "archived=all" in r.url):
-                page.check("#show-archived")
-            page.wait_for_selector(f"li[data-dataset='{world['old']['id']}']")
-            assert page.locator("#dataset-list li.card").count() == len(every)
-            old_card = page.locator(f"li[data-dataset='{world['old']['id']}']")
-            assert (old_card.locator("[data-testid=archived]").count() == 1) == world["archiving"]
-            page.uncheck("#show-archived")
+        # open census from the overview with the keyboard
+        page.goto(world["server"].url + "/#/")
+        page.wait_for_selector("body[data-ready=true] #overview:not([hidden])")
+        page.locator(f"li[data-dataset='{census['id']}'] a").focus()
+        page.keyboard.press("Enter")
+        page.wait_for_selector("body[data-ready=true] #detail:not([hidden])")
+        page.wait_for_selector("[data-testid=calibrate-gaussian]")
+        d = datasets[census["id"]]
+        spent = page.get_attribute("[data-testid=detail-spent]", "data-value")
+        assert spent is not None and float(spent) == d["spent"]["epsilon"]
+        assert page.inner_text("[data-testid=detail-entries]") == "60"
+        sigma = page.get_attribute("[data-testid=calibrate-gaussian]", "data-value")
+        assert sigma is not None and float(sigma) == calib["value"]
+        assert FILTER_WORDS[d["filter"]] in page.inner_text("[data-testid=accounting]")
+        assert d["filter"] in page.inner_text("[data-testid=accounting]")
+        href = page.locator("[data-testid=accounting] a").get_attribute("href") or ""
+        glossary = httpx.get(world["server"].url + href.split("#")[0])
+        assert glossary.status_code == 200 and f'id="{d["filter"]}"' in glossary.text
+        assert href.endswith(f"#{d['filter']}")
+
+        # the pending hold: listed with its expiry, and counted in remaining, where the server
+        # reports holds (issue 16 item 4); without that the page says it cannot list them
+        remaining = page.get_attribute("[data-testid=detail-remaining]", "data-value")
+        assert remaining is not None and float(remaining) == d["remaining"]["epsilon"]
+        holds = page.inner_text("#holds")
+        if "reserved" in d:
+            assert d["reserved"]["count"] == 1
+            assert "pending-hold" in holds and "laplace" in holds
+            assert "1 active hold" in page.inner_text("[data-testid=detail-remaining]")
+        else:
+            assert "does not list holds" in holds
+
+        # spend over time: a time axis by default, one point per entry, the budget change
+        # marked; the entry-number view is a toggle
+        fig = page.locator("#fig-series")
+        assert fig.get_attribute("data-view") == "time"
+        series = page.locator("[data-testid=chart-series] g[data-series]")
+        assert series.get_attribute("data-n") == "60"
+        assert page.locator("[data-testid=chart-series] [data-testid=budget-change]").count() == 1
+        assert "time charged" in (page.text_content("[data-testid=chart-series]") or "")
+        page.check("#view-entry")
+        assert fig.get_attribute("data-view") == "entry"
+        assert "ledger entry" in (page.text_content("[data-testid=chart-series]") or "")
+        assert (
+            page.locator("[data-testid=chart-series] g[data-series]").get_attribute("data-n")
+            == "60"
+        )
+        page.check("#view-time")
+        assert fig.get_attribute("data-view") == "time"
+
+        rdp = page.locator("[data-testid=chart-rdp] g[data-series]")
+        assert rdp.count() == 2
+        assert int(rdp.nth(0).get_attribute("data-n") or 0) > 10
+        bars = page.locator("[data-testid=chart-breakdown] g.bar")
+        assert bars.count() == 4
+        for chart in ("series", "rdp", "tradeoff", "breakdown"):
+            svg = page.locator(f"[data-testid=chart-{chart}]")
+            assert svg.get_attribute("role") == "img"
+            assert svg.get_attribute("aria-labelledby")
+            assert svg.locator(":scope > title").count() == 1
+        assert "sets the spend" not in page.inner_text("#detail")
+
+        if SHOTS:
+            page.screenshot(path=str(DOCS_IMG / "dataset.png"), full_page=True)
+        assert (DOCS_IMG / "dataset.png").stat().st_size > 20_000
+
+        # history: newest first with who charged and metadata; paging reaches the oldest
+        first = page.locator("#entries tbody tr").nth(0).inner_text()
+        newest = api.get(f"/v1/datasets/{census['id']}/ledger", params={"limit": 1}).json()
+        assert newest["entries"][0]["key_id"]
+        assert "query-59" in first and "team: stats" in first
+        # who charged it: the key's name where the API gives one, else its id
+        who = newest["entries"][0].get("key_name") or newest["entries"][0]["key_id"]
+        assert who in first
+        seen: list[str] = []
+        for _ in range(10):
+            seen += page.locator("#entries tbody tr td:first-child").all_inner_texts()
+            if page.locator("#entries-older").is_disabled():
+                break
+            page.click("#entries-older")
             page.wait_for_function(
-                f"() => document.querySelectorAll('#dataset-list li.card').length === {len(datasets)}"
+                "(n) => document.querySelector('#entries tbody tr td').textContent !== n",
+                arg=seen[-PAGE if len(seen) >= PAGE else 0],
             )
+        assert seen == [str(n) for n in range(60, 0, -1)]
+        assert "oldest reached" in page.inner_text("#entries-page")
+        page.click("#entries-newer")
+        page.wait_for_function("() => !document.querySelector('#entries-older').disabled")
+        rejections = page.inner_text("#rejections")
+        assert "greedy-query" in rejections
 
-            # the warning dataset: calibration for its own kinds only (RR and Laplace)
-            page.goto(world["server"].url + f"/#/datasets/{survey['id']}")
-            page.wait_for_selector("body[data-ready=true] #detail:not([hidden])")
-            page.wait_for_selector("[data-testid=calibration-table]")
-            kinds = page.locator("[data-testid=calibration-table] tbody tr")
-            assert sorted(
-                kinds.nth(i).get_attribute("data-kind") or "" for i in range(kinds.count())
-            ) == ["laplace", "randomized_response"]
-            rr = api.get(
-                f"/v1/datasets/{survey['id']}/calibrate",
-                params={"mechanism": "randomized_response", "k": 2},
-            ).json()
-            got = page.get_attribute("[data-testid=calibrate-randomized_response]", "data-value")
-            assert got is not None and float(got) == rr["value"]
-            assert "Warning" in page.inner_text("[data-testid=detail-status]")
+        # filters: by kind, then back to all
+        page.select_option("#f-kind", "laplace")
+        page.click("#filters button[type=submit]")
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('#entries tbody tr td:nth-child(3)')]"
+            ".every((td) => td.textContent.startsWith('laplace('))"
+        )
+        assert page.locator("#entries tbody tr").count() >= 1
+        page.select_option("#f-kind", "")
+        page.click("#filters button[type=submit]")
+        page.wait_for_function(
+            "() => document.querySelector('#entries tbody tr td').textContent === '60'"
+        )
 
-            # the exhausted one says so, and offers no next query
-            page.goto(world["server"].url + f"/#/datasets/{clinic['id']}")
-            page.wait_for_selector("body[data-ready=true] #detail:not([hidden])")
-            page.wait_for_selector("[data-testid=calibration-exhausted]")
-            assert "Exhausted" in page.inner_text("[data-testid=detail-status]")
+        # CSV export: offered where the server's OpenAPI lists ?format=, and then it is the
+        # API's own CSV; hidden otherwise
+        spec = httpx.get(world["server"].url + "/openapi.json").json()
+        ledger_params = spec["paths"]["/v1/datasets/{dataset_id}/ledger"]["get"]["parameters"]
+        if any(p["name"] == "format" for p in ledger_params):
+            assert page.locator("#csv").is_visible()
+            with page.expect_download() as dl:
+                page.click("#csv")
+            got = Path(dl.value.path()).read_text()
+            want = api.get(f"/v1/datasets/{census['id']}/ledger", params={"format": "csv"})
+            assert got == want.text
+        else:
+            assert page.locator("#csv").is_hidden()
 
-            # open census from the overview with the keyboard
-            page.goto(world["server"].url + "/#/")
-            page.wait_for_selector("body[data-ready=true] #overview:not([hidden])")
-            page.locator(f"li[data-dataset='{census['id']}'] a").focus()
-            page.keyboard.press("Enter")
-            page.wait_for_selector("body[data-ready=true] #detail:not([hidden])")
-            page.wait_for_selector("[data-testid=calibrate-gaussian]")
-            d = datasets[census["id"]]
-            spent = page.get_attribute("[data-testid=detail-spent]", "data-value")
-            assert spent is not None and float(spent) == d["spent"]["epsilon"]
-            assert page.inner_text("[data-testid=detail-entries]") == "60"
-            sigma = page.get_attribute("[data-testid=calibrate-gaussian]", "data-value")
-            assert sigma is not None and float(sigma) == calib["value"]
-            assert FILTER_WORDS[d["filter"]] in page.inner_text("[data-testid=accounting]")
-            assert d["filter"] in page.inner_text("[data-testid=accounting]")
-            href = page.locator("[data-testid=accounting] a").get_attribute("href") or ""
-            glossary = httpx.get(world["server"].url + href.split("#")[0])
-            assert glossary.status_code == 200 and f'id="{d["filter"]}"' in glossary.text
-            assert href.endswith(f"#{d['filter']}")
-
-            # the pending hold: listed with its expiry, and counted in remaining, where the server
-            # reports holds (issue 16 item 4); without that the page says it cannot list them
-            remaining = page.get_attribute("[data-testid=detail-remaining]", "data-value")
-            assert remaining is not None and float(remaining) == d["remaining"]["epsilon"]
-            holds = page.inner_text("#holds")
-            if "reserved" in d:
-                assert d["reserved"]["count"] == 1
-                assert "pending-hold" in holds and "laplace" in holds
-                assert "1 active hold" in page.inner_text("[data-testid=detail-remaining]")
-            else:
-                assert "does not list holds" in holds
-
-            # spend over time: a time axis by default, one point per entry, the budget change
-            # marked; the entry-number view is a toggle
-            fig = page.locator("#fig-series")
-            assert fig.get_attribute("data-view") == "time"
-            series = page.locator("[data-testid=chart-series] g[data-series]")
-            assert series.get_attribute("data-n") == "60"
-            assert (
-                page.locator("[data-testid=chart-series] [data-testid=budget-change]").count() == 1
-            )
-            assert "time charged" in (page.text_content("[data-testid=chart-series]") or "")
-            page.check("#view-entry")
-            assert fig.get_attribute("data-view") == "entry"
-            assert "ledger entry" in (page.text_content("[data-testid=chart-series]") or "")
-            assert (
-                page.locator("[data-testid=chart-series] g[data-series]").get_attribute("data-n")
-                == "60"
-            )
-            page.check("#view-time")
-            assert fig.get_attribute("data-view") == "time"
-
-            rdp = page.locator("[data-testid=chart-rdp] g[data-series]")
-            assert rdp.count() == 2
-            assert int(rdp.nth(0).get_attribute("data-n") or 0) > 10
-            bars = page.locator("[data-testid=chart-breakdown] g.bar")
-            assert bars.count() == 4
-            for chart in ("series", "rdp", "tradeoff", "breakdown"):
-                svg = page.locator(f"[data-testid=chart-{chart}]")
-                assert svg.get_attribute("role") == "img"
-                assert svg.get_attribute("aria-labelledby")
-                assert svg.locator(":scope > title").count() == 1
-            assert "sets the spend" not in page.inner_text("#detail")
-
-            if SHOTS:
-                page.screenshot(path=str(DOCS_IMG / "dataset.png"), full_page=True)
-            assert (DOCS_IMG / "dataset.png").stat().st_size > 20_000
-
-            # history: newest first with who charged and metadata; paging reaches the oldest
-            first = page.locator("#entries tbody tr").nth(0).inner_text()
-            newest = api.get(f"/v1/datasets/{census['id']}/ledger", params={"limit": 1}).json()
-            assert newest["entries"][0]["key_id"]
-            assert "query-59" in first and "team: stats" in first
-            # who charged it: the key's name where the API gives one, else its id
-            who = newest["entries"][0].get("key_name") or newest["entries"][0]["key_id"]
-            assert who in first
-            seen: list[str] = []
-            for _ in range(10):
-                seen += page.locator("#entries tbody tr td:first-child").all_inner_texts()
-                if page.locator("#entries-older").is_disabled():
-                    break
-                page.click("#entries-older")
-                page.wait_for_function(
-                    "(n) => document.querySelector('#entries tbody tr td').textContent !== n",
-                    arg=seen[-PAGE if len(seen) >= PAGE else 0],
-                )
-            assert seen == [str(n) for n in range(60, 0, -1)]
-            assert "oldest reached" in page.inner_text("#entries-page")
-            page.click("#entries-newer")
-            page.wait_for_function("() => !document.querySelector('#entries-older').disabled")
-            rejections = page.inner_text("#rejections")
-            assert "greedy-query" in rejections
-
-            # filters: by kind, then back to all
-            page.select_option("#f-kind", "laplace")
-            page.click("#filters button[type=submit]")
-            page.wait_for_function(
-                "() => [...document.querySelectorAll('#entries tbody tr td:nth-child(3)')]"
-                ".every((td) => td.textContent.startsWith('laplace('))"
-            )
-            assert page.locator("#entries tbody tr").count() >= 1
-            page.select_option("#f-kind", "")
-            page.click("#filters button[type=submit]")
-            page.wait_for_function(
-                "() => document.querySelector('#entries tbody tr td').textContent === '60'"
-            )
-
-            # CSV export: offered where the server's OpenAPI lists ?format=, and then it is the
-            # API's own CSV; hidden otherwise
-            spec = httpx.get(world["server"].url + "/openapi.json").json()
-            ledger_params = spec["paths"]["/v1/datasets/{dataset_id}/ledger"]["get"]["parameters"]
-            if any(p["name"] == "format" for p in ledger_params):
-                assert page.locator("#csv").is_visible()
-                with page.expect_download() as dl:
-                    page.click("#csv")
-                got = Path(dl.value.path()).read_text()
-                want = api.get(f"/v1/datasets/{census['id']}/ledger", params={"format": "csv"})
-                assert got == want.text
-            else:
-                assert page.locator("#csv").is_hidden()
-
-            a11y += check_accessibility(page, "dataset")
-        finally:
-            browser.close()
+        a11y += check_accessibility(page, "dataset")
     assert problems == [], problems
     assert a11y == [], a11y
 
@@ -450,7 +469,7 @@ def test_csv_download_sends_the_key_and_saves_the_answer(world: dict[str, Any]) 
     request), so what is checked is the page: the key goes in the header, the filters go
     along, the file saved is the body."""
     executable = _browser_path()
-    from playwright.sync_api import Route, sync_playwright
+    from playwright.sync_api import Route
 
     census = world["census"]
     body = "seq,created_at,kind\n1,2026-01-01T00:00:00Z,gaussian\n"
@@ -469,31 +488,19 @@ def test_csv_download_sends_the_key_and_saves_the_answer(world: dict[str, Any]) 
         seen.append({"url": route.request.url, **route.request.headers})
         route.fulfill(status=200, body=body, headers={"Content-Type": "text/csv"})
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=executable,
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
-        )
-        try:
-            page = browser.new_page()
-            page.route("**/openapi.json", openapi)
-            page.route("**/ledger?*format=csv*", export)
-            page.goto(world["server"].url + "/")
-            page.fill("#key", world["viewer"])
-            page.click("button[type=submit]")
-            page.wait_for_selector("body[data-ready=true] #overview:not([hidden])")
-            page.goto(world["server"].url + f"/#/datasets/{census['id']}")
-            page.wait_for_selector("body[data-ready=true] #detail:not([hidden])")
-            page.select_option("#f-kind", "gaussian")
-            page.click("#filters button[type=submit]")
-            page.wait_for_selector("#csv:not([hidden])")
-            with page.expect_download() as dl:
-                page.click("#csv")
-            assert Path(dl.value.path()).read_text() == body
-            assert dl.value.suggested_filename == f"ledger-{census['id']}.csv"
-        finally:
-            browser.close()
+    with dashboard_page(executable) as page:
+        page.route("**/openapi.json", openapi)
+        page.route("**/ledger?*format=csv*", export)
+        sign_in(page, world["server"].url, world["viewer"])
+        page.goto(world["server"].url + f"/#/datasets/{census['id']}")
+        page.wait_for_selector("body[data-ready=true] #detail:not([hidden])")
+        page.select_option("#f-kind", "gaussian")
+        page.click("#filters button[type=submit]")
+        page.wait_for_selector("#csv:not([hidden])")
+        with page.expect_download() as dl:
+            page.click("#csv")
+        assert Path(dl.value.path()).read_text() == body
+        assert dl.value.suggested_filename == f"ledger-{census['id']}.csv"
     assert len(seen) == 1
     assert seen[0]["authorization"] == f"Bearer {world['viewer']}"
     assert "format=csv" in seen[0]["url"] and "kind=gaussian" in seen[0]["url"]

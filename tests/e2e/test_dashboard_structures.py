@@ -13,7 +13,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.test_dashboard import ADMIN_KEY, _browser_path, check_accessibility, floor_pct
+from tests.e2e.test_dashboard import (
+    ADMIN_KEY,
+    _browser_path,
+    check_accessibility,
+    dashboard_page,
+    floor_pct,
+    sign_in,
+)
 from tests.live import running
 
 
@@ -76,7 +83,6 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
 
 def test_team_table_and_block_heatmap_match_the_api(world: dict[str, Any]) -> None:
     executable = _browser_path()
-    from playwright.sync_api import sync_playwright
 
     api: httpx.Client = world["api"]
     ds = world["ds"]
@@ -94,121 +100,94 @@ def test_team_table_and_block_heatmap_match_the_api(world: dict[str, Any]) -> No
 
     problems: list[str] = []
     a11y: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=executable,
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+    with dashboard_page(executable, problems, viewport={"width": 1280, "height": 1000}) as page:
+        sign_in(page, world["server"].url, world["viewer"])
+        page.goto(world["server"].url + f"/#/datasets/{ds['id']}")
+        page.wait_for_selector("body[data-ready=true] #detail:not([hidden])")
+        page.wait_for_selector("#teams:not([hidden]) [data-testid=team-row]")
+
+        # the team table: one row per allocation, the API's numbers, a gauge in its state
+        rows = page.locator("[data-testid=team-row]")
+        assert rows.count() == len(allocs)
+        for name, a in allocs.items():
+            row = page.locator(f"[data-testid=team-row][data-allocation='{name}']")
+            for field, want in [
+                ("team-budget", a["budget"]["epsilon"]),
+                ("team-spent", a["spent"]["epsilon"]),
+                ("team-remaining", a["remaining"]["epsilon"]),
+                ("team-entries", a["entries"]),
+            ]:
+                got = row.locator(f"[data-testid={field}]").get_attribute("data-value")
+                assert got is not None and math.isclose(float(got), want), (name, field)
+            st = (
+                "exhausted"
+                if a["exhausted"]
+                else ("warning" if a["spent"]["epsilon"] / a["budget"]["epsilon"] >= 0.8 else "ok")
+            )
+            assert row.get_attribute("data-state") == st
+            label = row.locator("svg.gauge").get_attribute("aria-label") or ""
+            pct = floor_pct(a["spent"]["epsilon"], a["budget"]["epsilon"], st == "exhausted")
+            assert pct in label and name in label
+            assert row.locator("[data-testid=state] svg .state-icon").count() == 1
+            assert row.locator("[data-testid=team-block]").inner_text() == (
+                a["most_spent_block"] or "none charged"
+            )
+        note = page.inner_text("#teams-note")
+        assert "more than the dataset" in note and "guarantee" in note
+
+        # the heatmap: a cell per day of the last 12 weeks, charged ones as the API says
+        page.wait_for_selector("#blocks:not([hidden]) [data-testid=block-cell]")
+        cells = page.locator("[data-testid=chart-blocks] [data-testid=block-cell]")
+        keys = [cells.nth(i).get_attribute("data-block") for i in range(cells.count())]
+        today = dt.datetime.now(dt.UTC).date()
+        monday = today - dt.timedelta(days=today.weekday())
+        start = monday - dt.timedelta(weeks=11)
+        want_keys = [
+            (start + dt.timedelta(days=i)).isoformat() for i in range((today - start).days + 1)
+        ]
+        assert keys == want_keys
+        listing = api.get(f"{base}/blocks", params={"from": want_keys[0], "to": want_keys[-1]})
+        by_key = {b["block"]: b for b in listing.json()["blocks"]}
+        got_cells = page.evaluate(
+            """() => [...document.querySelectorAll('[data-testid=chart-blocks] [data-testid=block-cell]')]
+            .map((c) => ({key: c.dataset.block, spent: Number(c.dataset.spent),
+              exhausted: c.dataset.exhausted === 'true', label: c.getAttribute('aria-label'),
+              title: c.querySelector('title').textContent, role: c.getAttribute('role')}))"""
         )
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            page.on(
-                "console",
-                lambda m: (
-                    problems.append(f"console {m.type}: {m.text}")
-                    if m.type in ("error", "warning")
-                    else None
-                ),
-            )
-            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-            page.goto(world["server"].url + "/")
-            page.fill("#key", world["viewer"])
-            page.click("button[type=submit]")
-            page.wait_for_selector("body[data-ready=true] #overview:not([hidden])")
-            page.goto(world["server"].url + f"/#/datasets/{ds['id']}")
-            page.wait_for_selector("body[data-ready=true] #detail:not([hidden])")
-            page.wait_for_selector("#teams:not([hidden]) [data-testid=team-row]")
-
-            # the team table: one row per allocation, the API's numbers, a gauge in its state
-            rows = page.locator("[data-testid=team-row]")
-            assert rows.count() == len(allocs)
-            for name, a in allocs.items():
-                row = page.locator(f"[data-testid=team-row][data-allocation='{name}']")
-                for field, want in [
-                    ("team-budget", a["budget"]["epsilon"]),
-                    ("team-spent", a["spent"]["epsilon"]),
-                    ("team-remaining", a["remaining"]["epsilon"]),
-                    ("team-entries", a["entries"]),
-                ]:
-                    got = row.locator(f"[data-testid={field}]").get_attribute("data-value")
-                    assert got is not None and math.isclose(float(got), want), (name, field)
-                st = (
-                    "exhausted"
-                    if a["exhausted"]
-                    else (
-                        "warning" if a["spent"]["epsilon"] / a["budget"]["epsilon"] >= 0.8 else "ok"
-                    )
-                )
-                assert row.get_attribute("data-state") == st
-                label = row.locator("svg.gauge").get_attribute("aria-label") or ""
-                pct = floor_pct(a["spent"]["epsilon"], a["budget"]["epsilon"], st == "exhausted")
-                assert pct in label and name in label
-                assert row.locator("[data-testid=state] svg .state-icon").count() == 1
-                assert row.locator("[data-testid=team-block]").inner_text() == (
-                    a["most_spent_block"] or "none charged"
-                )
-            note = page.inner_text("#teams-note")
-            assert "more than the dataset" in note and "guarantee" in note
-
-            # the heatmap: a cell per day of the last 12 weeks, charged ones as the API says
-            page.wait_for_selector("#blocks:not([hidden]) [data-testid=block-cell]")
-            cells = page.locator("[data-testid=chart-blocks] [data-testid=block-cell]")
-            keys = [cells.nth(i).get_attribute("data-block") for i in range(cells.count())]
-            today = dt.datetime.now(dt.UTC).date()
-            monday = today - dt.timedelta(days=today.weekday())
-            start = monday - dt.timedelta(weeks=11)
-            want_keys = [
-                (start + dt.timedelta(days=i)).isoformat() for i in range((today - start).days + 1)
-            ]
-            assert keys == want_keys
-            listing = api.get(f"{base}/blocks", params={"from": want_keys[0], "to": want_keys[-1]})
-            by_key = {b["block"]: b for b in listing.json()["blocks"]}
-            got_cells = page.evaluate(
-                """() => [...document.querySelectorAll('[data-testid=chart-blocks] [data-testid=block-cell]')]
-                .map((c) => ({key: c.dataset.block, spent: Number(c.dataset.spent),
-                  exhausted: c.dataset.exhausted === 'true', label: c.getAttribute('aria-label'),
-                  title: c.querySelector('title').textContent, role: c.getAttribute('role')}))"""
-            )
-            for cell in got_cells:
-                key = cell["key"]
-                b = by_key.get(key)
-                spent = b["spent"]["epsilon"] if b else 0.0
-                assert cell["spent"] == spent, key
-                assert cell["label"].startswith(f"{key}: {fmt(spent)} of 1 used"), cell
-                assert cell["title"] == cell["label"] and cell["role"] == "img"
-                assert cell["exhausted"] == bool(b and b["exhausted"]), key
-            assert [c["label"] for c in got_cells if c["key"] == day(8)] == [
-                f"{day(8)}: 1 of 1 used, exhausted"
-            ]
-            for key in charged:
-                assert (
-                    page.locator(f"[data-testid=block-cell][data-block='{key}']").get_attribute(
-                        "data-step"
-                    )
-                    != "h0"
-                )
-            ex_cell = page.locator(f"[data-testid=block-cell][data-block='{day(8)}']")
-            assert ex_cell.locator("path.cross").count() == 1  # a symbol, not colour alone
-            assert "exhausted" in (ex_cell.get_attribute("aria-label") or "")
-            assert day(8) in page.inner_text("[data-testid=blocks-exhausted]")
-            assert "Exhausted" in page.inner_text("[data-testid=blocks-exhausted]")
-            assert "own budget" in page.inner_text("[data-testid=blocks-note]")
-            assert "crossed" in page.inner_text("#fig-blocks")  # the legend
-
-            # the /budget summary as text
-            top = budget["blocks"]["most_spent"]
+        for cell in got_cells:
+            key = cell["key"]
+            b = by_key.get(key)
+            spent = b["spent"]["epsilon"] if b else 0.0
+            assert cell["spent"] == spent, key
+            assert cell["label"].startswith(f"{key}: {fmt(spent)} of 1 used"), cell
+            assert cell["title"] == cell["label"] and cell["role"] == "img"
+            assert cell["exhausted"] == bool(b and b["exhausted"]), key
+        assert [c["label"] for c in got_cells if c["key"] == day(8)] == [
+            f"{day(8)}: 1 of 1 used, exhausted"
+        ]
+        for key in charged:
             assert (
-                page.get_attribute("[data-testid=blocks-most-spent]", "data-value") == top["block"]
+                page.locator(f"[data-testid=block-cell][data-block='{key}']").get_attribute(
+                    "data-step"
+                )
+                != "h0"
             )
-            assert page.inner_text("[data-testid=blocks-exhausted-count]") == "1"
-            assert page.inner_text("[data-testid=blocks-charged]") == "5"
-            lifetime = page.get_attribute("[data-testid=blocks-lifetime]", "data-value")
-            assert (
-                lifetime is not None and float(lifetime) == budget["lifetime"]["spent"]["epsilon"]
-            )
+        ex_cell = page.locator(f"[data-testid=block-cell][data-block='{day(8)}']")
+        assert ex_cell.locator("path.cross").count() == 1  # a symbol, not colour alone
+        assert "exhausted" in (ex_cell.get_attribute("aria-label") or "")
+        assert day(8) in page.inner_text("[data-testid=blocks-exhausted]")
+        assert "Exhausted" in page.inner_text("[data-testid=blocks-exhausted]")
+        assert "own budget" in page.inner_text("[data-testid=blocks-note]")
+        assert "crossed" in page.inner_text("#fig-blocks")  # the legend
 
-            a11y += check_accessibility(page, "partitioned dataset")
-        finally:
-            browser.close()
+        # the /budget summary as text
+        top = budget["blocks"]["most_spent"]
+        assert page.get_attribute("[data-testid=blocks-most-spent]", "data-value") == top["block"]
+        assert page.inner_text("[data-testid=blocks-exhausted-count]") == "1"
+        assert page.inner_text("[data-testid=blocks-charged]") == "5"
+        lifetime = page.get_attribute("[data-testid=blocks-lifetime]", "data-value")
+        assert lifetime is not None and float(lifetime) == budget["lifetime"]["spent"]["epsilon"]
+
+        a11y += check_accessibility(page, "partitioned dataset")
     assert problems == [], problems
     assert a11y == [], a11y
