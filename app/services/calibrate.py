@@ -134,12 +134,10 @@ def calibrate_next(
         st = state.load(s, ref, principal)
         if st.is_pld:
             state.load_pld(s, st)
-        fits: Fits = fits_under(st.filter, _with_holds(st.committed, st.held_curve))
-        if allocation is not None or blocks is not None or st.partition_unit is not None:
-            ask = admission.Ask(
-                kind, 1, {}, PrivacyCurve.zero(), allocation=allocation, blocks=blocks
-            )
-            fits = _structure_fits(st, admission.prepare(s, st, ask))
+        # the limits a charge with this allocation and these blocks would meet (without
+        # either, on a dataset that is not partitioned: its own budget alone, no read)
+        ask = admission.Ask(kind, 1, {}, PrivacyCurve.zero(), allocation=allocation, blocks=blocks)
+        fits = _structure_fits(st, admission.prepare(s, st, ask))
     if st.allowed_mechanisms is not None and kind not in st.allowed_mechanisms:
         raise Unprocessable(f"mechanism {kind!r} is not allowed on dataset {st.name!r}")
     admission.check_entry_delta(st, kind, float(fixed.get("delta", 0.0)))
