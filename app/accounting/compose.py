@@ -30,6 +30,7 @@ from app.accounting.kinds._spec import (
     Affine,
     Mechanism,
     UnitCurves,
+    Units,
     column,
     params_of,
 )
@@ -56,16 +57,25 @@ COMPUTE_CHUNK = 1024
 fewer calls, the same curves, summed ``CHUNK`` at a time as before; bounded memory)."""
 
 
+def _dot(weights: Vector, values: Vector) -> Vector:
+    """``weights @ values`` in numpy's own loops, not BLAS: a threaded BLAS splits a large
+    product over the cores and its threads then spin-wait, which cost more CPU than the
+    product (0.44 against 0.31 s for a 100,000-entry compose on 2 cores). Any order of
+    summation is within the bound of ``_raise``."""
+    out: Vector = np.einsum("i,i...->...", weights, values)
+    return out
+
+
 def _weighted_sum(curves: UnitCurves, weights: Vector) -> PrivacyCurve:
     """sum_i weights_i curve_i (weights >= 1, so an infinite value stays infinite, never NaN)."""
     n = weights.size
     if n == 0:
         return PrivacyCurve.zero()
     with np.errstate(over="ignore"):
-        rdp = weights @ curves.rdp
-        rho = float(weights @ curves.rho)
-        pure = float(weights @ curves.pure_eps)
-        delta = float(weights @ curves.delta)
+        rdp = _dot(weights, curves.rdp)
+        rho = float(_dot(weights, curves.rho))
+        pure = float(_dot(weights, curves.pure_eps))
+        delta = float(_dot(weights, curves.delta))
     return PrivacyCurve(
         rho=float(_raise(np.array(rho), n)),
         rdp=_raise(rdp, n),
@@ -80,16 +90,16 @@ def _affine_sum(affine: Affine, weights: Vector) -> PrivacyCurve:
     above its exact value; the result is raised once more by 4 u so that it is not below the sum
     of the entries' own rounded curves either."""
     n = weights.size
-    slope = float(_raise(np.array(weights @ affine.slope), n))
-    intercept = float(_raise(np.array(weights @ affine.intercept), n))
+    slope = float(_raise(_dot(weights, affine.slope), n))
+    intercept = float(_raise(_dot(weights, affine.intercept), n))
     with np.errstate(over="ignore"):
         rdp = (intercept + slope * ORDERS) * (1.0 + RDP_EVAL_MARGIN) * (1.0 + 8.0 * U)
     return PrivacyCurve(
-        rho=float(_raise(np.array(weights @ affine.rho), n)),
+        rho=float(_raise(_dot(weights, affine.rho), n)),
         rdp=np.where(rdp == 0.0, 0.0, np.nextafter(rdp, np.inf)),
-        pure_eps=float(_raise(np.array(weights @ affine.pure_eps), n)),
+        pure_eps=float(_raise(_dot(weights, affine.pure_eps), n)),
         gaussian_only=affine.gaussian_only,
-        delta=min(1.0, float(_raise(np.array(weights @ affine.delta), n))),
+        delta=min(1.0, float(_raise(_dot(weights, affine.delta), n))),
     )
 
 
@@ -132,9 +142,16 @@ def _groups(cls: type[Mechanism], ms: list[Mechanism]) -> tuple[list[Mechanism],
             _, first, inverse = np.unique(varying, axis=0, return_index=True, return_inverse=True)
         totals: Vector = np.bincount(inverse.ravel(), weights=reps).astype(np.float64)
         picked = [ms[i] for i in first.tolist()]
-        if cls.unit is Mechanism.unit:  # the base unit(): itself when its count is 1
-            return [m if m.count == 1 else m.unit() for m in picked], totals
-        return [m.unit() for m in picked], totals
+        if cls.unit is Mechanism.unit and cls.repetition_params == ("count",):
+            # the base unit(): the mechanism itself when its count (reps) is 1
+            ones = (reps[first] == 1.0).tolist()
+            distinct = [m if one else m.unit() for m, one in zip(picked, ones, strict=True)]
+        else:
+            distinct = [m.unit() for m in picked]
+        # the parameters of the units are those of the picked entries (a unit differs only in
+        # its repetitions): kept, so that computing the curves does not read them again
+        kept = {p.name: table[first, j] for j, p in enumerate(keys)}
+        return Units(distinct, kept), totals
     index: dict[tuple[Any, ...], int] = {}
     units: list[Mechanism] = []
     sums: list[float] = []

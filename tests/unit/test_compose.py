@@ -9,10 +9,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from app.accounting.compose import compose_arrays, compose_many
+from app.accounting.compose import _groups, compose_arrays, compose_many
 from app.accounting.curve import PrivacyCurve, compose
 from app.accounting.kinds import KINDS
-from app.accounting.kinds._spec import UnitCurves, unit_curve
+from app.accounting.kinds._spec import UnitCurves, Units, column, unit_curve
 from app.accounting.registry import mechanism_from_dict
 from tests.unit.test_registry import EXAMPLES
 
@@ -135,3 +135,20 @@ def test_a_curve_that_overflows_is_a_value_error() -> None:
     )
     with pytest.raises(ValueError, match="repetitions"):
         compose_many([too_many])
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_grouped_units_keep_their_own_parameters(kind: str) -> None:
+    """The columns ``_groups`` keeps (so that curves do not read the objects again) are the
+    units' own parameters, and the weights add up to every repetition."""
+    ms = [m for m in _ledger() if m.kind == kind]
+    units, weights = _groups(type(ms[0]), ms)
+    distinct = {m.unit_key() for m in ms}  # each parameter set is in the ledger three times
+    assert len(units) == len(distinct) and {u.unit_key() for u in units} == distinct
+    if isinstance(units, Units):  # scalar parameters: grouped by a sort, columns kept
+        assert units.columns
+        for name, kept in units.columns.items():
+            read = np.array([float(getattr(u, name)) for u in units])
+            np.testing.assert_array_equal(kept, read)
+            np.testing.assert_array_equal(column(units, name), read)
+    assert weights.sum() == sum(m.repetitions() for m in ms)
