@@ -1,8 +1,9 @@
 """Engines, sessions and the write transaction that serialises charges.
 
-* PostgreSQL: one engine; the charge path locks the dataset's ``dataset_total`` row with
-  ``SELECT ... FOR UPDATE``, which serialises charges of one dataset across processes and
-  replicas while other datasets proceed in parallel.
+* PostgreSQL: a writers' engine and a readers' engine (autocommit), each with its own pool, and
+  cursors that build ``description`` on use (``app.db.pg_cursor``); the charge path locks the
+  dataset's ``dataset_total`` row with ``SELECT ... FOR UPDATE``, which serialises charges of
+  one dataset across processes and replicas while other datasets proceed in parallel.
 * SQLite: WAL journal, ``synchronous=FULL`` (a commit is on disk before we answer 201), and
   write transactions opened with ``BEGIN IMMEDIATE`` so that the database write lock is taken
   before anything is read. Inside one process, writers queue on a ``threading.Lock`` instead of
