@@ -31,6 +31,55 @@ KindQuery = Annotated[CalibratedKind, Query(description="Mechanism kind to calib
 IdemKey = IdempotencyKey
 
 
+# The hot paths first: FastAPI tries a router's routes in order, twice per request (to pick
+# the router, then the route), and no two paths here overlap, so the order changes only the
+# work per request (about 25 us of CPU for a budget read; and the order of the OpenAPI paths).
+
+
+@router.post(
+    "/{dataset_id}/charges",
+    status_code=status.HTTP_201_CREATED,
+    response_model=r.Charge,
+    summary="Charge a mechanism invocation (409 when over budget; ?dry_run=true records nothing)",
+    responses={
+        200: {"model": r.DryRun, "description": "dry run: it would be admitted (nothing recorded)"},
+        **responses(404, 409, budget=True),
+    },
+)
+def charge(
+    dataset_id: str,
+    body: ChargeIn,
+    request: Request,
+    caller: Pipeline,
+    idempotency_key: IdemKey = None,
+    dry_run: bool = False,
+) -> Response:
+    answer = charges.charge(
+        db_of(request),
+        caller,
+        dataset_id,
+        mechanism=body.mechanism.core,
+        wire=body.mechanism.wire(),
+        label=body.label,
+        metadata=body.metadata,
+        idempotency_key=idempotency_key,
+        dry_run=dry_run,
+        allocation=body.allocation,
+        blocks=body.blocks.span() if body.blocks is not None else None,
+    )
+    return send(answer, status.HTTP_200_OK if dry_run else status.HTTP_201_CREATED)
+
+
+@router.get(
+    "/{dataset_id}/budget",
+    response_model=r.BudgetView,
+    responses=responses(404),
+    summary="Budget, spent, remaining (O(1) in ledger length)",
+)
+def budget(dataset_id: str, request: Request, caller: Viewer) -> Response:
+    return send(datasets.budget_view(db_of(request), caller, dataset_id))
+
+
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
@@ -129,40 +178,6 @@ def archive(dataset_id: str, db: DbDep, caller: Admin) -> Response:
 )
 def unarchive(dataset_id: str, db: DbDep, caller: Admin) -> Response:
     return send(datasets.set_archived(db, caller, dataset_id, archived=False))
-
-
-@router.post(
-    "/{dataset_id}/charges",
-    status_code=status.HTTP_201_CREATED,
-    response_model=r.Charge,
-    summary="Charge a mechanism invocation (409 when over budget; ?dry_run=true records nothing)",
-    responses={
-        200: {"model": r.DryRun, "description": "dry run: it would be admitted (nothing recorded)"},
-        **responses(404, 409, budget=True),
-    },
-)
-def charge(
-    dataset_id: str,
-    body: ChargeIn,
-    request: Request,
-    caller: Pipeline,
-    idempotency_key: IdemKey = None,
-    dry_run: bool = False,
-) -> Response:
-    answer = charges.charge(
-        db_of(request),
-        caller,
-        dataset_id,
-        mechanism=body.mechanism.core,
-        wire=body.mechanism.wire(),
-        label=body.label,
-        metadata=body.metadata,
-        idempotency_key=idempotency_key,
-        dry_run=dry_run,
-        allocation=body.allocation,
-        blocks=body.blocks.span() if body.blocks is not None else None,
-    )
-    return send(answer, status.HTTP_200_OK if dry_run else status.HTTP_201_CREATED)
 
 
 @router.post(
@@ -270,16 +285,6 @@ def ledger_(
 def _utc(ts: datetime | None) -> datetime | None:
     """A time without an offset is UTC."""
     return ts.replace(tzinfo=UTC) if ts is not None and ts.tzinfo is None else ts
-
-
-@router.get(
-    "/{dataset_id}/budget",
-    response_model=r.BudgetView,
-    responses=responses(404),
-    summary="Budget, spent, remaining (O(1) in ledger length)",
-)
-def budget(dataset_id: str, request: Request, caller: Viewer) -> Response:
-    return send(datasets.budget_view(db_of(request), caller, dataset_id))
 
 
 @router.get(
