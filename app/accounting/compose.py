@@ -60,8 +60,8 @@ fewer calls, the same curves, summed ``CHUNK`` at a time as before; bounded memo
 def _dot(weights: Vector, values: Vector) -> Vector:
     """``weights @ values`` in numpy's own loops, not BLAS: a threaded BLAS splits a large
     product over the cores and its threads then spin-wait, which cost more CPU than the
-    product (0.44 against 0.31 s for a 100,000-entry compose on 2 cores). Any order of
-    summation is within the bound of ``_raise``."""
+    product (a 100,000-entry all-distinct compose: 0.36 s of CPU with BLAS, 0.24 s without, on
+    2 cores). Any order of summation is within the bound of ``_raise``."""
     out: Vector = np.einsum("i,i...->...", weights, values)
     return out
 
@@ -121,8 +121,8 @@ def _add(a: PrivacyCurve, b: PrivacyCurve) -> PrivacyCurve:
 
 def _groups(cls: type[Mechanism], ms: list[Mechanism]) -> tuple[list[Mechanism], Vector]:
     """The distinct unit mechanisms among ``ms`` (all of kind ``cls``) and the total
-    repetitions of each: by one sort of their parameters when they are all scalars, else by a
-    dictionary of their keys."""
+    repetitions of each: by one sort of their parameters when they are all scalars (then a
+    ``Units`` that keeps those parameters as columns), else by a dictionary of their keys."""
     keys = [p for p in params_of(cls) if p.name not in cls.repetition_params]
     if cls.repetition_params == ("count",):
         reps = column(ms, "count")
