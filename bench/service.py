@@ -3,6 +3,9 @@
 Run from the repository root: ``.venv/bin/python bench/service.py`` (prints JSON);
 ``bench/service.py partitioned`` (or any of ``SCENARIOS``) runs only those scenarios.
 
+* ``throughput_alternated``: the same one-dataset comparison with both servers up at once,
+  measured in turn (7 pairs of 4 s): each pair's ratio and their median, less at the mercy of
+  the machine's load drifting between two 8 s measurements a minute apart.
 * Throughput: 16 concurrent keep-alive HTTP connections POST charges to a running server
   (uvicorn[standard]: uvloop + httptools); SQLite with 1 worker, PostgreSQL with 2. The
   baseline is a trivial FastAPI app defined here, served the same way, whose endpoint does
@@ -295,6 +298,66 @@ def throughput(
     }
 
 
+ALTERNATED_PAIRS = 7
+ALTERNATED_DURATION = 4.0
+
+
+def throughput_alternated(kind: str, tmp: Path, workers: int | None = None) -> dict[str, Any]:
+    """``throughput`` on one dataset, both servers up at once and measured in turn (ours, then
+    the baseline, ``ALTERNATED_PAIRS`` times, ``ALTERNATED_DURATION`` s each): the ratio of each
+    pair, and their median. On a shared machine the load of other jobs drifts over a minute;
+    a pair measured within seconds of each other sees nearly the same machine."""
+    workers = workers or (1 if kind == "sqlite" else 2)
+    if kind == "sqlite":
+        for stale in tmp.glob("*.db*"):
+            stale.unlink()
+    url = f"sqlite:///{tmp / 'ours.db'}" if kind == "sqlite" else _pg_database(f"{PG_PREFIX}_ours")
+    base_url = (
+        f"sqlite:///{tmp / 'baseline.db'}"
+        if kind == "sqlite"
+        else _pg_database(f"{PG_PREFIX}_baseline")
+    )
+    (tmp / "baseline_app.py").write_text(BASELINE_APP)
+    ours = Server("app.main:app", {**OUR_ENV, "PRIVACY_LEDGER_DATABASE_URL": url}, workers)
+    base = Server("baseline_app:app", {"BENCH_DATABASE_URL": base_url}, workers, cwd=tmp)
+    pairs: list[dict[str, float]] = []
+    try:
+        ours.wait("/readyz")
+        base.wait("/docs")
+        with httpx.Client(base_url=ours.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as c:
+            ds = c.post(
+                "/v1/datasets", json={"name": "bench", "budget": {"epsilon": 1e6, "delta": 1e-6}}
+            ).json()["id"]
+        charge = _request(
+            "POST",
+            f"/v1/datasets/{ds}/charges",
+            {"mechanism": {"mechanism": "gaussian", "sigma": 10.0}},
+            auth=True,
+        )
+        insert = _request(
+            "POST", "/insert", {"mechanism": {"mechanism": "gaussian", "sigma": 10.0}}, auth=False
+        )
+        for _ in range(ALTERNATED_PAIRS):
+            a = load(ours.port, charge, duration=ALTERNATED_DURATION)
+            b = load(base.port, insert, duration=ALTERNATED_DURATION)
+            assert set(a["status_codes"]) == {201}, a["status_codes"]
+            pairs.append(
+                {
+                    "ours": a["requests_per_second"],
+                    "baseline": b["requests_per_second"],
+                    "ratio": a["requests_per_second"] / b["requests_per_second"],
+                }
+            )
+    finally:
+        ours.stop()
+        base.stop()
+    return {
+        "workers": workers,
+        "pairs": pairs,
+        "median_ratio": statistics.median(p["ratio"] for p in pairs),
+    }
+
+
 def partitioned(kind: str, tmp: Path, span: int = 7) -> dict[str, Any]:
     """Charges/s on a daily-partitioned dataset, each charge over ``span`` blocks (ranges that
     overlap between connections), against a plain dataset, same server, same run (issue 15)."""
@@ -549,7 +612,14 @@ def pld_charge_latency(tmp: Path) -> dict[str, Any]:
         server.stop()
 
 
-SCENARIOS = ("throughput", "throughput_16_datasets", "read_latency", "pld", "partitioned")
+SCENARIOS = (
+    "throughput",
+    "throughput_alternated",
+    "throughput_16_datasets",
+    "read_latency",
+    "pld",
+    "partitioned",
+)
 
 
 def main() -> None:
@@ -572,6 +642,10 @@ def main() -> None:
         if "throughput" in chosen:
             result["throughput"] = {
                 kind: throughput(kind, tmp) for kind in ("sqlite", "postgresql")
+            }
+        if "throughput_alternated" in chosen:
+            result["throughput_alternated"] = {
+                kind: throughput_alternated(kind, tmp) for kind in ("sqlite", "postgresql")
             }
         if "throughput_16_datasets" in chosen:
             result["throughput_16_datasets"] = {
