@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
@@ -29,6 +29,10 @@ else:  # the kinds with a parameter to calibrate, from the registry
     CalibratedKind = Literal[tuple(k for k, p in calibration_parameters().items() if p)]
 KindQuery = Annotated[CalibratedKind, Query(description="Mechanism kind to calibrate.")]
 IdemKey = IdempotencyKey
+_CHARGE_RESPONSES: dict[int | str, dict[str, Any]] = {  # both charge routes (200: dry run)
+    200: {"model": r.DryRun, "description": "dry run: it would be admitted (nothing recorded)"},
+    **responses(404, 409, budget=True),
+}
 
 
 # The hot paths first: FastAPI tries a router's routes in order, twice per request (to pick
@@ -41,10 +45,7 @@ IdemKey = IdempotencyKey
     status_code=status.HTTP_201_CREATED,
     response_model=r.Charge,
     summary="Charge a mechanism invocation (409 when over budget; ?dry_run=true records nothing)",
-    responses={
-        200: {"model": r.DryRun, "description": "dry run: it would be admitted (nothing recorded)"},
-        **responses(404, 409, budget=True),
-    },
+    responses=_CHARGE_RESPONSES,
 )
 def charge(
     dataset_id: str,
@@ -185,10 +186,7 @@ def unarchive(dataset_id: str, db: DbDep, caller: Admin) -> Response:
     status_code=status.HTTP_201_CREATED,
     response_model=r.ChargeBatch,
     summary="Charge a dp_accounting DpEvent: its mechanisms, all or none (one entry each)",
-    responses={
-        200: {"model": r.DryRun, "description": "dry run: it would be admitted (nothing recorded)"},
-        **responses(404, 409, budget=True),
-    },
+    responses=_CHARGE_RESPONSES,
 )
 def charge_dp_event(
     dataset_id: str,
