@@ -194,8 +194,14 @@ class AsyncLedgerClient:
         block: str | None = None,
     ) -> LedgerPage:
         """As ``LedgerClient.ledger``."""
-        filters = {"kind": kind, "label": label, "key": key, "allocation": allocation}
-        return await self.send(calls.ledger(dataset, limit, cursor, {**filters, "block": block}))
+        filters = {
+            "kind": kind,
+            "label": label,
+            "key": key,
+            "allocation": allocation,
+            "block": block,
+        }
+        return await self.send(calls.ledger(dataset, limit, cursor, filters))
 
     async def calibrate(
         self,

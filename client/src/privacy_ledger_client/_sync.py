@@ -203,8 +203,14 @@ class LedgerClient:
         """One page of ledger entries, newest first; only those of a mechanism ``kind``,
         ``label``, ``key`` (id or label), ``allocation`` (name or id) or covering ``block``
         (a partitioned dataset's block key) when given."""
-        filters = {"kind": kind, "label": label, "key": key, "allocation": allocation}
-        return self.send(calls.ledger(dataset, limit, cursor, {**filters, "block": block}))
+        filters = {
+            "kind": kind,
+            "label": label,
+            "key": key,
+            "allocation": allocation,
+            "block": block,
+        }
+        return self.send(calls.ledger(dataset, limit, cursor, filters))
 
     def calibrate(
         self,
