@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
-from tests.e2e.test_dashboard import _browser_path
+from tests.e2e.test_dashboard import _browser_path, headless_chromium
 from tests.live import Server, running
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -59,8 +59,6 @@ class Watch:
 
 def test_swagger_ui_and_redoc_render_without_a_network(server: Server) -> None:
     executable = _browser_path()
-    from playwright.sync_api import sync_playwright
-
     spec = httpx.get(f"{server.url}/openapi.json", timeout=120).json()
     operations = [
         (method, path, op)
@@ -69,33 +67,25 @@ def test_swagger_ui_and_redoc_render_without_a_network(server: Server) -> None:
         if method in ("get", "post", "put", "patch", "delete")
     ]
     watch = Watch()
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=executable,
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
-        )
-        try:
-            context = browser.new_context(viewport={"width": 1280, "height": 1000})
-            context.route("**/*", watch.route)
-            page = context.new_page()
-            watch.attach(page)
+    with headless_chromium(executable) as browser:
+        context = browser.new_context(viewport={"width": 1280, "height": 1000})
+        context.route("**/*", watch.route)
+        page = context.new_page()
+        watch.attach(page)
 
-            page.goto(f"{server.url}/docs")
-            page.wait_for_selector(".swagger-ui .info .title")
-            assert "privacy-ledger" in page.inner_text(".swagger-ui .info .title")
-            page.wait_for_selector(".swagger-ui .opblock")
-            assert page.locator(".swagger-ui .opblock").count() == len(operations)
-            charge = next(op for m, path, op in operations if path.endswith("/charges"))
-            assert page.get_by_text(charge["summary"]).count() >= 1
+        page.goto(f"{server.url}/docs")
+        page.wait_for_selector(".swagger-ui .info .title")
+        assert "privacy-ledger" in page.inner_text(".swagger-ui .info .title")
+        page.wait_for_selector(".swagger-ui .opblock")
+        assert page.locator(".swagger-ui .opblock").count() == len(operations)
+        charge = next(op for m, path, op in operations if path.endswith("/charges"))
+        assert page.get_by_text(charge["summary"]).count() >= 1
 
-            page.goto(f"{server.url}/redoc")
-            page.wait_for_selector("redoc h1, [role=main] h1, h1")
-            assert "privacy-ledger" in page.inner_text("h1")
-            page.locator("h2", has_text=charge["summary"]).wait_for()  # the operation's section
-            assert page.locator("h2").count() >= len(operations)
-        finally:
-            browser.close()
+        page.goto(f"{server.url}/redoc")
+        page.wait_for_selector("redoc h1, [role=main] h1, h1")
+        assert "privacy-ledger" in page.inner_text("h1")
+        page.locator("h2", has_text=charge["summary"]).wait_for()  # the operation's section
+        assert page.locator("h2").count() >= len(operations)
 
     assert watch.blocked == [], "the API pages reached for another host"
     assert watch.failed == [] and watch.errors == []

@@ -48,11 +48,8 @@ def _browser_path() -> str:
 
 
 @contextmanager
-def dashboard_page(
-    executable: str, problems: list[str] | None = None, **page_options: Any
-) -> Iterator[Any]:
-    """A page of headless Chromium (the flags these machines need), closed afterwards; with
-    ``problems``, the console's errors and warnings and the page's errors are appended to it."""
+def headless_chromium(executable: str) -> Iterator[Any]:
+    """A headless Chromium browser (the flags these machines need), closed afterwards."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -62,20 +59,30 @@ def dashboard_page(
             args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
         )
         try:
-            page = browser.new_page(**page_options)
-            if problems is not None:
-                page.on(
-                    "console",
-                    lambda m: (
-                        problems.append(f"console {m.type}: {m.text}")
-                        if m.type in ("error", "warning")
-                        else None
-                    ),
-                )
-                page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-            yield page
+            yield browser
         finally:
             browser.close()
+
+
+@contextmanager
+def dashboard_page(
+    executable: str, problems: list[str] | None = None, **page_options: Any
+) -> Iterator[Any]:
+    """A page of ``headless_chromium``; with ``problems``, the console's errors and warnings
+    and the page's errors are appended to it."""
+    with headless_chromium(executable) as browser:
+        page = browser.new_page(**page_options)
+        if problems is not None:
+            page.on(
+                "console",
+                lambda m: (
+                    problems.append(f"console {m.type}: {m.text}")
+                    if m.type in ("error", "warning")
+                    else None
+                ),
+            )
+            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        yield page
 
 
 def sign_in(page: Any, url: str, key: str) -> None:
