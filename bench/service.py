@@ -230,6 +230,36 @@ def _pg_database(name: str) -> str:
     return PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
 
 
+CHARGE_BODY = {"mechanism": {"mechanism": "gaussian", "sigma": 10.0}}
+
+
+def _throughput_databases(kind: str, tmp: Path) -> tuple[str, str]:
+    """Fresh databases for our server and for the baseline (and the baseline's app file)."""
+    if kind == "sqlite":
+        for stale in tmp.glob("*.db*"):
+            stale.unlink()
+    (tmp / "baseline_app.py").write_text(BASELINE_APP)
+    if kind == "sqlite":
+        return f"sqlite:///{tmp / 'ours.db'}", f"sqlite:///{tmp / 'baseline.db'}"
+    return _pg_database(f"{PG_PREFIX}_ours"), _pg_database(f"{PG_PREFIX}_baseline")
+
+
+def _charge_requests(ours: Server, datasets: int) -> list[bytes]:
+    """A charge request on each of ``datasets`` new datasets of our server."""
+    with httpx.Client(base_url=ours.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as c:
+        ids = [
+            c.post(
+                "/v1/datasets",
+                json={"name": f"bench-{i}", "budget": {"epsilon": 1e6, "delta": 1e-6}},
+            ).json()["id"]
+            for i in range(datasets)
+        ]
+    return [_request("POST", f"/v1/datasets/{ds}/charges", CHARGE_BODY, auth=True) for ds in ids]
+
+
+INSERT_REQUEST = _request("POST", "/insert", CHARGE_BODY, auth=False)
+
+
 def throughput(
     kind: str, tmp: Path, workers: int | None = None, datasets: int = 1
 ) -> dict[str, Any]:
@@ -237,55 +267,17 @@ def throughput(
     the connections spread their charges over ``datasets`` datasets (1: all on one dataset,
     the worst case, serialised by its lock)."""
     workers = workers or (1 if kind == "sqlite" else 2)
-    url = f"sqlite:///{tmp / 'ours.db'}" if kind == "sqlite" else _pg_database(f"{PG_PREFIX}_ours")
-    base_url = (
-        f"sqlite:///{tmp / 'baseline.db'}"
-        if kind == "sqlite"
-        else _pg_database(f"{PG_PREFIX}_baseline")
-    )
-    if kind == "sqlite":
-        for stale in tmp.glob("*.db*"):
-            stale.unlink()
-    ours = Server(
-        "app.main:app",
-        {**OUR_ENV, "PRIVACY_LEDGER_DATABASE_URL": url},
-        workers,
-    )
+    url, base_url = _throughput_databases(kind, tmp)
+    ours = Server("app.main:app", {**OUR_ENV, "PRIVACY_LEDGER_DATABASE_URL": url}, workers)
     try:
         ours.wait("/readyz")
-        with httpx.Client(base_url=ours.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as c:
-            ids = [
-                c.post(
-                    "/v1/datasets",
-                    json={"name": f"bench-{i}", "budget": {"epsilon": 1e6, "delta": 1e-6}},
-                ).json()["id"]
-                for i in range(datasets)
-            ]
-        reqs = [
-            _request(
-                "POST",
-                f"/v1/datasets/{ds}/charges",
-                {"mechanism": {"mechanism": "gaussian", "sigma": 10.0}},
-                auth=True,
-            )
-            for ds in ids
-        ]
-        ours_result = load(ours.port, reqs)
+        ours_result = load(ours.port, _charge_requests(ours, datasets))
     finally:
         ours.stop()
-    (tmp / "baseline_app.py").write_text(BASELINE_APP)
     base = Server("baseline_app:app", {"BENCH_DATABASE_URL": base_url}, workers, cwd=tmp)
     try:
         base.wait("/docs")
-        base_result = load(
-            base.port,
-            _request(
-                "POST",
-                "/insert",
-                {"mechanism": {"mechanism": "gaussian", "sigma": 10.0}},
-                auth=False,
-            ),
-        )
+        base_result = load(base.port, INSERT_REQUEST)
     finally:
         base.stop()
     return {
@@ -308,38 +300,17 @@ def throughput_alternated(kind: str, tmp: Path, workers: int | None = None) -> d
     pair, and their median. On a shared machine the load of other jobs drifts over a minute;
     a pair measured within seconds of each other sees nearly the same machine."""
     workers = workers or (1 if kind == "sqlite" else 2)
-    if kind == "sqlite":
-        for stale in tmp.glob("*.db*"):
-            stale.unlink()
-    url = f"sqlite:///{tmp / 'ours.db'}" if kind == "sqlite" else _pg_database(f"{PG_PREFIX}_ours")
-    base_url = (
-        f"sqlite:///{tmp / 'baseline.db'}"
-        if kind == "sqlite"
-        else _pg_database(f"{PG_PREFIX}_baseline")
-    )
-    (tmp / "baseline_app.py").write_text(BASELINE_APP)
+    url, base_url = _throughput_databases(kind, tmp)
     ours = Server("app.main:app", {**OUR_ENV, "PRIVACY_LEDGER_DATABASE_URL": url}, workers)
     base = Server("baseline_app:app", {"BENCH_DATABASE_URL": base_url}, workers, cwd=tmp)
     pairs: list[dict[str, float]] = []
     try:
         ours.wait("/readyz")
         base.wait("/docs")
-        with httpx.Client(base_url=ours.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as c:
-            ds = c.post(
-                "/v1/datasets", json={"name": "bench", "budget": {"epsilon": 1e6, "delta": 1e-6}}
-            ).json()["id"]
-        charge = _request(
-            "POST",
-            f"/v1/datasets/{ds}/charges",
-            {"mechanism": {"mechanism": "gaussian", "sigma": 10.0}},
-            auth=True,
-        )
-        insert = _request(
-            "POST", "/insert", {"mechanism": {"mechanism": "gaussian", "sigma": 10.0}}, auth=False
-        )
+        charge = _charge_requests(ours, 1)
         for _ in range(ALTERNATED_PAIRS):
             a = load(ours.port, charge, duration=ALTERNATED_DURATION)
-            b = load(base.port, insert, duration=ALTERNATED_DURATION)
+            b = load(base.port, INSERT_REQUEST, duration=ALTERNATED_DURATION)
             assert set(a["status_codes"]) == {201}, a["status_codes"]
             pairs.append(
                 {
