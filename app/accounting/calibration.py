@@ -117,26 +117,26 @@ def calibrate(kind: str, params: dict[str, Any], parameter: str, fits: Fits) -> 
     return Calibration(mechanism=m, parameter=parameter, value=value, curve=m.curve())
 
 
-def _search(
-    ok: Callable[[float], bool],
-    margin: Callable[[float], float],
-    lo: float,
-    hi: float,
-    increasing_cost: bool,
-) -> float | None:
-    """Boundary of a monotone predicate on [lo, hi]: geometric bisection to a factor 1.01, then
-    Brent's method on the continuous ``margin`` (in log space), then a step to the safe side
-    until ``ok`` holds. The value returned fits, and one relative step of ``REL_TOL`` further
-    in the costly direction does not (to within rounding).
+@dataclass(frozen=True)
+class _Bracket:
+    """Where a monotone predicate's boundary lies: ``good`` fits; ``bad`` (one factor of at
+    most e^0.01 away, in the costly direction) does not, or is None when the costly end of the
+    range itself fits (no boundary inside the range: ``good`` is that end)."""
 
-    increasing_cost=True: ok holds below the boundary (largest fitting value is returned);
-    False: ok holds above it (least fitting value is returned).
-    """
+    good: float
+    bad: float | None
+
+
+def _bracket(
+    ok: Callable[[float], bool], lo: float, hi: float, increasing_cost: bool
+) -> _Bracket | None:
+    """The boundary of ``ok`` on [lo, hi] to a factor e^0.01 (geometric bisection from near 1),
+    or None when nothing in the range fits. ``increasing_cost`` as in ``_search``."""
     good, bad = (lo, hi) if increasing_cost else (hi, lo)
     if not ok(good):
         return None
     if ok(bad):
-        return bad
+        return _Bracket(bad, None)
     probe = min(max(1.0, lo), hi)  # start near 1 rather than across 18 decades
     if probe not in (lo, hi):
         if ok(probe):
@@ -149,6 +149,19 @@ def _search(
             good = mid
         else:
             bad = mid
+    return _Bracket(good, bad)
+
+
+def _refine(
+    ok: Callable[[float], bool],
+    margin: Callable[[float], float],
+    good: float,
+    bad: float,
+    increasing_cost: bool,
+) -> float:
+    """The boundary inside a bracket (``good`` fits, ``bad`` does not) to ``REL_TOL``: Brent's
+    method on the continuous ``margin`` (in log space), then a step to the safe side until
+    ``ok`` holds; bisection where the margin gives no sign change."""
     m_good, m_bad = margin(good), margin(bad)
     if math.isfinite(m_good) and math.isfinite(m_bad) and m_good >= 0 > m_bad:
         root = math.exp(
@@ -170,17 +183,37 @@ def _search(
             step *= 2.0
             if (candidate >= good) if increasing_cost is False else (candidate <= good):
                 return good
-        good = candidate
-    else:
-        while abs(math.log(bad) - math.log(good)) > REL_TOL:
-            mid = math.sqrt(good * bad)
-            if mid in (good, bad):
-                break
-            if ok(mid):
-                good = mid
-            else:
-                bad = mid
+        return candidate
+    while abs(math.log(bad) - math.log(good)) > REL_TOL:
+        mid = math.sqrt(good * bad)
+        if mid in (good, bad):
+            break
+        if ok(mid):
+            good = mid
+        else:
+            bad = mid
     return good
+
+
+def _search(
+    ok: Callable[[float], bool],
+    margin: Callable[[float], float],
+    lo: float,
+    hi: float,
+    increasing_cost: bool,
+) -> float | None:
+    """Boundary of a monotone predicate on [lo, hi]: geometric bisection to a factor 1.01
+    (``_bracket``), then Brent's method on the continuous ``margin`` (``_refine``). The value
+    returned fits, and one relative step of ``REL_TOL`` further in the costly direction does
+    not (to within rounding).
+
+    increasing_cost=True: ok holds below the boundary (largest fitting value is returned);
+    False: ok holds above it (least fitting value is returned).
+    """
+    b = _bracket(ok, lo, hi, increasing_cost)
+    if b is None or b.bad is None:
+        return None if b is None else b.good
+    return _refine(ok, margin, b.good, b.bad, increasing_cost)
 
 
 def _most_steps(params: dict[str, Any], fits: Fits) -> Calibration | None:
@@ -213,9 +246,11 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
     """Least noise multiplier for DP-SGD, searching on a window of orders.
 
     The search evaluates the curve only on a window of orders (others +inf: sound, only
-    looser), then checks the full grid at the end; if the full grid's optimal order falls
-    outside the window, the window moves and the search repeats. The returned value fits on the
-    full grid.
+    looser). Each window's answer is bracketed to 1 %; while the full grid's optimal order at
+    that noise falls outside the window, the window moves there and the bracketing repeats. The
+    last window's bracket is then narrowed to ``REL_TOL`` and the answer checked on the full grid
+    (if its optimal order has moved out of the window after all, the window moves again). The
+    returned value fits on the full grid.
     """
     q = float(params.get("sample_rate", 0.0))
     sens = float(params.get("sensitivity", 1.0))
@@ -239,37 +274,54 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
     coarse[-1] = True
     mask = coarse
     lo_limit, hi_limit = 1e-3, 1e6
-    full = curve(hi_limit, None)
 
-    def search(window: np.ndarray, hi: float) -> float | None:
-        """The least sigma in [lo_limit, hi] that fits on the orders of ``window``."""
-        return _search(
+    def on(window: np.ndarray) -> tuple[Callable[[float], bool], Callable[[float], float]]:
+        """``fits`` and its margin for the noise multiplier, on the orders of ``window``."""
+        return (
             lambda s: fits(curve(s, window)),
             lambda s: fits.margin(curve(s, window)),
-            lo_limit,
-            hi,
-            increasing_cost=False,
         )
 
+    def covered(best: int | None, window: np.ndarray) -> bool:
+        return best is None or bool(window[max(best - 1, 0) : best + 2].all())
+
     # A larger window never needs more noise (orders outside a window count as +inf), so the
-    # answer on one window is a fitting upper end of the search on the next.
+    # answer on one window is a fitting upper end of the search on the next. Each window is
+    # only bracketed (to 1 %) until one covers the best order; only that one is searched to
+    # REL_TOL (the precise search is most of the work: about 30 curves where the margin jumps).
     sigma = hi_limit
-    for _ in range(6):
-        found = search(mask, sigma)  # sigma <= hi_limit: the last answer, or hi_limit
-        if found is None:
+    for attempt in range(6):
+        last = attempt == 5
+        ok, margin = on(mask)
+        b = _bracket(ok, lo_limit, sigma, increasing_cost=False)
+        if b is None:
             # not even the largest noise fits on the window; try the full grid once
-            if not fits(full):
+            if not fits(curve(hi_limit, None)):
                 return None
-            found = hi_limit
-        sigma = found
+            b = _Bracket(hi_limit, None)
+        if not last:
+            best = _best_order_index(curve(b.good, None), fits)
+            if not covered(best, mask):  # (b.good fits on the full grid: it fits on mask)
+                mask = coarse | ((ORDERS >= ORDERS[best] / 2) & (ORDERS <= ORDERS[best] * 2))
+                sigma = b.good
+                continue
+        sigma = b.good if b.bad is None else _refine(ok, margin, b.good, b.bad, False)
         full = curve(sigma, None)
-        if not fits(full):  # pragma: no cover - a window only over-states the loss
-            raise AssertionError("calibrated sigma does not fit on the full grid")
+        step = REL_TOL
+        while not fits(full):
+            # a window's values can fall below the full grid's where the full curve's work
+            # budget bounds terms that the smaller window summed exactly: more noise, doubling
+            # steps (at most about 45 of them up to the largest noise)
+            if sigma >= hi_limit:
+                return None
+            sigma = min(sigma * math.exp(step), hi_limit)
+            step *= 2.0
+            full = curve(sigma, None)
         best = _best_order_index(full, fits)
-        if best is None or mask[max(best - 1, 0) : best + 2].all():
+        if last or covered(best, mask):
             break
-        window = (ORDERS >= ORDERS[best] / 2) & (ORDERS <= ORDERS[best] * 2)
-        mask = coarse | window
+        assert best is not None
+        mask = coarse | ((ORDERS >= ORDERS[best] / 2) & (ORDERS <= ORDERS[best] * 2))
     m = build(sigma)
     return Calibration(mechanism=m, parameter="sigma", value=m.sigma, curve=full)
 

@@ -132,3 +132,39 @@ def test_reservations_count_and_exhausted_is_409(client: TestClient) -> None:
     for kind in ("gaussian", "laplace"):
         r = client.get(f"/v1/datasets/{full['id']}/calibrate", params={"mechanism": kind})
         assert r.status_code == 409 and r.json()["detail"]
+
+
+def test_dp_sgd_calibrations_found_by_a_random_search(client: TestClient) -> None:
+    """Two answers a random search of DP-SGD calibrations found wrong: a zcdp budget after a
+    Laplace charge with sample rate 1 - 1e-12 (500: the answer fitted the search's window of
+    orders and not the full curve, their rho an ulp apart), and a sample rate of 1 (the
+    Gaussian mechanism) answered with 6.5 % more noise than the Gaussian needs."""
+    zcdp = new_dataset(
+        client, "zcdp-edge", budget={"epsilon": 100.0, "delta": 1e-9}, **FILTERS["zcdp"]
+    )
+    laplace = {"mechanism": "laplace", "epsilon": 2.9}
+    assert (
+        client.post(f"/v1/datasets/{zcdp['id']}/charges", json={"mechanism": laplace}).status_code
+        == 201
+    )
+    r = client.get(
+        f"/v1/datasets/{zcdp['id']}/calibrate",
+        params={"mechanism": "subsampled_gaussian", "sample_rate": 0.999999999999, "steps": 10},
+    )
+    assert r.status_code == 200, r.text
+    m = r.json()["mechanism"]
+    assert _dry(client, zcdp, m) == 200
+    assert _dry(client, zcdp, {**m, "sigma": m["sigma"] * 0.99}) == 409
+
+    rdp = new_dataset(
+        client, "every-record", budget={"epsilon": 3.0, "delta": 1e-6}, **FILTERS["rdp"]
+    )
+    url = f"/v1/datasets/{rdp['id']}/calibrate"
+    dp_sgd = client.get(
+        url, params={"mechanism": "subsampled_gaussian", "sample_rate": 1.0, "steps": 10}
+    ).json()
+    gaussian = client.get(url, params={"mechanism": "gaussian"}).json()
+    assert dp_sgd["value"] == pytest.approx(gaussian["value"] * 10**0.5, rel=1e-8)
+    m = dp_sgd["mechanism"]
+    assert _dry(client, rdp, m) == 200
+    assert _dry(client, rdp, {**m, "sigma": m["sigma"] * 0.99}) == 409

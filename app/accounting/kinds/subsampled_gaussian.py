@@ -9,7 +9,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from app.accounting.closed_forms import gaussian_rho
 from app.accounting.curve import PrivacyCurve
 from app.accounting.kinds._spec import (
     MAX_COUNT,
@@ -94,26 +93,20 @@ class SubsampledGaussian(Mechanism):
 
     @staticmethod
     def curves_on(mechanisms: Sequence[SubsampledGaussian], orders: Mask) -> list[PrivacyCurve]:
-        """``curve_on`` of several mechanisms, computed together."""
-        nm = np.array([m.noise_multiplier for m in mechanisms])
-        q = np.array([m.sample_rate for m in mechanisms])
-        rdp = np.where(orders[None, :], ORDERS[None, :] / (2.0 * nm[:, None] ** 2), np.inf)
-        sampled = np.flatnonzero(q < 1.0)
-        if sampled.size:
-            rdp[sampled] = rdp_batch(q[sampled], nm[sampled], orders)
+        """``curve_on`` of several mechanisms, computed together: the values ``curve()`` takes
+        through ``_raw_curves`` and ``finish`` (rho, and every order of a sample rate of 1, the
+        Gaussian-only curve, bit for bit), with the subsampled orders outside ``orders``
+        left out."""
+        raw = SubsampledGaussian._raw_curves([m.unit() for m in mechanisms], orders)
         return [
-            finish(
-                PrivacyCurve(
-                    rho=gaussian_rho(n, 1.0), rdp=r, pure_eps=math.inf, gaussian_only=False
-                ),
-                m,
-                partial=True,
-            ).scaled(m.repetitions())
-            for m, n, r in zip(mechanisms, nm, rdp, strict=True)
+            finish(raw.row(i), m, partial=True).scaled(m.repetitions())
+            for i, m in enumerate(mechanisms)
         ]
 
     @classmethod
-    def _raw_curves(cls, units: Sequence[SubsampledGaussian]) -> UnitCurves:
+    def _raw_curves(
+        cls, units: Sequence[SubsampledGaussian], orders: Mask | None = None
+    ) -> UnitCurves:
         nm = np.array([u.noise_multiplier for u in units])
         q = np.array([u.sample_rate for u in units])
         rho = 0.5 / (nm * nm)
@@ -121,7 +114,7 @@ class SubsampledGaussian(Mechanism):
         rdp = rho[:, None] * ORDERS
         sampled = np.flatnonzero(~everyone)
         if sampled.size:
-            rdp[sampled] = rdp_batch(q[sampled], nm[sampled])
+            rdp[sampled] = rdp_batch(q[sampled], nm[sampled], orders)
         curves = UnitCurves.of(rho, rdp, math.inf)
         curves.gaussian_only[:] = everyone
         return curves
