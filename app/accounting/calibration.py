@@ -217,9 +217,11 @@ def _search(
 
 
 def _most_steps(params: dict[str, Any], fits: Fits) -> Calibration | None:
-    """Largest integer ``steps`` (exponential then binary search)."""
+    """Largest integer ``steps`` (exponential then binary search), at most what the per-entry
+    limit on repetitions (steps x count <= ``MAX_COUNT``) lets one entry carry."""
     unit = mech.mechanism_from_dict({"mechanism": "subsampled_gaussian", **params, "steps": 1})
     per_step = unit.curve()
+    limit = mech.MAX_COUNT // unit.count
 
     def ok(n: int) -> bool:
         return fits(per_step.scaled(n))
@@ -227,9 +229,9 @@ def _most_steps(params: dict[str, Any], fits: Fits) -> Calibration | None:
     if not ok(1):
         return None
     good, bad = 1, 2
-    while bad <= mech.MAX_COUNT and ok(bad):
+    while bad <= limit and ok(bad):
         good, bad = bad, bad * 2
-    bad = min(bad, mech.MAX_COUNT + 1)
+    bad = min(bad, limit + 1)
     while bad - good > 1:
         mid = (good + bad) // 2
         if ok(mid):

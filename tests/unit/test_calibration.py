@@ -254,3 +254,18 @@ def test_dp_sgd_noise_search_ends_on_the_safe_side_of_the_full_grid(monkeypatch)
     result = calibrate("subsampled_gaussian", {"sample_rate": 0.01, "steps": 1000}, "sigma", fits)
     assert result is not None
     assert fits(result.curve) and fits(result.mechanism.curve())
+
+
+def test_dp_sgd_steps_stay_within_one_entrys_repetitions() -> None:
+    """Steps x count is at most MAX_COUNT per entry: with count 1,000 and noise so large that
+    any number of steps fits, the answer is MAX_COUNT // 1,000 steps, a mechanism whose curve
+    can be computed and charged (it was 10^9 steps: 10^12 repetitions, refused by the charge)."""
+    from app.accounting.mechanisms import MAX_COUNT
+
+    fits = fits_under(Filter.create(FilterKind.RDP, Budget(1.0, 1e-6)), PrivacyCurve.zero())
+    params = {"sigma": 3.5e5, "sample_rate": 1e-180, "count": 1000}
+    result = calibrate("subsampled_gaussian", params, "steps", fits)
+    assert result is not None
+    assert result.value == MAX_COUNT // 1000
+    assert result.mechanism.repetitions() == MAX_COUNT
+    assert fits(result.mechanism.curve())
