@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from app.accounting import pld_mechanisms as pm
-from app.accounting.pld import Pld
+from app.accounting.pld import Pld, interval_for_budget
+from app.accounting.rounding import up
 from tests.unit import pld_ledgers as L
 
 mp.mp.dps = 50
@@ -172,3 +173,44 @@ def test_empty_ledger_composes_to_zero() -> None:
     p = pm.compose_all([])
     assert p == Pld.identity()
     assert p.epsilon(1e-9) == 0.0
+
+
+def test_gaussians_past_every_budget_are_refused_not_crashed() -> None:
+    """sensitivity / sigma above 1e4: ValueError (422) naming why; from about 1.4e4 on,
+    dp_accounting's construction overflowed (OverflowError: a 500 on a pld dataset's charge
+    and the stateless compose). At 1e4 the construction works and the loss is past every
+    budget (largest budget epsilon 1e6)."""
+    iv = interval_for_budget(1.0, 1e-12)
+    for data in (
+        {"mechanism": "gaussian", "sigma": 0.3577088496937109, "sensitivity": 25536.79, "count": 3},
+        {"mechanism": "gaussian", "sigma": 4.238695442538071e-05},
+        {"mechanism": "subsampled_gaussian", "sigma": 1e-3, "sample_rate": 1.0, "steps": 10**9},
+    ):
+        with pytest.raises(ValueError, match="no useful PLD"):
+            pm.for_mechanism(data, interval=iv)
+    edge = pm.for_mechanism({"mechanism": "gaussian", "sigma": 1.0001e-4}, interval=iv)
+    assert edge.epsilon(1 - 1e-9) > 1e6
+
+
+def test_arithmetic_errors_of_a_construction_are_value_errors(monkeypatch) -> None:
+    """Whatever float overflow a construction meets is a ValueError (422), never a 500."""
+
+    def overflowing(*_a, **_k):
+        raise OverflowError("math range error")
+
+    monkeypatch.setitem(pm._BUILDERS, "rappor", overflowing)
+    with pytest.raises(ValueError, match="beyond what a privacy loss distribution"):
+        pm.for_mechanism({"mechanism": "rappor", "epsilon": 1.0})
+
+
+def test_discrete_laplace_of_a_huge_sensitivity_is_bounded_and_sound() -> None:
+    """Above 10^6 the construction (linear in the sensitivity: minutes at 10^9, under the
+    dataset's lock) is replaced by the worst (t Delta)-DP pair, counted rather than timed: the
+    PLD is ``pure_dp``'s, never below the exact discrete Laplace's at 10^6 (the same epsilon)."""
+    iv = interval_for_budget(1.0, 1e-6)
+    huge = pm.discrete_laplace(0.5, 10**9, 100, interval=iv)
+    t = up(0.5 / 10**9)
+    assert huge == pm.pure_dp(up(t * 10**9), 100, interval=iv)
+    exact = pm.discrete_laplace(0.5, 10**6, 100, interval=iv)
+    for delta in (1e-9, 1e-6, 1e-3):
+        assert huge.epsilon(delta) >= exact.epsilon(delta)
