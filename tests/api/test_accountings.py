@@ -197,3 +197,19 @@ def test_compose_with_pld_accounting(client: TestClient) -> None:
     # is never below it and within 1 % of dp_accounting's
     assert 4.2199 <= pld["epsilon"] <= 4.220795 * 1.01
     assert math.isfinite(pld["conversions"]["rdp_improved"])
+
+
+def test_a_pld_dataset_refuses_a_gaussian_past_every_budget_with_422(client: TestClient) -> None:
+    """sensitivity / sigma 23,600: dp_accounting's construction overflowed (a 500, found by a
+    random search); now 422 with the reason, the ledger unchanged, on the charge and on the
+    stateless compose."""
+    ds = _pld_dataset(client)
+    huge = {"mechanism": "gaussian", "sigma": 4.238695442538071e-05}
+    r = client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": huge})
+    assert r.status_code == 422, r.text
+    assert "no useful PLD" in r.json()["detail"]
+    assert client.get(f"/v1/datasets/{ds['id']}/budget").json()["entries"] == 0
+    r = client.post(
+        "/v1/accounting/compose", json={"mechanisms": [huge], "delta": 1e-6, "accounting": "pld"}
+    )
+    assert r.status_code == 422, r.text
