@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -27,6 +29,28 @@ from app.db.pg_cursor import LazyDescriptionCursor
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None (JSON has no Infinity)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def json_dumps(value: Any) -> str:
+    """The JSON stored in JSON columns: standard JSON, an infinite epsilon (a refusal's
+    ``requested`` when entry deltas reach the budget's) written as null, as the API answers it.
+    Python's default writes ``Infinity``, which PostgreSQL refuses (the refusal then failed:
+    a 500 with nothing recorded); SQLite stored it."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(value), allow_nan=False)
+
+
 def _sqlite_engine(url: str, writer: bool) -> Engine:
     """A SQLite engine: the writer's transactions start with ``BEGIN IMMEDIATE``; the reader's
     statements run in autocommit (pysqlite's ``isolation_level = None``: each SELECT is its own
@@ -36,6 +60,7 @@ def _sqlite_engine(url: str, writer: bool) -> Engine:
         connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
         pool_size=20,
         max_overflow=40,
+        json_serializer=json_dumps,
     )
 
     @event.listens_for(engine, "connect")
@@ -82,14 +107,20 @@ class Database:
             # no pre-ping: it costs a round trip per checkout. A connection killed under us
             # fails its request once (503 with Retry-After); SQLAlchemy then invalidates the
             # pool and the next requests reconnect.
-            self.write_engine = create_engine(url, pool_size=20, max_overflow=20)
+            self.write_engine = create_engine(
+                url, pool_size=20, max_overflow=20, json_serializer=json_dumps
+            )
             # reads run in autocommit (one round trip per SELECT, no BEGIN / COMMIT) on a pool of
             # their own: a connection is put in autocommit once, when it is opened, instead of on
             # every checkout and back on every return (an engine with an isolation-level option
             # over the writers' pool: about 40 us of CPU per read). At most 40 + 40 connections
             # per process; as many as requests run at once are open (docs/operations.md).
             self.read_engine = create_engine(
-                url, pool_size=10, max_overflow=30, isolation_level="AUTOCOMMIT"
+                url,
+                pool_size=10,
+                max_overflow=30,
+                isolation_level="AUTOCOMMIT",
+                json_serializer=json_dumps,
             )
             for engine in (self.write_engine, self.read_engine):
                 event.listen(engine, "connect", _lazy_descriptions)

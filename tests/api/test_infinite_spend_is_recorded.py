@@ -1,0 +1,42 @@
+"""A refusal whose requested epsilon is infinite (an entry's own delta reaches the budget's) is
+a 409 recorded like any other, on PostgreSQL too: its JSON holds null, as the answer does (the
+JSON columns got ``Infinity``, which PostgreSQL refuses: a 500 with nothing recorded)."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from tests.conftest import new_dataset
+
+TOO_MUCH_DELTA = {"mechanism": "approx_dp", "epsilon": 0.5, "delta": 1e-6}
+
+
+def test_refusals_with_an_infinite_epsilon_are_409_and_recorded(client: TestClient) -> None:
+    ds = new_dataset(
+        client, budget={"epsilon": 10.0, "delta": 1e-6}, accounting="rdp", adaptive=False
+    )
+    url = f"/v1/datasets/{ds['id']}"
+    refused = [
+        client.post(f"{url}/charges", json={"mechanism": TOO_MUCH_DELTA}),
+        client.post(
+            f"{url}/charges",
+            json={"mechanism": TOO_MUCH_DELTA},
+            headers={"Idempotency-Key": "inf-1"},
+        ),
+        client.post(f"{url}/reservations", json={"mechanism": TOO_MUCH_DELTA}),
+        client.post(
+            f"{url}/charges/dp_event",
+            json={"dp_event": {"type": "EpsilonDeltaDpEvent", "epsilon": 0.5, "delta": 1e-6}},
+        ),
+    ]
+    for r in refused:
+        assert r.status_code == 409, r.text
+        assert r.json()["requested"]["epsilon"] is None
+    again = client.post(
+        f"{url}/charges", json={"mechanism": TOO_MUCH_DELTA}, headers={"Idempotency-Key": "inf-1"}
+    )
+    assert again.status_code == 409 and again.json()["requested"] == refused[1].json()["requested"]
+    rows = client.get("/v1/rejections", params={"dataset_id": ds["id"]}).json()["rejections"]
+    assert len(rows) == 4
+    assert all(row["requested"]["epsilon"] is None for row in rows)
+    assert client.get(f"{url}/budget").json()["entries"] == 0
