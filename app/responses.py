@@ -334,7 +334,10 @@ class SpendQuery(_Answer):
     """epsilon at another delta, or delta at an epsilon, under the dataset's filter."""
 
     dataset_id: str
-    epsilon: float
+    epsilon: float | None = Field(
+        description="null when no finite epsilon holds at this delta (the distribution, or the "
+        "entries' own deltas, reach it)"
+    )
     delta: float
     method: str
     order: float | None

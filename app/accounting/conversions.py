@@ -76,7 +76,8 @@ def zcdp_delta_bun_steinke(rho: float, epsilon: float) -> float:
         return 0.0
     if math.isinf(rho) or epsilon <= rho:
         return 1.0
-    log_d = -((epsilon - rho) ** 2) / (4.0 * rho)
+    gap = epsilon - rho
+    log_d = -(gap * gap) / (4.0 * rho)  # -inf, not OverflowError, past 1e154
     return min(1.0, exp_up(log_d * (1.0 - 8.0 * U)))
 
 

@@ -287,7 +287,7 @@ def spend_query(
         raise Unprocessable(str(exc)) from None
     return r.SpendQuery(
         dataset_id=st.id,
-        epsilon=sp.epsilon,
+        epsilon=answers.finite_or_none(sp.epsilon),
         delta=sp.delta,
         method=sp.method,
         order=sp.order,

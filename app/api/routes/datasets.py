@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 
 from app import responses as r
+from app.accounting.filters import MAX_BUDGET_EPSILON
 from app.accounting.registry import calibration_parameters
 from app.api.answer import send
 from app.api.dataset_names import NAME_MAX_LENGTH
@@ -296,7 +297,15 @@ def spend(
     db: DbDep,
     caller: Viewer,
     delta: Annotated[float | None, Query(gt=0, lt=1, allow_inf_nan=False)] = None,
-    epsilon: Annotated[float | None, Query(ge=0, allow_inf_nan=False)] = None,
+    epsilon: Annotated[
+        float | None,
+        Query(
+            ge=0,
+            le=MAX_BUDGET_EPSILON,
+            allow_inf_nan=False,
+            description="at most the largest budget epsilon",
+        ),
+    ] = None,
 ) -> Response:
     return send(datasets.spend_query(db, caller, dataset_id, delta, epsilon))
 

@@ -123,9 +123,10 @@ class BudgetStatus(Model):
 
 @dataclass(frozen=True, kw_only=True)
 class SpendQuery(Model):
-    """``GET /spend``: epsilon at another delta, or delta at an epsilon."""
+    """``GET /spend``: epsilon at another delta, or delta at an epsilon (``epsilon`` is None
+    when no finite epsilon holds at that delta)."""
 
-    epsilon: float
+    epsilon: float | None
     delta: float
     dataset_id: str | None = None
     method: str | None = None
