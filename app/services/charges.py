@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from app import observability
 from app import responses as r
-from app.accounting import registry
+from app.accounting import pld_mechanisms, registry
 from app.accounting.mechanisms import Mechanism
 from app.accounting.pld import Pld
 from app.accounting.pld_filter import PldFilter
@@ -213,6 +213,8 @@ def charge_dp_event(
             if first is not None:
                 return r.ChargeBatch.model_validate(first)
         admission.check_not_archived(st)
+        if st.is_pld and (why := pld_mechanisms.too_many_distinct(len(asks))) is not None:
+            raise Unprocessable(f"dp_event: {why}")
         admission.prepare(s, st, whole)  # 422 on a partitioned dataset (no blocks given)
         for a in asks:
             admission.check_allowed(st, a.kind)
