@@ -19,6 +19,7 @@ Services raise these; one handler (``app.api.problems``) renders them as
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 PROBLEM_BASE = "https://privacy-ledger.dev/problems/"
@@ -37,6 +38,18 @@ TITLES: dict[int, str] = {
     503: "Database unavailable",
 }
 """Default titles by status, for answers that are not a ``ProblemError``."""
+
+
+def json_finite(value: Any) -> Any:
+    """``value`` with every non-finite float (an epsilon no conversion can bound, say) replaced
+    by None: JSON has no infinity, so answers and stored JSON carry ``null`` instead."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_finite(v) for v in value]
+    return value
 
 
 def problem_body(
@@ -125,6 +138,7 @@ class DatabaseUnavailable(ProblemError):
 
 
 __all__ = [
+    "json_finite",
     "PROBLEM_BASE",
     "TITLES",
     "BadRequest",

@@ -4,7 +4,6 @@ per-route declaration of the problems a route can answer with (``responses(...)`
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -80,24 +79,12 @@ def responses(*statuses: int, budget: bool = False) -> dict[int | str, dict[str,
     return out
 
 
-def _json_numbers(value: Any) -> Any:
-    """JSON has no infinity: a non-finite number (an epsilon no conversion can bound, say) is
-    ``null``, as in every other answer."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _json_numbers(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_numbers(v) for v in value]
-    return value
-
-
 def problem_response(body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
     """The problem as a response; strings echoed from the request (a field name in ``loc``, an
     unknown id) are scrubbed of lone surrogates and non-finite numbers are null, so that the
     answer always renders."""
     return JSONResponse(
-        scrub(_json_numbers(body)),
+        scrub(errors.json_finite(body)),
         status_code=int(body["status"]),
         media_type=PROBLEM_JSON,
         headers=headers,

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import json
-import math
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -25,19 +24,9 @@ from sqlalchemy.orm import Session
 
 from app.db.group_commit import GroupCommit
 from app.db.pg_cursor import LazyDescriptionCursor
+from app.errors import json_finite
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with every non-finite float replaced by None (JSON has no Infinity)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
 
 
 def json_dumps(value: Any) -> str:
@@ -48,7 +37,7 @@ def json_dumps(value: Any) -> str:
     try:
         return json.dumps(value, allow_nan=False)
     except ValueError:
-        return json.dumps(_finite(value), allow_nan=False)
+        return json.dumps(json_finite(value), allow_nan=False)
 
 
 def _sqlite_engine(url: str, writer: bool) -> Engine:
