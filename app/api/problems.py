@@ -70,11 +70,17 @@ def responses(*statuses: int, budget: bool = False) -> dict[int | str, dict[str,
     out: dict[int | str, dict[str, Any]] = {}
     for status in sorted({*statuses, *_ALWAYS}):
         cls = _BY_STATUS[status]
-        schema = BudgetProblem if (status == 409 and budget) else Problem
-        description = errors.BudgetExceeded.description if schema is BudgetProblem else None
+        schema: dict[str, Any] = Problem.model_json_schema()
+        description = cls.description
+        if status == 409 and budget:
+            # over budget (spent, budget, ...), or the dataset is archived (a plain problem)
+            schema = {"anyOf": [BudgetProblem.model_json_schema(), schema]}
+            description = (
+                f"{errors.BudgetExceeded.description}; or {errors.DatasetArchived.description}"
+            )
         out[status] = {
-            "description": description or cls.description,
-            "content": {PROBLEM_JSON: {"schema": schema.model_json_schema()}},
+            "description": description,
+            "content": {PROBLEM_JSON: {"schema": schema}},
         }
     return out
 

@@ -20,7 +20,24 @@ def healthz() -> dict[str, Any]:
     return {"status": "ok", "version": __version__}
 
 
-@router.get("/readyz", summary="Readiness: the database answers and the schema is present")
+@router.get(
+    "/readyz",
+    summary="Readiness: the database answers and the schema is present",
+    responses={
+        503: {
+            "description": "not ready: the database does not answer or has no schema",
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "properties": {"status": {"type": "string"}, "detail": {"type": "string"}},
+                        "required": ["status", "detail"],
+                    }
+                }
+            },
+        }
+    },
+)
 def readyz(db: DbDep) -> JSONResponse:
     try:
         with db.read() as s:

@@ -1,6 +1,6 @@
-"""A refusal whose requested epsilon is infinite (an entry's own delta reaches the budget's) is
-a 409 recorded like any other, on PostgreSQL too: its JSON holds null, as the answer does (the
-JSON columns got ``Infinity``, which PostgreSQL refuses: a 500 with nothing recorded)."""
+"""Answers a helper's fuzzing found wrong: a refusal whose requested epsilon is infinite (a 500 on
+PostgreSQL, nothing recorded), the spend query past the largest epsilon (a 500) and its nullable
+epsilon, and the archived-dataset 409 outside the documented 409."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ TOO_MUCH_DELTA = {"mechanism": "approx_dp", "epsilon": 0.5, "delta": 1e-6}
 
 
 def test_refusals_with_an_infinite_epsilon_are_409_and_recorded(client: TestClient) -> None:
+    """An entry whose own delta reaches the budget's is refused with requested epsilon = inf:
+    the JSON columns got ``Infinity``, which PostgreSQL refuses (a 500, nothing recorded)."""
     ds = new_dataset(
         client, budget={"epsilon": 10.0, "delta": 1e-6}, accounting="rdp", adaptive=False
     )
@@ -72,3 +74,27 @@ def test_spend_query_answers_null_for_no_finite_epsilon_and_bounds_epsilon(
             for e in (0.0, 1.0, 10.0, 1e3, 1e6)
         ]
         assert deltas == sorted(deltas, reverse=True), (accounting, adaptive, deltas)
+
+
+def test_both_409_answers_match_the_documented_409(client: TestClient) -> None:
+    """A charge on an archived dataset answers 409 dataset-archived (no spent / budget); the
+    routes' documented 409 required them (schemathesis, in a helper's run): it now allows
+    either answer, and both validate against it."""
+    import jsonschema_rs
+
+    doc = client.get("/openapi.json").json()
+    ds = new_dataset(client, budget={"epsilon": 1.0, "delta": 1e-6})
+    url = f"/v1/datasets/{ds['id']}"
+    over = client.post(f"{url}/charges", json={"mechanism": {"mechanism": "laplace", "epsilon": 5}})
+    assert client.post(f"{url}/archive").status_code == 200
+    archived = client.post(
+        f"{url}/charges", json={"mechanism": {"mechanism": "laplace", "epsilon": 0.1}}
+    )
+    assert (over.status_code, archived.status_code) == (409, 409)
+    assert archived.json()["type"].endswith("dataset-archived")
+    for path in ("/v1/datasets/{dataset_id}/charges", "/v1/datasets/{dataset_id}/reservations"):
+        schema = doc["paths"][path]["post"]["responses"]["409"]["content"][
+            "application/problem+json"
+        ]["schema"]
+        validator = jsonschema_rs.validator_for(schema)
+        assert validator.is_valid(over.json()) and validator.is_valid(archived.json())
