@@ -98,3 +98,23 @@ def test_both_409_answers_match_the_documented_409(client: TestClient) -> None:
         ]["schema"]
         validator = jsonschema_rs.validator_for(schema)
         assert validator.is_valid(over.json()) and validator.is_valid(archived.json())
+
+
+def test_date_time_query_parameters_take_iso_8601_only(client: TestClient) -> None:
+    """``since`` / ``until`` / ``created_after`` / ``created_before`` are documented as
+    date-time; a bare number (read by pydantic as a Unix timestamp) is 422 naming the form."""
+    ds = new_dataset(client, budget={"epsilon": 1.0, "delta": 1e-6})
+    cases = [
+        ("/v1/rejections", "since"),
+        ("/v1/rejections", "until"),
+        ("/v1/audit", "since"),
+        (f"/v1/datasets/{ds['id']}/ledger", "created_after"),
+        (f"/v1/datasets/{ds['id']}/ledger", "created_before"),
+    ]
+    for path, name in cases:
+        for number in ("0.5", "1700000000", "-3", "1e9"):
+            r = client.get(path, params={name: number})
+            assert r.status_code == 422 and "ISO 8601" in r.text, (path, name, number, r.text)
+        ok = client.get(path, params={name: "2026-11-23T12:00:00Z"})
+        assert ok.status_code == 200, (path, name, ok.text)
+        assert client.get(path, params={name: "2026-11-23T12:00:00"}).status_code == 200

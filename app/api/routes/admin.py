@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
@@ -11,6 +10,7 @@ from app import responses as r
 from app.api.answer import send
 from app.api.deps import Admin, DbDep
 from app.api.problems import responses
+from app.api.query_times import QueryTime
 from app.api.schemas import KeyIn
 from app.db.models import MAX_BIGINT
 from app.principal import Role
@@ -64,8 +64,8 @@ def rejections(
     caller: Admin,
     dataset: Annotated[str | None, Query(max_length=200)] = None,
     dataset_id: Annotated[str | None, Query(max_length=200)] = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: QueryTime | None = None,
+    until: QueryTime | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> Response:
@@ -92,8 +92,8 @@ def audit_trail(
     caller: Admin,
     dataset: Annotated[str | None, Query(max_length=200)] = None,
     action: Annotated[str | None, Query(max_length=64)] = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: QueryTime | None = None,
+    until: QueryTime | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before_id: Annotated[int | None, Query(ge=1, le=MAX_BIGINT)] = None,
 ) -> Response:

@@ -11,6 +11,7 @@ from app import responses as r
 from app.api.answer import send
 from app.api.deps import DbDep, Viewer
 from app.api.problems import responses
+from app.api.query_times import QueryTime
 from app.services import dashboard, ledger
 
 router = APIRouter(prefix="/v1/datasets", tags=["dashboard"])
@@ -54,8 +55,8 @@ def rejections(
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     label: Annotated[str | None, Query(max_length=200)] = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
+    created_after: QueryTime | None = None,
+    created_before: QueryTime | None = None,
 ) -> Response:
     page = ledger.list_rejections(
         db,

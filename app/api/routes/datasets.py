@@ -15,6 +15,7 @@ from app.api.answer import send
 from app.api.dataset_names import NAME_MAX_LENGTH
 from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer, db_of
 from app.api.problems import responses
+from app.api.query_times import QueryTime
 from app.api.safe_text import IdempotencyKey
 from app.api.schemas import ChargeIn, DatasetIn, DatasetPatch, DpEventChargeIn, SampleRate
 from app.db.models import MAX_BIGINT
@@ -236,8 +237,8 @@ def ledger_(
     label: Annotated[str | None, Query(max_length=200)] = None,
     key: Annotated[str | None, Query(max_length=200, description="key id or label")] = None,
     key_id: Annotated[str | None, Query(max_length=200, description="same as key")] = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
+    created_after: QueryTime | None = None,
+    created_before: QueryTime | None = None,
     allocation: Annotated[
         str | None,
         Query(max_length=NAME_MAX_LENGTH, description="the allocation charged (name or id)"),
