@@ -29,7 +29,6 @@ ledger of 1,000 entries with 20 distinct parameter sets costs 20 constructions.
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 from collections import OrderedDict
@@ -42,6 +41,7 @@ from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as dpl
 from dp_accounting.pld import privacy_loss_mechanism as plm
 
+from app.accounting import registry
 from app.accounting.pld import BASE_INTERVAL, MAX_SUPPORT, Pld, PldPmf
 from app.accounting.rounding import up
 
@@ -589,20 +589,13 @@ def compose_all(entries: Sequence[Mapping[str, Any]], *, interval: float = BASE_
     mechanisms (every field but ``count``) composed once with their counts added (repeated
     squaring, not one convolution per entry: 1,000 equal Gaussians took 5 s), in the order of
     their first appearance; at most ``MAX_DISTINCT`` distinct ones (ValueError)."""
-    groups: dict[str, dict[str, Any]] = {}
     for entry in entries:
-        fields = dict(entry)
-        fields.pop("v", None)
-        count = _check_count(fields.pop("count", 1))
-        key = json.dumps(fields, sort_keys=True, default=str)
-        if key in groups:
-            groups[key]["count"] += count
-        else:
-            groups[key] = {**fields, "count": count}
+        _check_count(entry.get("count", 1))
+    groups = registry.merge_counts(entries)
     if (why := too_many_distinct(len(groups))) is not None:
         raise ValueError(why)
     total = Pld.identity(interval)
-    for entry in groups.values():
+    for entry in groups:
         total = total.compose(for_mechanism(entry, interval=total.interval))
     return total
 

@@ -12,7 +12,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -48,6 +49,22 @@ def mechanism_from_dict(data: Mapping[str, Any]) -> Mechanism:
         return spec(kind).mechanism.from_fields(params)
     except TypeError as exc:
         raise ValueError(f"{kind}: {exc}") from None
+
+
+def merge_counts(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Mechanisms as on the wire with identical ones (every field but ``count``; the ledger's
+    ``"v"`` dropped) merged into one, their counts added, in the order of first appearance."""
+    groups: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        fields = dict(entry)
+        fields.pop("v", None)
+        count = fields.pop("count", 1)
+        key = json.dumps(fields, sort_keys=True, default=str)
+        if key in groups:
+            groups[key]["count"] += count
+        else:
+            groups[key] = {**fields, "count": count}
+    return list(groups.values())
 
 
 def calibration_parameters() -> dict[str, dict[str, Direction]]:
@@ -119,6 +136,7 @@ __all__ = [
     "dp_event_types",
     "kind_names",
     "mechanism_from_dict",
+    "merge_counts",
     "mechanisms_from_dp_event",
     "spec",
 ]

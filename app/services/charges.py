@@ -6,7 +6,6 @@ rejection. Retries with the same Idempotency-Key return the first answer (``idem
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any
 
@@ -127,16 +126,10 @@ MAX_EVENT_PARTS = 1000
 def merged(mechanisms: list[Mechanism]) -> list[Mechanism]:
     """Identical mechanisms (every field but ``count``) merged into one, counts added, in the
     order of first appearance."""
-    groups: dict[tuple[str, str], list[Mechanism]] = {}
-    for m in mechanisms:
-        fields = m.to_dict()
-        fields.pop("count")
-        groups.setdefault((m.kind, repr(sorted(fields.items()))), []).append(m)
-    out = []
-    for group in groups.values():
-        total = sum(m.count for m in group)
-        out.append(group[0] if len(group) == 1 else dataclasses.replace(group[0], count=total))
-    return out
+    return [
+        registry.mechanism_from_dict(d)
+        for d in registry.merge_counts(m.to_dict() for m in mechanisms)
+    ]
 
 
 def translate_dp_event(event: dict[str, Any]) -> list[Mechanism]:
