@@ -143,13 +143,24 @@ def _bracket(
             good = probe
         else:
             bad = probe
-    while abs(math.log(bad) - math.log(good)) > 0.01:
+    good, bad = _bisect(ok, good, bad, 0.01)
+    return _Bracket(good, bad)
+
+
+def _bisect(
+    ok: Callable[[float], bool], good: float, bad: float, tolerance: float
+) -> tuple[float, float]:
+    """Geometric bisection of [good, bad] (``ok(good)``, not ``ok(bad)``) until they are within
+    a factor e^tolerance, or adjacent floats."""
+    while abs(math.log(bad) - math.log(good)) > tolerance:
         mid = math.sqrt(good * bad)
+        if mid in (good, bad):
+            break
         if ok(mid):
             good = mid
         else:
             bad = mid
-    return _Bracket(good, bad)
+    return good, bad
 
 
 def _refine(
@@ -184,15 +195,7 @@ def _refine(
             if (candidate >= good) if increasing_cost is False else (candidate <= good):
                 return good
         return candidate
-    while abs(math.log(bad) - math.log(good)) > REL_TOL:
-        mid = math.sqrt(good * bad)
-        if mid in (good, bad):
-            break
-        if ok(mid):
-            good = mid
-        else:
-            bad = mid
-    return good
+    return _bisect(ok, good, bad, REL_TOL)[0]
 
 
 def _search(
@@ -287,6 +290,11 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
     def covered(best: int | None, window: np.ndarray) -> bool:
         return best is None or bool(window[max(best - 1, 0) : best + 2].all())
 
+    def around(best: int) -> np.ndarray:
+        """The coarse orders and those within a factor 2 of order ``best``."""
+        window: np.ndarray = coarse | ((ORDERS >= ORDERS[best] / 2) & (ORDERS <= ORDERS[best] * 2))
+        return window
+
     # A larger window never needs more noise (orders outside a window count as +inf), so the
     # answer on one window is a fitting upper end of the search on the next. Each window is
     # only bracketed (to 1 %) until one covers the best order; only that one is searched to
@@ -304,7 +312,8 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
         if not last:
             best = _best_order_index(curve(b.good, None), fits)
             if not covered(best, mask):  # (b.good fits on the full grid: it fits on mask)
-                mask = coarse | ((ORDERS >= ORDERS[best] / 2) & (ORDERS <= ORDERS[best] * 2))
+                assert best is not None
+                mask = around(best)
                 sigma = b.good
                 continue
         sigma = b.good if b.bad is None else _refine(ok, margin, b.good, b.bad, False)
@@ -323,7 +332,7 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
         if last or covered(best, mask):
             break
         assert best is not None
-        mask = coarse | ((ORDERS >= ORDERS[best] / 2) & (ORDERS <= ORDERS[best] * 2))
+        mask = around(best)
     m = build(sigma)
     return Calibration(mechanism=m, parameter="sigma", value=m.sigma, curve=full)
 
