@@ -8,7 +8,7 @@ is only a number is refused with a 422 naming the expected form.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator
@@ -27,4 +27,10 @@ def _not_a_number(value: Any) -> Any:
 QueryTime = Annotated[datetime, BeforeValidator(_not_a_number)]
 """A date-time query parameter: ISO 8601 only."""
 
-__all__ = ["QueryTime"]
+
+def utc(ts: datetime | None) -> datetime | None:
+    """A time without an offset is UTC."""
+    return ts.replace(tzinfo=UTC) if ts is not None and ts.tzinfo is None else ts
+
+
+__all__ = ["QueryTime", "utc"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
@@ -11,7 +10,7 @@ from app import responses as r
 from app.api.answer import send
 from app.api.deps import DbDep, Viewer
 from app.api.problems import responses
-from app.api.query_times import QueryTime
+from app.api.query_times import QueryTime, utc
 from app.services import dashboard, ledger
 
 router = APIRouter(prefix="/v1/datasets", tags=["dashboard"])
@@ -65,12 +64,7 @@ def rejections(
         limit=limit,
         cursor=cursor,
         label=label,
-        since=_utc(created_after),
-        until=_utc(created_before),
+        since=utc(created_after),
+        until=utc(created_before),
     )
     return send(page)
-
-
-def _utc(ts: datetime | None) -> datetime | None:
-    """A time without an offset is UTC."""
-    return ts.replace(tzinfo=UTC) if ts is not None and ts.tzinfo is None else ts

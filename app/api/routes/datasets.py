@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
@@ -15,7 +14,7 @@ from app.api.answer import send
 from app.api.dataset_names import NAME_MAX_LENGTH
 from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer, db_of
 from app.api.problems import responses
-from app.api.query_times import QueryTime
+from app.api.query_times import QueryTime, utc
 from app.api.safe_text import IdempotencyKey
 from app.api.schemas import ChargeIn, DatasetIn, DatasetPatch, DpEventChargeIn, SampleRate
 from app.db.models import MAX_BIGINT
@@ -259,8 +258,8 @@ def ledger_(
         kind=kind,
         label=label,
         key=key if key is not None else key_id,
-        created_after=_utc(created_after),
-        created_before=_utc(created_before),
+        created_after=utc(created_after),
+        created_before=utc(created_before),
         allocation=allocation,
         block=block,
     )
@@ -280,11 +279,6 @@ def ledger_(
         filters=filters,
     )
     return send(page)
-
-
-def _utc(ts: datetime | None) -> datetime | None:
-    """A time without an offset is UTC."""
-    return ts.replace(tzinfo=UTC) if ts is not None and ts.tzinfo is None else ts
 
 
 @router.get(
