@@ -298,8 +298,10 @@ def _decide_dataset(st: DatasetState, ask: Ask) -> Decision:
         return Decision(dry.admitted, dry.after, dry.spend_after)
     assert st.pld is not None
     new = entry_pld(st, ask.wire)
-    p = PldFilter(st.budget).dry_run(st.pld, st.pld_held, new)
-    return Decision(p.admitted, st.committed + ask.curve, p.spend_after, new, p.after)
+    p = PldFilter(st.filter).dry_run(
+        (st.pld, st.committed), (st.pld_held, st.held_curve), (new, ask.curve)
+    )
+    return Decision(p.admitted, p.after_curve, p.spend_after, new, p.after)
 
 
 # --- budget structures (issue 15): allocations and time blocks -------------------------------
@@ -618,7 +620,7 @@ def append_held(
     if st.is_pld:
         assert st.pld is not None
         pld_after = st.pld.compose(entry_pld(st, ask.wire))
-        spend_after = PldFilter(st.budget).spend(pld_after)
+        spend_after = PldFilter(st.filter).spend(pld_after, after)
     else:
         spend_after = totals_filter_spend(st, after)
     entry = append(

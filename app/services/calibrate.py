@@ -9,7 +9,6 @@ from app.accounting import registry
 from app.accounting.calibration import (
     PARAMETERS,
     AllFit,
-    Calibration,
     Fits,
     calibrate,
     default_parameter,
@@ -17,7 +16,6 @@ from app.accounting.calibration import (
     fits_under,
 )
 from app.accounting.curve import PrivacyCurve
-from app.accounting.mechanisms import mechanism_from_dict
 from app.accounting.pld_filter import PldFilter
 from app.db.engine import Database
 from app.errors import BudgetExceeded, Unprocessable
@@ -35,34 +33,6 @@ def _fields(kind: str) -> set[str]:
 def _required(kind: str) -> set[str]:
     """The fields of ``kind`` that have no default."""
     return {p.name for p in registry.spec(kind).params if p.required}
-
-
-PLD_STEPS = 64
-"""At most this many 1 % steps toward less privacy loss when a PLD does not confirm an answer."""
-
-
-def _confirmed_by_pld(
-    st: DatasetState, kind: str, fixed: dict[str, Any], parameter: str, result: Calibration
-) -> Calibration | None:
-    """On a ``pld`` dataset the search runs on the curve rule (the non-adaptive RDP conversions:
-    valid, usually more conservative than the PLD, and fast); the answer is then checked with
-    the PLD the dataset admits by, and stepped by 1 % toward less loss until it fits (bounded)."""
-    assert st.pld is not None
-    pf = PldFilter(st.budget)
-    direction = PARAMETERS[kind][parameter]
-    value = result.value
-    for _ in range(PLD_STEPS):
-        mechanism = mechanism_from_dict({"mechanism": kind, **fixed, parameter: value})
-        new = admission.entry_pld(st, mechanism.to_dict())
-        if pf.dry_run(st.pld, st.pld_held, new).admitted:
-            return Calibration(mechanism, parameter, value, mechanism.curve())
-        if parameter == "steps":
-            value = float(int(value * 0.99))
-            if value < 1:
-                return None
-        else:
-            value = value * 1.01 if direction == "min" else value / 1.01
-    return None
 
 
 def _with_holds(committed: PrivacyCurve, held: PrivacyCurve | None) -> PrivacyCurve:
@@ -107,7 +77,11 @@ def calibrate_next(
     """Calibrate the next invocation of ``kind`` against the dataset's remaining budget
     (active reservations count as spent), under the dataset's filter; with an ``allocation``
     and (on a partitioned dataset, required) the ``blocks`` the invocation reads, against
-    every limit a charge with them must fit."""
+    every limit a charge with them must fit.
+
+    A ``pld`` dataset admits by its PLD or by its curve rule (``pld_filter``): the search runs
+    on the curve rule (fast), so its answer is admitted; the PLD, usually tighter, might admit
+    a little less noise, which is not searched."""
     parameter = parameter or default_parameter(kind)
     if parameter not in PARAMETERS[kind]:
         raise Unprocessable(f"{kind}: can calibrate {sorted(PARAMETERS[kind])}, not {parameter!r}")
@@ -144,8 +118,6 @@ def calibrate_next(
     f = st.filter
     try:
         result = calibrate(kind, fixed, parameter, fits)
-        if result is not None and st.is_pld:
-            result = _confirmed_by_pld(st, kind, fixed, parameter, result)
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
     if result is None:
@@ -155,6 +127,10 @@ def calibrate_next(
             budget=answers.budget(st).model_dump(mode="json"),
         )
     after = st.committed + result.curve
+    spent_after = f.spend(after)
+    if st.pld is not None:  # the spend the charge would report: the PLD's or the curve's, least
+        new_pld = admission.entry_pld(st, result.mechanism.to_dict())
+        spent_after = PldFilter(f).spend(st.pld.compose(new_pld), after)
     value: float | int = int(result.value) if parameter == "steps" else result.value
     mechanism = result.mechanism.to_dict()
     if kind == "laplace" and "sensitivity" in fixed and parameter == "scale":
@@ -174,7 +150,7 @@ def calibrate_next(
             rho=answers.finite_or_none(result.curve.rho),
             pure_epsilon=answers.finite_or_none(result.curve.pure_eps),
         ),
-        spent_after=answers.spent(st, after, f.spend(after)),
+        spent_after=answers.spent(st, after, spent_after),
         filter=f.kind.value,
     )
 

@@ -154,8 +154,10 @@ def _whole(st: DatasetState, asks: list[admission.Ask], whole: admission.Ask) ->
         return admission.Decision(dry.admitted, dry.after, dry.spend_after)
     assert st.pld is not None
     new = functools.reduce(Pld.compose, [admission.entry_pld(st, a.wire) for a in asks])
-    p = PldFilter(st.budget).dry_run(st.pld, st.pld_held, new)
-    return admission.Decision(p.admitted, st.committed + whole.curve, p.spend_after, new, p.after)
+    p = PldFilter(st.filter).dry_run(
+        (st.pld, st.committed), (st.pld_held, st.held_curve), (new, whole.curve)
+    )
+    return admission.Decision(p.admitted, p.after_curve, p.spend_after, new, p.after)
 
 
 def _append(s: Session, st: DatasetState, ask: admission.Ask) -> r.Entry:
@@ -164,8 +166,10 @@ def _append(s: Session, st: DatasetState, ask: admission.Ask) -> r.Entry:
         dry = st.filter.dry_run(st.committed, None, ask.curve)
         return admission.append(s, st, ask, dry.after, dry.spend_after)
     assert st.pld is not None
-    p = PldFilter(st.budget).dry_run(st.pld, None, admission.entry_pld(st, ask.wire))
-    return admission.append(s, st, ask, st.committed + ask.curve, p.spend_after, pld_after=p.after)
+    p = PldFilter(st.filter).dry_run(
+        (st.pld, st.committed), (None, None), (admission.entry_pld(st, ask.wire), ask.curve)
+    )
+    return admission.append(s, st, ask, p.after_curve, p.spend_after, pld_after=p.after)
 
 
 def charge_dp_event(

@@ -96,7 +96,7 @@ def create_dataset(
     pld_state = (
         state_for_budget(budget.epsilon, budget.delta) if flt.kind is FilterKind.PLD else None
     )
-    spent = flt.spend(zero) if pld_state is None else PldFilter(budget).spend(pld_state)
+    spent = flt.spend(zero) if pld_state is None else PldFilter(flt).spend(pld_state, zero)
     if lifetime is not None:
         spent = lifetime.spend(zero)
     now = utcnow()
@@ -268,14 +268,14 @@ def spend_query(
     f = st.filter
     try:
         if st.pld is not None:  # the PLD the pld dataset reports from
-            pf = PldFilter(st.budget)
+            pf = PldFilter(f)
             if delta is not None and delta == st.budget.delta:
-                sp = pf.spend(st.pld)
+                sp = pf.spend(st.pld, st.committed)
             elif delta is not None:
-                sp = pf.spend_at(st.pld, delta)
+                sp = pf.spend_at(st.pld, st.committed, delta)
             else:
                 assert epsilon is not None
-                sp = pf.spend_delta(st.pld, epsilon)
+                sp = pf.spend_delta(st.pld, st.committed, epsilon)
         elif delta is not None and delta == st.budget.delta:
             sp = f.spend(st.committed)
         elif delta is not None:
@@ -407,7 +407,7 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
                     s.merge(
                         DatasetPld(dataset_id=st.id, state=st.pld.to_bytes(), updated_at=utcnow())
                     )
-                st.spent = PldFilter(budget).spend(st.pld)
+                st.spent = PldFilter(flt).spend(st.pld, st.committed)
             else:
                 st.spent = admission.totals_filter_spend(st, st.committed)
             if st.partition_unit is not None and "budget" in changes:

@@ -734,7 +734,7 @@ def verify(
                     assert st.pld is not None
                     st.pld = pld or Pld.identity(st.pld.interval, st.pld.extended)
                     st.pld_held, st.pld_dirty = pld_held, True
-                    st.spent = PldFilter(st.budget).spend(st.pld)
+                    st.spent = PldFilter(st.filter).spend(st.pld, total)
                 st.dirty = True
                 audit.record(
                     s,
