@@ -361,8 +361,13 @@ class FilterFit:
         if f.kind in RHO_FILTERS:
             if f.kind is FilterKind.GDP and not combined.gaussian_only:
                 return -math.inf
-            assert f.bound is not None
-            return f.bound - combined.rho
+            if combined.delta == 0.0:
+                assert f.bound is not None
+                return f.bound - combined.rho
+            # entries' own deltas: a rho filter admits by the conversion at what they leave of
+            # the budget delta (``Filter._within``), not by the bound, which is for all of it
+            if f.rule.adaptive or combined.delta >= f.budget.delta:
+                return -math.inf
         return f.budget.epsilon - f.spend(combined).epsilon
 
     def order(self, curve: PrivacyCurve) -> float | None:
