@@ -26,13 +26,14 @@ from app.accounting.orders import ORDERS
 
 
 class Fits(Protocol):
-    """Is a new curve within budget? ``margin`` > 0 when it fits, continuous in the curve."""
+    """Is a new curve within budget? ``margin`` > 0 when it fits, continuous in the curve;
+    ``orders``: the Renyi orders the limits' conversions pick for it (none where rho decides)."""
 
     def __call__(self, curve: PrivacyCurve) -> bool: ...
 
     def margin(self, curve: PrivacyCurve) -> float: ...
 
-    def order(self, curve: PrivacyCurve) -> float | None: ...
+    def orders(self, curve: PrivacyCurve) -> tuple[float, ...]: ...
 
 
 REL_TOL = 1e-9
@@ -287,12 +288,16 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
             lambda s: fits.margin(curve(s, window)),
         )
 
-    def covered(best: int | None, window: np.ndarray) -> bool:
-        return best is None or bool(window[max(best - 1, 0) : best + 2].all())
+    def covered(best: list[int], window: np.ndarray) -> bool:
+        return all(window[max(b - 1, 0) : b + 2].all() for b in best)
 
-    def around(best: int) -> np.ndarray:
-        """The coarse orders and those within a factor 2 of order ``best``."""
-        window: np.ndarray = coarse | ((ORDERS >= ORDERS[best] / 2) & (ORDERS <= ORDERS[best] * 2))
+    def around(best: list[int]) -> np.ndarray:
+        """The coarse orders and those within a factor 2 of each order in ``best`` (one per
+        limit: a window around one limit's order alone leaves another's at +inf, and the
+        search then never fits below the largest noise)."""
+        window: np.ndarray = coarse.copy()
+        for b in best:
+            window |= (ORDERS >= ORDERS[b] / 2) & (ORDERS <= ORDERS[b] * 2)
         return window
 
     # A larger window never needs more noise (orders outside a window count as +inf), so the
@@ -310,9 +315,8 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
                 return None
             b = _Bracket(hi_limit, None)
         if not last:
-            best = _best_order_index(curve(b.good, None), fits)
+            best = _best_order_indices(curve(b.good, None), fits)
             if not covered(best, mask):  # (b.good fits on the full grid: it fits on mask)
-                assert best is not None
                 mask = around(best)
                 sigma = b.good
                 continue
@@ -328,21 +332,18 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
             sigma = min(sigma * math.exp(step), hi_limit)
             step *= 2.0
             full = curve(sigma, None)
-        best = _best_order_index(full, fits)
+        best = _best_order_indices(full, fits)
         if last or covered(best, mask):
             break
-        assert best is not None
         mask = around(best)
     m = build(sigma)
     return Calibration(mechanism=m, parameter="sigma", value=m.sigma, curve=full)
 
 
-def _best_order_index(curve: PrivacyCurve, fits: Fits) -> int | None:
-    """Index of the order the RDP conversion picks for ``curve`` (None when rho decides)."""
-    a = fits.order(curve)
-    if a is None:
-        return None
-    return int(np.argmin(np.abs(ORDERS - a)))
+def _best_order_indices(curve: PrivacyCurve, fits: Fits) -> list[int]:
+    """Indices of the orders the limits' RDP conversions pick for ``curve`` (none for a limit
+    where rho decides)."""
+    return [int(np.argmin(np.abs(ORDERS - a))) for a in fits.orders(curve)]
 
 
 @dataclass(frozen=True)
@@ -370,10 +371,11 @@ class FilterFit:
                 return -math.inf
         return f.budget.epsilon - f.spend(combined).epsilon
 
-    def order(self, curve: PrivacyCurve) -> float | None:
+    def orders(self, curve: PrivacyCurve) -> tuple[float, ...]:
         if self.filter.kind in RHO_FILTERS:
-            return None
-        return self.filter.spend(self.total + curve).order
+            return ()
+        order = self.filter.spend(self.total + curve).order
+        return () if order is None else (order,)
 
 
 @dataclass(frozen=True)
@@ -381,7 +383,7 @@ class AllFit:
     """``Fits`` of several limits at once (a block's budget, a lifetime budget, an
     allocation's): a curve fits when it fits every one. The margin is the least of theirs (its
     sign says whether all fit; continuous, so the search's root finding applies), the order the
-    one of the limit with the least margin."""
+    orders those of every limit."""
 
     fits: tuple[FilterFit, ...]
 
@@ -391,8 +393,8 @@ class AllFit:
     def margin(self, curve: PrivacyCurve) -> float:
         return min(f.margin(curve) for f in self.fits)
 
-    def order(self, curve: PrivacyCurve) -> float | None:
-        return min(self.fits, key=lambda f: f.margin(curve)).order(curve)
+    def orders(self, curve: PrivacyCurve) -> tuple[float, ...]:
+        return tuple(a for f in self.fits for a in f.orders(curve))
 
 
 def envelope(curves: list[PrivacyCurve]) -> PrivacyCurve:

@@ -127,7 +127,7 @@ def calibrate_next(
             budget=answers.budget(st).model_dump(mode="json"),
         )
     after = st.committed + result.curve
-    spent_after = f.spend(after)
+    spent_after = admission.totals_filter_spend(st, after)  # as the charge reports it
     if st.pld is not None:  # the spend the charge would report: the PLD's or the curve's, least
         new_pld = admission.entry_pld(st, result.mechanism.to_dict())
         spent_after = PldFilter(f).spend(st.pld.compose(new_pld), after)

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from app.accounting.calibration import calibrate, filter_fits, fits_under
+from app.accounting.calibration import AllFit, calibrate, filter_fits, fits_under
 from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import Budget, Filter, FilterKind, filter_bound
 from app.accounting.mechanisms import Gaussian, Laplace, mechanism_from_dict
@@ -284,3 +284,27 @@ def test_entries_with_their_own_delta_calibrate_to_the_edge_of_a_rho_filter(
     calibrations through the API: approx_dp with delta 3.6e-13 under (0.123, 8.1e-12)); it now
     answers to within a millionth."""
     _case(FilterKind.ZCDP, mech, params, parameter, 1.000001)
+
+
+def test_dp_sgd_noise_under_several_limits_is_the_binding_limits_answer() -> None:
+    """A dataset and an allocation with fixed-order filters at different orders (49 and 151):
+    the noise search's window covered only the order of the limit with the least margin, so
+    the other limit read +inf on it at every noise, and the search answered the largest noise,
+    sigma = 10^6, where about 2,900 fits (found by a random search of calibrations through the
+    API). The window now covers every limit's order."""
+    delta = 2.417721046320779e-10
+    dataset = Filter.create(FilterKind.RDP_FIXED_ORDERS, Budget(0.6558628424405775, delta))
+    allocation = Filter.create(FilterKind.RDP_FIXED_ORDERS, Budget(0.19675885273217322, delta))
+    assert dataset.params is not None and allocation.params is not None
+    assert dataset.params.orders != allocation.params.orders
+    fixed = {"sample_rate": 0.0996001168518694, "steps": 1_000_000}
+    zero = PrivacyCurve.zero()
+    both = AllFit((fits_under(dataset, zero), fits_under(allocation, zero)))
+    alone = calibrate("subsampled_gaussian", fixed, "sigma", fits_under(allocation, zero))
+    result = calibrate("subsampled_gaussian", fixed, "sigma", both)
+    assert result is not None and alone is not None
+    assert result.value == pytest.approx(alone.value, rel=1e-8)
+    assert result.value < 1e4
+    assert both(result.curve)
+    less = {**fixed, "sigma": result.value * (1 - 1e-6)}
+    assert not both(mechanism_from_dict({"mechanism": "subsampled_gaussian", **less}).curve())
