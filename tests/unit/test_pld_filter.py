@@ -29,7 +29,7 @@ mechanisms = st.one_of(
     st.builds(
         lambda e, c: {"mechanism": "laplace", "epsilon": e, "count": c},
         st.floats(1e-8, 0.3),
-        st.sampled_from([1, 10, 10**4, 10**8]),
+        st.sampled_from([1, 10, 10**4]),
     ),
     st.builds(
         lambda e, k: {"mechanism": "randomized_response", "epsilon": e, "k": k},
@@ -46,7 +46,7 @@ def _both(ledger: list[dict]) -> tuple[Pld, PrivacyCurve]:
     return pm.compose_all(ledger, interval=INTERVAL), curve
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(mechanisms, min_size=1, max_size=3), st.sampled_from([1e-9, 1e-6, 1e-3]))
 def test_the_rule_is_the_least_of_its_two_bounds(ledger: list[dict], delta: float) -> None:
     state, curve = _both(ledger)
