@@ -13,6 +13,7 @@ from app.accounting.closed_forms import (
     discrete_laplace_kl,
     discrete_laplace_rdp,
     rho_from_curve,
+    rr_rdp,
 )
 from app.accounting.curve import PrivacyCurve, Vector
 from app.accounting.kinds._spec import (
@@ -37,6 +38,9 @@ class DiscreteLaplace(Mechanism):
     shifts by exactly Delta. RDP: closed form of docs/formulas.md §1.3 (Delta = 1 is binary RR).
     rho: the KL value eps - t (1 - e^{-eps}) / sinh t (the supremum is the alpha -> 1 limit,
     checked numerically for every instance; a larger interior value would be used instead).
+    Both are capped by the curve of the worst eps-DP mechanism (``pure_dp``: binary randomized
+    response, rho = eps tanh(eps / 2) [S24 Thm 5; HM25 Prop 7-8]), which decides where eps is so
+    small that the closed form's rounding margin exceeds the divergence.
     """
 
     kind: ClassVar[str] = "discrete_laplace"
@@ -60,8 +64,12 @@ class DiscreteLaplace(Mechanism):
             def curve(a: Vector) -> Vector:
                 return discrete_laplace_rdp(a, eps, delta_1, margin=False)
 
-            rho = rho_from_curve(curve, kl, eps, 1e-4)
-        rdp = discrete_laplace_rdp(ORDERS, eps, delta_1)
+            # an eps-DP mechanism is never above the worst one, binary RR (``pure_dp``): where
+            # eps is small the scan's rounding noise (about 1e-16 / (alpha - 1) in eps(alpha))
+            # exceeds the divergence itself, and alone it gave up to 10^6 times eps^2 / 2
+            rho = min(rho_from_curve(curve, kl, eps, 1e-4), binary_rr_rho(eps))
+        # likewise the closed form's margin of 8e-16 / (alpha - 1) against binary RR's curve
+        rdp = np.minimum(discrete_laplace_rdp(ORDERS, eps, delta_1), rr_rdp(ORDERS, eps, 2))
         # eps(alpha) <= eps for an eps-DP mechanism; the cap keeps the margin from exceeding it
         cap = eps / (1.0 + RDP_EVAL_MARGIN)
         return PrivacyCurve(rho=rho, rdp=np.minimum(rdp, cap), pure_eps=eps, gaussian_only=False)
