@@ -121,8 +121,14 @@ def calibrate_next(
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
     if result is None:
+        hint = (
+            " by its RDP bound, which the search uses; its PLD is tighter and may still admit "
+            "a charge (ask with dry_run=true)"
+            if st.is_pld
+            else ""
+        )
         raise BudgetExceeded(
-            f"no {parameter} in the allowed range fits the remaining budget of {st.name!r}",
+            f"no {parameter} in the allowed range fits the remaining budget of {st.name!r}{hint}",
             dataset_id=st.id,
             budget=answers.budget(st).model_dump(mode="json"),
         )

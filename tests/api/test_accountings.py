@@ -370,3 +370,21 @@ def test_calibration_on_a_pld_dataset_answers_what_the_charge_admits(client: Tes
     assert charged.status_code == 201, charged.text
     assert charged.json()["spent"] == answer["spent_after"]
     assert 0.99 <= charged.json()["spent"]["epsilon"] <= 1.0
+
+
+def test_a_calibration_the_rdp_bound_refuses_says_the_pld_may_admit(client: TestClient) -> None:
+    """DP-SGD with sigma 1 and q 0.01: one step is already over epsilon 1 by the RDP bound the
+    calibration searches with, while the dataset's PLD admits 100 steps. The 409 said only that
+    nothing fits; it now says the PLD may admit a charge, and the dry run shows it does."""
+    ds = _pld_dataset(client, "dp-sgd-steps")
+    url = f"/v1/datasets/{ds['id']}"
+    fixed = {"sample_rate": 0.01, "sigma": 1.0}
+    r = client.get(
+        f"{url}/calibrate",
+        params={"mechanism": "subsampled_gaussian", "parameter": "steps", **fixed},
+    )
+    assert r.status_code == 409, r.text
+    assert "PLD" in r.json()["detail"] and "dry_run" in r.json()["detail"]
+    run = {"mechanism": "subsampled_gaussian", **fixed, "steps": 100}
+    dry = client.post(f"{url}/charges", params={"dry_run": "true"}, json={"mechanism": run})
+    assert dry.status_code == 200, dry.text
