@@ -50,9 +50,10 @@ class PldDryRun:
     spend_after: Spend
 
 
-def _least(by_pld: float, by_curve: Spend, *, at_epsilon: bool) -> Spend:
-    """The least of the PLD's value and the curve rule's candidates (ties: by method name, as
-    the compose route picks)."""
+def least(by_pld: float, by_curve: Spend, *, at_epsilon: bool = False) -> Spend:
+    """The least of the PLD's value (an epsilon, or with ``at_epsilon`` a delta) and the curve
+    rule's candidates; ties go to the method name first in order. The compose route's
+    ``accounting: "pld"`` and a ``pld`` dataset answer by it."""
     candidates = {**by_curve.candidates, METHOD: by_pld}
     method = min(candidates, key=lambda k: (candidates[k], k))
     order = None if method == METHOD else by_curve.order
@@ -83,7 +84,7 @@ class PldFilter:
     def spend_at(self, state: Pld, curve: PrivacyCurve, delta: float) -> Spend:
         """The least epsilon at ``delta`` the distribution or the curve certifies."""
         delta = conv.check_delta(delta)
-        return _least(state.epsilon(delta), self.curves.spend_at(curve, delta), at_epsilon=False)
+        return least(state.epsilon(delta), self.curves.spend_at(curve, delta))
 
     def spend(self, state: Pld, curve: PrivacyCurve) -> Spend:
         """``spend_at`` the budget delta, capped at eps_B while the PLD admits the ledger."""
@@ -95,9 +96,7 @@ class PldFilter:
     def spend_delta(self, state: Pld, curve: PrivacyCurve, epsilon: float) -> Spend:
         """The least delta at ``epsilon`` the distribution or the curve certifies."""
         epsilon = conv.check_epsilon(epsilon)
-        return _least(
-            state.delta(epsilon), self.curves.spend_delta(curve, epsilon), at_epsilon=True
-        )
+        return least(state.delta(epsilon), self.curves.spend_delta(curve, epsilon), at_epsilon=True)
 
     def dry_run(
         self,
@@ -117,4 +116,4 @@ class PldFilter:
         return PldDryRun(admitted, after, after_curve, self.spend(after, after_curve))
 
 
-__all__ = ["METHOD", "PldDryRun", "PldFilter"]
+__all__ = ["METHOD", "PldDryRun", "PldFilter", "least"]

@@ -282,6 +282,14 @@ def entry_pld(st: DatasetState, wire: dict[str, Any]) -> Pld:
         raise Unprocessable(str(exc)) from None
 
 
+def pld_after(st: DatasetState, wire: dict[str, Any], after: PrivacyCurve) -> tuple[Pld, Spend]:
+    """On a ``pld`` dataset, its PLD with one more entry of mechanism ``wire`` (holds not
+    counted) and its spend, ``after`` being the composed curve with that entry."""
+    assert st.pld is not None
+    state = st.pld.compose(entry_pld(st, wire))
+    return state, PldFilter(st.filter).spend(state, after)
+
+
 def decide(st: DatasetState, ask: Ask) -> Decision:
     """Would ``ask`` fit? One dry run: the dataset's filter over the composed curves, or, on a
     ``pld`` dataset, its composed privacy loss distribution; with budget structures (an
@@ -616,11 +624,9 @@ def append_held(
     of its allocation's and blocks', into their totals)."""
     ask = prepare_held(session, st, Ask.of_hold(hold))
     after = st.committed + ask.curve
-    pld_after = None
+    state = None
     if st.is_pld:
-        assert st.pld is not None
-        pld_after = st.pld.compose(entry_pld(st, ask.wire))
-        spend_after = PldFilter(st.filter).spend(pld_after, after)
+        state, spend_after = pld_after(st, ask.wire, after)
     else:
         spend_after = totals_filter_spend(st, after)
     entry = append(
@@ -632,7 +638,7 @@ def append_held(
         source=source,
         reservation_id=hold.id,
         now=now,
-        pld_after=pld_after,
+        pld_after=state,
     )
     _unhold(session, st, hold, ask.curve)
     if ask.target is not None:
@@ -767,6 +773,7 @@ __all__ = [
     "check_not_archived",
     "decide",
     "entry_pld",
+    "pld_after",
     "hold",
     "locked",
     "refusal",

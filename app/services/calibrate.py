@@ -16,7 +16,6 @@ from app.accounting.calibration import (
     fits_under,
 )
 from app.accounting.curve import PrivacyCurve
-from app.accounting.pld_filter import PldFilter
 from app.db.engine import Database
 from app.errors import BudgetExceeded, Unprocessable
 from app.principal import Caller
@@ -133,10 +132,11 @@ def calibrate_next(
             budget=answers.budget(st).model_dump(mode="json"),
         )
     after = st.committed + result.curve
-    spent_after = admission.totals_filter_spend(st, after)  # as the charge reports it
-    if st.pld is not None:  # the spend the charge would report: the PLD's or the curve's, least
-        new_pld = admission.entry_pld(st, result.mechanism.to_dict())
-        spent_after = PldFilter(f).spend(st.pld.compose(new_pld), after)
+    # the spend the charge would report (a pld dataset: its PLD's or its curve's, the least)
+    if st.pld is not None:
+        _, spent_after = admission.pld_after(st, result.mechanism.to_dict(), after)
+    else:
+        spent_after = admission.totals_filter_spend(st, after)
     value: float | int = int(result.value) if parameter == "steps" else result.value
     mechanism = result.mechanism.to_dict()
     if kind == "laplace" and "sensitivity" in fixed and parameter == "scale":

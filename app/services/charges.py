@@ -165,11 +165,9 @@ def _append(s: Session, st: DatasetState, ask: admission.Ask) -> r.Entry:
     if not st.is_pld:
         dry = st.filter.dry_run(st.committed, None, ask.curve)
         return admission.append(s, st, ask, dry.after, dry.spend_after)
-    assert st.pld is not None
-    p = PldFilter(st.filter).dry_run(
-        (st.pld, st.committed), (None, None), (admission.entry_pld(st, ask.wire), ask.curve)
-    )
-    return admission.append(s, st, ask, p.after_curve, p.spend_after, pld_after=p.after)
+    after = st.committed + ask.curve  # the batch is admitted already: no second check
+    state, spend_after = admission.pld_after(st, ask.wire, after)
+    return admission.append(s, st, ask, after, spend_after, pld_after=state)
 
 
 def charge_dp_event(

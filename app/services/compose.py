@@ -7,9 +7,10 @@ import math
 from app import responses as r
 from app.accounting import pld_mechanisms
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import FilterKind, Spend, spend
+from app.accounting.filters import FilterKind, spend
 from app.accounting.mechanisms import Mechanism
 from app.accounting.orders import ORDERS
+from app.accounting.pld_filter import least
 from app.db.engine import Database
 from app.errors import Unprocessable
 from app.principal import Caller
@@ -42,11 +43,7 @@ def compose(
         sp = spend(kind, total, delta)
         if accounting == "pld":
             eps = pld_mechanisms.compose_all([m.to_dict() for m in mechanisms]).epsilon(delta)
-            candidates = {**sp.candidates, "pld": eps}
-            method = min(candidates, key=lambda k: (candidates[k], k))
-            sp = Spend(
-                candidates[method], delta, method, sp.order if method != "pld" else None, candidates
-            )
+            sp = least(eps, sp)
     except pld_mechanisms.NoPldError as exc:
         raise Unprocessable(str(exc), accepted_accountings=exc.accepted) from None
     except ValueError as exc:
