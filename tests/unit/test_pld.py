@@ -12,7 +12,7 @@ import math
 import mpmath as mp
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from app.accounting import conversions as conv
@@ -350,10 +350,14 @@ def test_composition_is_commutative_and_associative(a: tuple, b: tuple, c: tuple
 
 @FAST
 @given(entries, st.integers(1, 30))
+@example(("sg", 2.0, 0.0625), 15)  # found by a random run: cut tails differ by 1.2e-12
 def test_monotone_in_count(entry: tuple, count: int) -> None:
+    # (the slack is ORDER_SLACK's: count and count + 1 are composed by different sequences of
+    # squarings, whose cut tails, moved to +infinity, differ by ~1e-12: DP-SGD sigma 2, q 1/16
+    # at eps 2 gives 1.6e-12 for 15 steps and 3.9e-13 for 16, both upper bounds on ~0)
     fewer, more = _build(entry, count), _build(entry, count + 1)
     for eps in (0.0, 0.5, 2.0):
-        assert more.delta(eps) >= fewer.delta(eps) - 1e-12
+        assert more.delta(eps) >= fewer.delta(eps) - ORDER_SLACK
 
 
 @FAST
@@ -375,4 +379,4 @@ def test_monotone_in_parameters(sigma: float, s_factor: float, eps: float, e_fac
     ]
     for weaker, stronger in pairs:
         for e in (0.0, 0.1, 0.5, 2.0):
-            assert stronger.delta(e) >= weaker.delta(e) - 1e-12
+            assert stronger.delta(e) >= weaker.delta(e) - ORDER_SLACK
