@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app import responses as r
 from app.db.engine import Database
-from app.db.models import ApiKey, AuditEvent, utcnow
+from app.db.models import ApiKey, AuditEvent, Dataset, utcnow
 from app.principal import Caller, Principal
 from app.services.auth import authenticated
 
@@ -49,6 +49,16 @@ def event_answer(e: AuditEvent) -> r.AuditEvent:
     )
 
 
+def _dataset_id(db: Database, ref: str) -> str:
+    """The id of dataset ``ref`` (an id, else a unique name, as every dataset route takes);
+    ``ref`` itself when no dataset has it (the events of a dataset keep its id)."""
+    with db.read() as s:
+        found = s.scalars(select(Dataset.id).where(Dataset.id == ref)).first()
+        if found is None:
+            found = s.scalars(select(Dataset.id).where(Dataset.name == ref)).first()
+    return found if found is not None else ref
+
+
 def list_events(
     db: Database,
     caller: Caller,
@@ -65,7 +75,7 @@ def list_events(
     principal = authenticated(db, caller)
     q = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit)
     if dataset_id is not None:
-        q = q.where(AuditEvent.dataset_id == dataset_id)
+        q = q.where(AuditEvent.dataset_id == _dataset_id(db, dataset_id))
     if action is not None:
         q = q.where(AuditEvent.action == action)
     if since is not None:

@@ -139,6 +139,9 @@ def test_audit_trail_records_every_change_with_old_and_new(client: TestClient) -
     key_events = {e["action"]: e for e in _events(client) if e["target_id"] == k["id"]}
     assert key_events["key.created"]["details"]["role"] == "viewer"
     assert "key.revoked" in key_events
+    # the dataset may be named, as on every dataset route (a name was an empty answer)
+    assert _events(client, dataset=ds["name"]) == events
+    assert _events(client, dataset="no-such-dataset") == []
     # the audit trail is append-only: no route changes or deletes it
     assert client.delete("/v1/audit").status_code == 405
     assert client.patch("/v1/audit").status_code == 405
