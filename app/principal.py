@@ -37,6 +37,7 @@ class Principal:
     dataset_ids: tuple[str, ...] | None = None
     # budget structures: the allocations this key must charge to (None = not limited)
     allocations: tuple[str, ...] | None = None
+    key_name: str | None = None  # the key's label, shown beside its id on the entries it makes
 
     def has_role(self, role: Role) -> bool:
         return self.role.rank >= role.rank

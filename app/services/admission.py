@@ -106,6 +106,7 @@ class Ask:
     blocks: tuple[str, str] | None = None
     allocation_id: str | None = None
     target: Target | None = None
+    key_name: str | None = None  # the key's label, for the answer (the ledger stores the id)
 
     @classmethod
     def of(
@@ -117,6 +118,7 @@ class Ask:
         key_id: str | None = None,
         allocation: str | None = None,
         blocks: tuple[str, str] | None = None,
+        key_name: str | None = None,
     ) -> Ask:
         """The ask for ``mechanism`` (422 when its privacy loss overflows)."""
         try:
@@ -133,6 +135,7 @@ class Ask:
             key_id,
             allocation=allocation,
             blocks=blocks,
+            key_name=key_name,
         )
 
     @classmethod
@@ -614,7 +617,7 @@ def append(
         entry_id = conn.execute(_INSERT_ENTRY_SAVING, {**params, **totals}).scalar_one()
     else:
         entry_id = conn.execute(_INSERT_ENTRY, values).scalar_one()
-    return answers.entry({**values, "id": entry_id})
+    return answers.entry({**values, "id": entry_id, "key_name": ask.key_name})
 
 
 def append_held(

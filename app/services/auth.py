@@ -32,7 +32,7 @@ from app.services import key_digest
 
 _K = ApiKey.__table__.c
 # built once: the steady-state path of every request
-_BY_DIGEST = select(_K.id, _K.role, _K.dataset_ids, _K.revoked_at, _K.allocations).where(
+_BY_DIGEST = select(_K.id, _K.role, _K.dataset_ids, _K.revoked_at, _K.allocations, _K.label).where(
     _K.lookup == bindparam("digest")
 )
 
@@ -160,7 +160,13 @@ def authenticated(
         raise Unauthorized("this API key has been revoked")
     ids = tuple(row.dataset_ids) if row.dataset_ids is not None else None
     limited = tuple(row.allocations) if row.allocations is not None else None
-    principal = Principal(key_id=row.id, role=Role(row.role), dataset_ids=ids, allocations=limited)
+    principal = Principal(
+        key_id=row.id,
+        role=Role(row.role),
+        dataset_ids=ids,
+        allocations=limited,
+        key_name=row.label,
+    )
     require_role(principal, caller.role)
     return principal
 

@@ -93,7 +93,14 @@ def reserve(
     if (why := principal.may_charge(allocation)) is not None:
         raise Forbidden(why)
     asked = admission.Ask.of(
-        mechanism, wire, label, metadata, principal.key_id, allocation=allocation, blocks=blocks
+        mechanism,
+        wire,
+        label,
+        metadata,
+        principal.key_id,
+        allocation=allocation,
+        blocks=blocks,
+        key_name=principal.key_name,
     )
     request: dict[str, Any] = {
         "mechanism": wire,

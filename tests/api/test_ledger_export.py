@@ -138,14 +138,19 @@ def test_filters_and_who_charged(client: TestClient) -> None:
     auth = {"Authorization": f"Bearer {team['key']}"}
     lap = {"mechanism": "laplace", "epsilon": 0.1}
     gau = {"mechanism": "gaussian", "sigma": 20.0}
+    answered = []
     for body, headers in (
         ({"mechanism": lap, "label": "q1", "metadata": {"who": "x"}}, auth),
         ({"mechanism": gau, "label": "q2"}, auth),
         ({"mechanism": lap, "label": "q2"}, {}),
     ):
-        assert client.post(f"{url}/charges", json=body, headers=headers).status_code == 201
+        r = client.post(f"{url}/charges", json=body, headers=headers)
+        assert r.status_code == 201
+        answered.append(r.json()["entry"])
     entries = client.get(f"{url}/ledger").json()["entries"]
     by_label = {e["seq"]: e for e in entries}
+    # a charge's answer is its entry as the ledger shows it, the key's name included
+    assert answered == [by_label[seq] for seq in (1, 2, 3)]
     assert by_label[1]["key_name"] == "team-a" and by_label[1]["metadata"] == {"who": "x"}
     admin_key = by_label[3]["key_id"]
     labels = {k["id"]: k["label"] for k in client.get("/v1/keys").json()["keys"]}
