@@ -16,7 +16,7 @@ from fastapi.security.utils import get_authorization_scheme_param
 
 from app.config import Settings
 from app.db.engine import Database
-from app.errors import Forbidden, Unauthorized
+from app.errors import Forbidden, ProblemError, Unauthorized
 from app.principal import Credentials, Role
 from app.services.auth import authenticated
 
@@ -68,6 +68,35 @@ Pipeline = Annotated[Credentials, Depends(_RoleBearer(Role.PIPELINE))]
 Admin = Annotated[Credentials, Depends(_RoleBearer(Role.ADMIN))]
 
 
+def route_role(route: object) -> Role | None:
+    """The role a route's ``Viewer`` / ``Pipeline`` / ``Admin`` dependency asks for (None when
+    the route takes no key)."""
+    dependant = getattr(route, "dependant", None)
+    stack = list(dependant.dependencies) if dependant is not None else []
+    while stack:
+        dep = stack.pop()
+        if isinstance(dep.call, _RoleBearer):
+            return dep.call.role
+        stack.extend(dep.dependencies)
+    return None
+
+
+def refused_credentials(request: Request) -> ProblemError | None:
+    """Why the request's key may not call its route (401 unknown or revoked key, 403 role too
+    low), or None. The role aliases only read the header, so a request whose body or query is
+    invalid meets FastAPI's 422 before the service checks its key; the 422 handler asks this
+    first, so that a caller without a valid key learns nothing about the request's shape."""
+    role = route_role(request.scope.get("route"))
+    scheme, key = get_authorization_scheme_param(request.headers.get("Authorization"))
+    if role is None or scheme.lower() != "bearer" or not key:
+        return None  # no key needed, or none sent (the role alias answered 401 for that)
+    try:
+        authenticated(db_of(request), Credentials(key, role))
+    except ProblemError as exc:
+        return exc
+    return None
+
+
 def metrics_access(request: Request, settings: SettingsDep, db: DbDep) -> None:
     """``/metrics`` is open unless ``PRIVACY_LEDGER_METRICS_KEY_REQUIRED``; then it needs an
     unscoped key of any role (the metrics name every dataset id). The header is read here,
@@ -94,4 +123,6 @@ __all__ = [
     "get_db",
     "get_settings_dep",
     "metrics_access",
+    "refused_credentials",
+    "route_role",
 ]

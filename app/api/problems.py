@@ -11,10 +11,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy.exc import InterfaceError, OperationalError
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
 from app import errors
+from app.api.deps import refused_credentials
 from app.api.safe_text import scrub
 from app.errors import ProblemError, problem_body
 
@@ -137,7 +139,12 @@ def install(app: FastAPI) -> None:
         return problem_response(exc.to_problem(), headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # the key first: 401 / 403 before any word about the body (a database read, in a
+        # worker thread as every key check; only on this error path)
+        refused = await run_in_threadpool(refused_credentials, request)
+        if refused is not None:
+            return await _problem(request, refused)
         errs = _clean_errors(exc.errors())
         detail = (
             "; ".join(f"{'.'.join(e['loc']) or 'body'}: {e['msg']}" for e in errs[:5])

@@ -242,3 +242,32 @@ def test_ledger_entries_record_the_charging_key(world: World) -> None:
     listed = {k["id"]: k for k in c.get("/v1/keys").json()["keys"]}
     key_id = r.json()["entry"]["key_id"]
     assert listed[key_id]["datasets"] == [world.a["id"]] and listed[key_id]["role"] == "pipeline"
+
+
+BODIES = [
+    e
+    for e in ENDPOINTS
+    if e.method in ("POST", "PATCH") and not e.path.endswith(("/commit", "/verify"))  # no body
+]
+
+
+@pytest.mark.parametrize("e", BODIES, ids=[f"{e.method} {e.path}" for e in BODIES])
+def test_a_key_is_refused_before_its_request_is_read(
+    sqlite_client: TestClient, e: Endpoint
+) -> None:
+    """An invalid body (or query) from a key that may not call the route is its 401 / 403, not
+    a 422 describing the request (an unknown key with a bad body was answered 422)."""
+    world = World(sqlite_client)
+    path = e.path.replace("{dataset_id}", world.a["id"])
+    for caller in ("bad_key", "revoked", VIEWER, PIPELINE, ADMIN_ROLE):
+        key = {"bad_key": "pl_a_not-a-real-key"}.get(caller, world.keys.get(caller))
+        r = sqlite_client.request(
+            e.method, path, json=["not", "a", "body"], headers={"Authorization": f"Bearer {key}"}
+        )
+        want = (
+            401 if caller in ("bad_key", "revoked") else 403 if RANK[caller] < RANK[e.role] else 422
+        )
+        assert r.status_code == want, (caller, r.text)
+        if want == 401:
+            assert r.headers.get("www-authenticate") == "Bearer"
+            assert "errors" not in r.json()
