@@ -24,6 +24,7 @@ from app.cli.common import (
     describe,
     num,
     print_json,
+    state_label,
     uses_rho,
     when,
 )
@@ -114,7 +115,7 @@ def status(
         )
     table.add_row("remaining", f"epsilon {num(rem['epsilon'])} (an indication; the filter decides)")
     table.add_row("entries", str(d["entries"]))
-    table.add_row("state", "EXHAUSTED" if d["exhausted"] else "open")
+    table.add_row("state", state_label(d))
     console.print(table)
     if not counts:
         return
@@ -172,7 +173,7 @@ def budget(
     table.add_row("reserved", f"{reserved.get('count', 0)} active holds")
     table.add_row("remaining", f"epsilon {num(rem['epsilon'])} after holds (an indication)")
     table.add_row("entries", str(b["entries"]))
-    table.add_row("state", "EXHAUSTED" if b["exhausted"] else "open")
+    table.add_row("state", state_label(b))
     console.print(table)
 
 

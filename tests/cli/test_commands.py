@@ -235,6 +235,44 @@ def test_status_on_rdp_shows_epsilon_added_not_rho(run: Cli) -> None:
     assert "epsilon added" in text and "rho" not in text
 
 
+def _state_row(text: str) -> str:
+    """The value of a table's ``state`` row."""
+    match = re.search(r"│ state\s+│ (\S+)", text)
+    assert match, text
+    return match.group(1)
+
+
+def test_status_and_budget_show_the_apis_state(run: Cli) -> None:
+    """One rule for the state (docs/operations.md): the CLI shows the API's, as the datasets
+    listing does, not its own reading of ``exhausted``."""
+    for name, epsilon in (("fine", "0.1"), ("near", "0.9"), ("full", "0.9999999999")):
+        _dataset(run, name, "--no-adaptive")
+        run("charge", name, "-m", "laplace", "--epsilon", epsilon)
+    api = {n: run.client.get(f"/v1/datasets/{n}/budget").json() for n in ("fine", "near", "full")}
+    # the cases that differ from the boolean: warning, and exhausted within the tolerance
+    assert [api[n]["state"] for n in ("fine", "near", "full")] == ["ok", "warning", "exhausted"]
+    assert not api["near"]["exhausted"] and not api["full"]["exhausted"]
+    labels = {"ok": "ok", "warning": "WARNING", "exhausted": "EXHAUSTED"}
+    listing = run("datasets").stdout
+    for name, answer in api.items():
+        expected = labels[answer["state"]]
+        assert _state_row(run("status", name).stdout) == expected, name
+        assert _state_row(run("budget", name).stdout) == expected, name
+        row = next(line for line in listing.splitlines() if f"│ {name} " in line)
+        assert f"│ {expected} " in row, row
+
+
+def test_the_state_falls_back_when_an_older_server_omits_it() -> None:
+    """Without ``state``: exhausted from the boolean, else warning from the threshold of the
+    budget epsilon used (0.8 unless the answer says), as the dashboard does."""
+    d = {"budget": {"epsilon": 1.0}, "spent": {"epsilon": 0.5}, "exhausted": False}
+    assert common.state_label(d) == "ok"
+    assert common.state_label({**d, "spent": {"epsilon": 0.85}}) == "WARNING"
+    assert common.state_label({**d, "warning_threshold": 0.4}) == "WARNING"
+    assert common.state_label({**d, "exhausted": True}) == "EXHAUSTED"
+    assert common.state_label({**d, "state": "exhausted"}) == "EXHAUSTED"
+
+
 def test_status_on_zcdp_ranks_by_rho(run: Cli) -> None:
     _dataset(run, "z", "--accounting", "zcdp")
     run("charge", "z", "-m", "gaussian", "--sigma", "10")
