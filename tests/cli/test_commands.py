@@ -211,6 +211,50 @@ def test_compose_labels_candidates_and_marks_the_answer(run: Cli, tmp_path: Any)
         assert ("candidate" in row) == (name != answer["method"]), row
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read"),
+        ("directory", "cannot read"),
+        (b"\xff\xfe[", "cannot read"),
+        (b"{oops", "is not JSON"),
+        (b"42", "must hold a list of mechanisms"),
+        (b'{"mechanisms": 3}', "must hold a list of mechanisms"),
+        (b"[1, 2]", "item 0 is not a mechanism object"),
+        (b'[{"mechanism": "gaussian", "sigma": 2.0}, {"sigma": 2}]', "item 1 is not a mechanism"),
+    ],
+    ids=[
+        "missing",
+        "directory",
+        "not-utf8",
+        "not-json",
+        "a-number",
+        "not-a-list",
+        "numbers",
+        "no-kind",
+    ],
+)
+def test_compose_with_a_bad_plan_file_is_a_one_line_error(
+    run: Cli, tmp_path: Any, content: bytes | str | None, message: str
+) -> None:
+    plan = tmp_path / "plan.json"
+    if content == "directory":
+        plan.mkdir()
+    elif isinstance(content, bytes):
+        plan.write_bytes(content)
+    r = run("compose", str(plan), "--delta", "1e-6", code=1)
+    assert isinstance(r.exception, SystemExit), r.exception  # not a traceback
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert message in line and str(plan) in line, line
+    assert r.stdout == ""
+
+
+def test_compose_help_says_what_the_plan_file_holds() -> None:
+    out = CliRunner().invoke(cli, ["compose", "--help"], env={"COLUMNS": "200"}).stdout
+    assert "list of mechanism objects" in out
+    assert '[{"mechanism": "gaussian", "sigma": 2.0}]' in " ".join(out.split())
+
+
 # --- reading ----------------------------------------------------------------------------------
 
 
