@@ -328,12 +328,43 @@ def calibrate(
         console.print(f"spend after charging it: {_spent(after)}", markup=False)
 
 
+PLAN_EXAMPLE = '[{"mechanism": "gaussian", "sigma": 2.0}, {"mechanism": "laplace", "epsilon": 0.1}]'
+
+
+def _plan(file: Path) -> list[dict[str, Any]]:
+    """The mechanisms of a plan file (``-``: standard input), or exit with a one-line error."""
+    name = "standard input" if str(file) == "-" else str(file)
+    try:
+        text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        fail(f"cannot read the plan {name}: {reason}")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        fail(f"{name} is not JSON: {exc}")
+    mechanisms = data.get("mechanisms") if isinstance(data, dict) else data
+    if not isinstance(mechanisms, list):
+        fail(
+            f'{name} must hold a list of mechanisms or {{"mechanisms": [...]}}, e.g. {PLAN_EXAMPLE}'
+        )
+    for i, m in enumerate(mechanisms):
+        if not isinstance(m, dict) or not isinstance(m.get("mechanism"), str):
+            fail(
+                f"{name}: item {i} is not a mechanism object (a JSON object with its kind in "
+                f'"mechanism", e.g. {{"mechanism": "gaussian", "sigma": 2.0}}): '
+                f"{json.dumps(m)[:80]}"
+            )
+    return mechanisms
+
+
 def compose(
     file: Annotated[
         Path,
         typer.Argument(
-            help='JSON file with a list of mechanism objects (or {"mechanisms": [...]}); '
-            "- reads standard input.",
+            help="JSON file holding the plan: a list of mechanism objects, each as a charge "
+            f'takes it, e.g. {PLAN_EXAMPLE} (or {{"mechanisms": [...]}}); - reads standard '
+            "input.",
             allow_dash=True,
             metavar="FILE",
         ),
@@ -349,16 +380,10 @@ def compose(
     api_key: KEY = None,
     as_json: JSON_OUT = False,
 ) -> None:
-    """What-if: the epsilon at DELTA of a fixed list of mechanisms (nothing is recorded). Every
+    """What-if: the epsilon at DELTA of a fixed list of mechanisms (nothing is recorded). FILE
+    is a JSON list of mechanism objects, e.g. [{"mechanism": "gaussian", "sigma": 2.0}]. Every
     candidate conversion is shown; the answer is the least of them."""
-    text = sys.stdin.read() if str(file) == "-" else file.read_text()
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        fail(f"{file} is not JSON: {exc}")
-    mechanisms = data.get("mechanisms") if isinstance(data, dict) else data
-    if not isinstance(mechanisms, list):
-        fail(f'{file} must hold a list of mechanisms or {{"mechanisms": [...]}}')
+    mechanisms = _plan(file)
     with connect(url, api_key) as s:
         answer = s.call(lambda c: c.compose(mechanisms, delta, accounting)).raw
     if as_json:

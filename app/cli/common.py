@@ -169,6 +169,33 @@ def uses_rho(filter_name: str | None) -> bool:
     return filter_name in {f.value for f in RHO_FILTERS}
 
 
+STATE_LABELS = {"ok": "ok", "warning": "WARNING", "exhausted": "EXHAUSTED"}
+DEFAULT_WARNING_THRESHOLD = 0.8
+"""The server's default ``warning_threshold``, for an answer from a server too old to say."""
+
+
+def state_label(answer: dict[str, Any]) -> str:
+    """A dataset's or budget answer's state for people: ok, WARNING or EXHAUSTED.
+
+    The server computes the state with one rule for the API, the CLI and the dashboard
+    (``app.services.answers.budget_state``, docs/operations.md), so this shows its ``state``.
+    An older server that leaves it out gets the dashboard's fallback: exhausted when it says
+    ``exhausted``, warning from ``warning_threshold`` (0.8 by default) of the epsilon budget
+    used, ok otherwise."""
+    state = answer.get("state")
+    if not state:
+        budget = (answer.get("budget") or {}).get("epsilon") or 0.0
+        spent = (answer.get("spent") or {}).get("epsilon") or 0.0
+        threshold = answer.get("warning_threshold") or DEFAULT_WARNING_THRESHOLD
+        if answer.get("exhausted"):
+            state = "exhausted"
+        elif budget > 0 and spent >= threshold * budget:
+            state = "warning"
+        else:
+            state = "ok"
+    return STATE_LABELS.get(state, str(state))
+
+
 def describe(mechanism: dict[str, Any] | None) -> str:
     """A mechanism object in one short line: ``gaussian sigma=20 sensitivity=1``."""
     if not mechanism:
@@ -211,6 +238,7 @@ __all__ = [
     "num",
     "over_budget",
     "print_json",
+    "state_label",
     "uses_rho",
     "when",
 ]

@@ -19,6 +19,7 @@ from app.cli.common import (
     fail,
     num,
     print_json,
+    state_label,
 )
 
 Accounting = Literal["rdp", "zcdp", "pld"]
@@ -27,10 +28,8 @@ Archived = Literal["false", "true", "all"]
 
 
 def _state(d: dict[str, Any]) -> str:
-    """The API's state (ok / warning / exhausted: one rule, docs/operations.md), and archived."""
-    state = d.get("state") or ("exhausted" if d["exhausted"] else "ok")
-    label = {"ok": "ok", "warning": "WARNING", "exhausted": "EXHAUSTED"}.get(state, state)
-    return label + (" (archived)" if d.get("archived") else "")
+    """The API's state (ok / WARNING / EXHAUSTED: one rule, docs/operations.md), and archived."""
+    return state_label(d) + (" (archived)" if d.get("archived") else "")
 
 
 KIND = choice(kind_names(), "mechanism kind")

@@ -1,9 +1,8 @@
-"""Reading a dataset's state and history: ``status``, ``budget``, ``ledger`` (table, CSV or
-JSON Lines, streamed page by page), ``rejections`` and ``audit`` (over HTTP)."""
+"""Reading a dataset's state and history: ``status``, ``budget``, ``ledger`` (a table, or the
+server's CSV / JSON Lines export, streamed), ``rejections`` and ``audit`` (over HTTP)."""
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 from collections.abc import Iterator
@@ -22,8 +21,10 @@ from app.cli.common import (
     connect,
     console,
     describe,
+    fail,
     num,
     print_json,
+    state_label,
     uses_rho,
     when,
 )
@@ -114,7 +115,7 @@ def status(
         )
     table.add_row("remaining", f"epsilon {num(rem['epsilon'])} (an indication; the filter decides)")
     table.add_row("entries", str(d["entries"]))
-    table.add_row("state", "EXHAUSTED" if d["exhausted"] else "open")
+    table.add_row("state", state_label(d))
     console.print(table)
     if not counts:
         return
@@ -172,34 +173,8 @@ def budget(
     table.add_row("reserved", f"{reserved.get('count', 0)} active holds")
     table.add_row("remaining", f"epsilon {num(rem['epsilon'])} after holds (an indication)")
     table.add_row("entries", str(b["entries"]))
-    table.add_row("state", "EXHAUSTED" if b["exhausted"] else "open")
+    table.add_row("state", state_label(b))
     console.print(table)
-
-
-CSV_COLUMNS = (
-    "seq",
-    "id",
-    "created_at",
-    "kind",
-    "count",
-    "label",
-    "rho",
-    "pure_epsilon",
-    "spent_epsilon",
-    "source",
-    "key_id",
-    "reservation_id",
-    "mechanism",
-    "metadata",
-)
-
-
-def _csv_row(raw: dict[str, Any]) -> list[Any]:
-    row = []
-    for col in CSV_COLUMNS:
-        v = raw.get(col)
-        row.append(json.dumps(v) if isinstance(v, dict | list) else "" if v is None else v)
-    return row
 
 
 def ledger(
@@ -208,16 +183,17 @@ def ledger(
         Literal["table", "csv", "jsonl"],
         typer.Option(
             "--format",
-            help="table for people; csv or jsonl (one JSON entry per line) to export, streamed "
-            "page by page.",
+            help="table for people (the newest entries); csv or jsonl (one JSON entry per "
+            "line): the server's export, every entry the filters keep, oldest first, with its "
+            "columns, streamed as it arrives.",
         ),
     ] = "table",
     limit: Annotated[
         int | None,
         typer.Option(
             min=1,
-            help="At most this many entries, newest first [entries] (default: 50 for table, "
-            "all for csv and jsonl).",
+            help="Table only: at most this many entries, newest first [entries] (default: 50). "
+            "The csv and jsonl export has no limit.",
             show_default=False,
         ),
     ] = None,
@@ -239,25 +215,24 @@ def ledger(
     url: URL = DEFAULT_URL,
     api_key: KEY = None,
 ) -> None:
-    """Ledger entries, newest first (viewer key)."""
+    """Ledger entries (viewer key): a table of the newest, or with --format csv / jsonl the
+    server's export (GET /v1/datasets/{id}/ledger?format=csv|jsonl), oldest first."""
     filters = {"kind": kind, "allocation": allocation, "block": block}
-    if output_format == "table" and limit is None:
-        limit = 50
+    if output_format != "table":
+        if limit is not None:
+            fail(
+                f"--limit applies to the table only: --format {output_format} is the server's "
+                "export of every entry the filters keep, oldest first (pipe it through head or "
+                "tail for fewer)"
+            )
+        with connect(url, api_key) as s:
+            s.call(LedgerClient.export_ledger, dataset, sys.stdout, output_format, **filters)
+        return
     with connect(url, api_key) as s:
-        if output_format == "csv":
-            out = csv.writer(sys.stdout, lineterminator="\n")
-            out.writerow(CSV_COLUMNS)
-            for e in _entries(s, dataset, limit, **filters):
-                out.writerow(_csv_row(e.raw))
-            return
-        if output_format == "jsonl":
-            for e in _entries(s, dataset, limit, **filters):
-                sys.stdout.write(json.dumps(e.raw) + "\n")
-            return
         table = Table(title=f"ledger of {dataset} (newest first)")
         for col in ("#", "time (UTC)", "mechanism", "count", "label", "spent ε after", "source"):
             table.add_column(col)
-        for e in _entries(s, dataset, limit, **filters):
+        for e in _entries(s, dataset, 50 if limit is None else limit, **filters):
             table.add_row(
                 str(e.seq),
                 when(e.raw.get("created_at")),
@@ -369,4 +344,4 @@ def register(cli: typer.Typer) -> None:
         cli.command(fn.__name__)(fn)
 
 
-__all__ = ["CSV_COLUMNS", "audit", "budget", "ledger", "register", "rejections", "status"]
+__all__ = ["audit", "budget", "ledger", "register", "rejections", "status"]

@@ -82,3 +82,11 @@ def test_the_installed_command_prints_its_version_and_charges(server: Server) ->
         ).json()["entries"]
         == 1
     )
+    # the CSV export over real HTTP (a chunked, streamed answer) is the server's, as it is
+    export = httpx.get(
+        f"{server.url}/v1/datasets/census/ledger",
+        params={"format": "csv"},
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+    )
+    csv_out = run("ledger", "census", "--format", "csv")
+    assert csv_out.returncode == 0 and csv_out.stdout == export.text, csv_out.stderr

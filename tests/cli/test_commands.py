@@ -24,6 +24,7 @@ from typer.testing import CliRunner, Result
 from app.accounting.registry import kind_names, mechanism_from_dict, spec
 from app.cli import cli, common, reading
 from app.cli.mechanism_flags import FLAG_NAMES, mechanism_from_flags
+from app.services import ledger as ledger_service
 from tests.conftest import ADMIN_KEY
 
 # flags for one invocation of every kind; integer parameters given as integers
@@ -211,6 +212,50 @@ def test_compose_labels_candidates_and_marks_the_answer(run: Cli, tmp_path: Any)
         assert ("candidate" in row) == (name != answer["method"]), row
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read"),
+        ("directory", "cannot read"),
+        (b"\xff\xfe[", "cannot read"),
+        (b"{oops", "is not JSON"),
+        (b"42", "must hold a list of mechanisms"),
+        (b'{"mechanisms": 3}', "must hold a list of mechanisms"),
+        (b"[1, 2]", "item 0 is not a mechanism object"),
+        (b'[{"mechanism": "gaussian", "sigma": 2.0}, {"sigma": 2}]', "item 1 is not a mechanism"),
+    ],
+    ids=[
+        "missing",
+        "directory",
+        "not-utf8",
+        "not-json",
+        "a-number",
+        "not-a-list",
+        "numbers",
+        "no-kind",
+    ],
+)
+def test_compose_with_a_bad_plan_file_is_a_one_line_error(
+    run: Cli, tmp_path: Any, content: bytes | str | None, message: str
+) -> None:
+    plan = tmp_path / "plan.json"
+    if content == "directory":
+        plan.mkdir()
+    elif isinstance(content, bytes):
+        plan.write_bytes(content)
+    r = run("compose", str(plan), "--delta", "1e-6", code=1)
+    assert isinstance(r.exception, SystemExit), r.exception  # not a traceback
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert message in line and str(plan) in line, line
+    assert r.stdout == ""
+
+
+def test_compose_help_says_what_the_plan_file_holds() -> None:
+    out = CliRunner().invoke(cli, ["compose", "--help"], env={"COLUMNS": "200"}).stdout
+    assert "list of mechanism objects" in out
+    assert '[{"mechanism": "gaussian", "sigma": 2.0}]' in " ".join(out.split())
+
+
 # --- reading ----------------------------------------------------------------------------------
 
 
@@ -235,6 +280,44 @@ def test_status_on_rdp_shows_epsilon_added_not_rho(run: Cli) -> None:
     assert "epsilon added" in text and "rho" not in text
 
 
+def _state_row(text: str) -> str:
+    """The value of a table's ``state`` row."""
+    match = re.search(r"│ state\s+│ (\S+)", text)
+    assert match, text
+    return match.group(1)
+
+
+def test_status_and_budget_show_the_apis_state(run: Cli) -> None:
+    """One rule for the state (docs/operations.md): the CLI shows the API's, as the datasets
+    listing does, not its own reading of ``exhausted``."""
+    for name, epsilon in (("fine", "0.1"), ("near", "0.9"), ("full", "0.9999999999")):
+        _dataset(run, name, "--no-adaptive")
+        run("charge", name, "-m", "laplace", "--epsilon", epsilon)
+    api = {n: run.client.get(f"/v1/datasets/{n}/budget").json() for n in ("fine", "near", "full")}
+    # the cases that differ from the boolean: warning, and exhausted within the tolerance
+    assert [api[n]["state"] for n in ("fine", "near", "full")] == ["ok", "warning", "exhausted"]
+    assert not api["near"]["exhausted"] and not api["full"]["exhausted"]
+    labels = {"ok": "ok", "warning": "WARNING", "exhausted": "EXHAUSTED"}
+    listing = run("datasets").stdout
+    for name, answer in api.items():
+        expected = labels[answer["state"]]
+        assert _state_row(run("status", name).stdout) == expected, name
+        assert _state_row(run("budget", name).stdout) == expected, name
+        row = next(line for line in listing.splitlines() if f"│ {name} " in line)
+        assert f"│ {expected} " in row, row
+
+
+def test_the_state_falls_back_when_an_older_server_omits_it() -> None:
+    """Without ``state``: exhausted from the boolean, else warning from the threshold of the
+    budget epsilon used (0.8 unless the answer says), as the dashboard does."""
+    d = {"budget": {"epsilon": 1.0}, "spent": {"epsilon": 0.5}, "exhausted": False}
+    assert common.state_label(d) == "ok"
+    assert common.state_label({**d, "spent": {"epsilon": 0.85}}) == "WARNING"
+    assert common.state_label({**d, "warning_threshold": 0.4}) == "WARNING"
+    assert common.state_label({**d, "exhausted": True}) == "EXHAUSTED"
+    assert common.state_label({**d, "state": "exhausted"}) == "EXHAUSTED"
+
+
 def test_status_on_zcdp_ranks_by_rho(run: Cli) -> None:
     _dataset(run, "z", "--accounting", "zcdp")
     run("charge", "z", "-m", "gaussian", "--sigma", "10")
@@ -242,23 +325,41 @@ def test_status_on_zcdp_ranks_by_rho(run: Cli) -> None:
     assert "mechanisms by rho" in text and "epsilon added" not in text
 
 
-def test_ledger_export_streams_every_page(run: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reading, "PAGE", 2)  # five entries: three page requests
+def test_ledger_csv_and_jsonl_are_the_servers_export(
+    run: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--format csv|jsonl`` writes what ``GET .../ledger?format=csv|jsonl`` answers, byte for
+    byte (its columns, oldest first, compact JSON), streamed over several of its pages."""
+    monkeypatch.setattr(ledger_service, "EXPORT_PAGE_SIZE", 2)  # five entries: three pages
     _dataset(run, "census", "--no-adaptive")
     for i in range(5):
-        run("charge", "census", "-m", "gaussian", "--sigma", "50", "--label", f"run {i}",
-            "--metadata", json.dumps({"i": i}))  # fmt: skip
-    api = run.client.get("/v1/datasets/census/ledger", params={"limit": 100}).json()["entries"]
+        run("charge", "census", "-m", "gaussian" if i % 2 else "laplace", "--sigma" if i % 2
+            else "--epsilon", "50" if i % 2 else "0.01", "--label", f"run {i}, \"quoted\"",
+            "--metadata", json.dumps({"i": i, "tags": ["a", "b"]}))  # fmt: skip
+    url = "/v1/datasets/census/ledger"
+    for fmt in ("csv", "jsonl"):
+        server = run.client.get(url, params={"format": fmt}).text
+        assert run("ledger", "census", "--format", fmt).stdout == server
+        only = run.client.get(url, params={"format": fmt, "kind": "gaussian"}).text
+        assert run("ledger", "census", "--format", fmt, "--kind", "gaussian").stdout == only
     rows = list(csv.DictReader(io.StringIO(run("ledger", "census", "--format", "csv").stdout)))
-    assert [int(r["id"]) for r in rows] == [e["id"] for e in api]
-    assert [r["label"] for r in rows] == [e["label"] for e in api]
-    assert [json.loads(r["metadata"]) for r in rows] == [e["metadata"] for e in api]
+    assert list(rows[0]) == list(ledger_service.CSV_COLUMNS)  # key_name, allocation_id, ...
+    assert [int(r["seq"]) for r in rows] == [1, 2, 3, 4, 5]  # oldest first
+    assert json.loads(rows[0]["metadata"]) == {"i": 0, "tags": ["a", "b"]}
+    assert rows[0]["metadata"] == '{"i":0,"tags":["a","b"]}'  # compact, as the server writes it
     lines = run("ledger", "census", "--format", "jsonl").stdout.splitlines()
-    assert [json.loads(line) for line in lines] == api
-    two = run("ledger", "census", "--format", "jsonl", "--limit", "3").stdout.splitlines()
-    assert [json.loads(line)["id"] for line in two] == [e["id"] for e in api[:3]]
-    table = run("ledger", "census").stdout
-    assert "gaussian sigma=50.0" in table and "run 4" in table
+    assert [json.loads(line)["seq"] for line in lines] == [1, 2, 3, 4, 5]
+    # --limit has no equivalent in the export: refused, not silently dropped
+    r = run("ledger", "census", "--format", "csv", "--limit", "3", code=1)
+    assert "--limit" in r.stderr and r.stdout == ""
+    # a dataset that does not exist is the usual one-line error
+    r = run("ledger", "nope", "--format", "jsonl", code=1)
+    assert r.stderr.strip().splitlines()[-1].startswith("error: ") and r.stdout == ""
+    # the table stays the newest entries first, page by page
+    monkeypatch.setattr(reading, "PAGE", 2)
+    table = run("ledger", "census", "--limit", "3").stdout
+    assert "run 4" in table and "run 2" in table and "run 1" not in table
+    assert table.index("run 4") < table.index("run 2")
 
 
 def test_audit_shows_a_budget_change(run: Cli) -> None:
@@ -395,7 +496,12 @@ def test_allocations_and_blocks_through_the_cli(run: Cli) -> None:
     raised_life = run.json("datasets", "update", "daily", "--lifetime-epsilon", "6")
     assert raised_life["lifetime_budget"] == {"epsilon": 6.0, "delta": 1e-6}
     assert seqs("--allocation", "team-a") == [1]
-    assert seqs("--block", "2026-11-02") == [2, 1] and seqs("--block", "2026-11-04") == []
+    # oldest first (the server's export), as the server's own filtered export says
+    assert seqs("--block", "2026-11-02") == [1, 2] and seqs("--block", "2026-11-04") == []
+    for flags, params in ((["--allocation", "team-a"], {"allocation": "team-a"}),
+                          (["--block", "2026-11-02"], {"block": "2026-11-02"})):  # fmt: skip
+        export = run.client.get("/v1/datasets/daily/ledger", params={"format": "csv", **params})
+        assert run("ledger", "daily", "--format", "csv", *flags).stdout == export.text
     listed = run.json("allocations", "list", "daily")
     assert [a["name"] for a in listed] == ["team-a"]
     raised = run.json("allocations", "set-budget", "daily", "team-a", "--epsilon", "2")

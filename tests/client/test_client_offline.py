@@ -7,8 +7,9 @@ counted and inspected.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -19,6 +20,7 @@ from privacy_ledger_client import (
     Dataset,
     DecodingError,
     LedgerClient,
+    NotFound,
     RetryPolicy,
     ServerError,
     TransportError,
@@ -202,3 +204,82 @@ def test_async_client_retries_like_the_sync_one() -> None:
     assert asyncio.run(charge()) == 1
     assert len({r.headers["Idempotency-Key"] for r in script.requests}) == 1
     assert len(script.requests) == 3
+
+
+# --- the ledger export (GET /v1/datasets/{id}/ledger?format=csv|jsonl, streamed) ------------
+
+EXPORT = 'id,seq,label,metadata\n1,1,"café, ""q""","{""i"":0}"\n2,2,x,\n'
+
+
+def _streamed(chunks: list[bytes], then: Exception | None = None) -> httpx.Response:
+    """A 200 whose body arrives in ``chunks`` (then ``then`` is raised, if given)."""
+
+    def body() -> Iterator[bytes]:
+        yield from chunks
+        if then is not None:
+            raise then
+
+    return httpx.Response(200, content=body(), headers={"content-type": "text/csv; charset=utf-8"})
+
+
+def test_export_ledger_writes_the_servers_export_as_it_streams() -> None:
+    raw = EXPORT.encode()
+    cut = raw.index("é".encode()) + 1  # a chunk ends inside a UTF-8 character
+    script = Script(_json(503, {"detail": "busy"}), _streamed([raw[:cut], raw[cut:]]))
+    out = io.StringIO()
+    with _client(script) as c:
+        written = c.export_ledger(
+            "census 2026", out, kind="gaussian", allocation="team-a", block="2026-11-02"
+        )
+    assert out.getvalue() == EXPORT and written == len(EXPORT)
+    assert len(script.requests) == 2  # the transient answer was waited out
+    sent = script.requests[-1]
+    assert sent.url.raw_path.split(b"?")[0] == b"/v1/datasets/census%202026/ledger"
+    assert dict(sent.url.params) == {
+        "format": "csv",
+        "kind": "gaussian",
+        "allocation": "team-a",
+        "block": "2026-11-02",
+    }
+
+
+def test_export_ledger_errors() -> None:
+    missing = Script(_json(404, {"title": "Not Found", "detail": "no dataset 'nope'"}))
+    out = io.StringIO()
+    with _client(missing) as c, pytest.raises(NotFound, match="nope"):
+        c.export_ledger("nope", out, "jsonl")
+    assert out.getvalue() == "" and len(missing.requests) == 1
+    # a failure before anything was written is retried like any read
+    before = Script(httpx.ReadError("reset"), _streamed([EXPORT.encode()]))
+    with _client(before) as c:
+        c.export_ledger("census", out)
+    assert out.getvalue() == EXPORT and len(before.requests) == 2
+    # after the first chunk it is not (the text would repeat): the error says it is incomplete
+    during = Script(_streamed([b"id,seq\n1,1\n"], httpx.ReadError("reset")), _streamed([]))
+    out = io.StringIO()
+    with _client(during) as c, pytest.raises(TransportError, match="incomplete"):
+        c.export_ledger("census", out)
+    assert out.getvalue() == "id,seq\n1,1\n" and len(during.requests) == 1
+    with _client(Script()) as c, pytest.raises(ValueError, match="csv or jsonl"):
+        c.export_ledger("census", out, "json")
+
+
+def test_async_client_exports_like_the_sync_one() -> None:
+    lines = '{"id":1,"seq":1}\n{"id":2,"seq":2}\n'
+    script = Script(
+        _json(502, {"detail": "bad gateway"}),
+        httpx.Response(
+            200, content=lines.encode(), headers={"content-type": "application/x-ndjson"}
+        ),
+    )
+    out = io.StringIO()
+
+    async def export() -> int:
+        async with AsyncLedgerClient(
+            "http://ledger.test", "k", backoff=0.0, transport=httpx.MockTransport(script)
+        ) as c:
+            return await c.export_ledger("census", out, "jsonl", kind="laplace")
+
+    assert asyncio.run(export()) == len(lines) and out.getvalue() == lines
+    assert len(script.requests) == 2
+    assert dict(script.requests[-1].url.params) == {"format": "jsonl", "kind": "laplace"}

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import httpx
 
 from privacy_ledger_client import _calls as calls
 from privacy_ledger_client._calls import Call, Delivery
 from privacy_ledger_client._config import Endpoint, read_answer
-from privacy_ledger_client._errors import TransportError, add_note
+from privacy_ledger_client._errors import TransportError, add_note, stream_failure
 from privacy_ledger_client._models import (
     Allocation,
     ApiKey,
@@ -122,6 +122,30 @@ class AsyncLedgerClient:
             await asyncio.sleep(self.retry.delay(attempt, response))
             attempt += 1
 
+    async def _stream(self, call: Call[Any], write: Callable[[str], object]) -> int:
+        """As ``LedgerClient._stream``."""
+        attempt = 0
+        written = 0
+        while True:
+            response: httpx.Response | None = None
+            try:
+                async with self._http.stream(
+                    call.method, call.path, json=call.json, params=call.params, headers=call.headers
+                ) as response:
+                    if response.status_code in call.ok:
+                        async for chunk in response.aiter_text():
+                            write(chunk)
+                            written += len(chunk)
+                        return written
+                    await response.aread()
+                    if not self.retry.after_status(call, response.status_code, attempt):
+                        raise self._endpoint.error(response)
+            except httpx.TransportError as exc:
+                if written or not self.retry.after_error(call, exc, attempt):
+                    raise TransportError(0, {"detail": stream_failure(exc, written)}) from exc
+            await asyncio.sleep(self.retry.delay(attempt, response))
+            attempt += 1
+
     async def request(
         self,
         method: str,
@@ -202,6 +226,28 @@ class AsyncLedgerClient:
             "block": block,
         }
         return await self.send(calls.ledger(dataset, limit, cursor, filters))
+
+    async def export_ledger(
+        self,
+        dataset: str,
+        out: TextIO,
+        format: str = "csv",
+        *,
+        kind: str | None = None,
+        label: str | None = None,
+        key: str | None = None,
+        allocation: str | None = None,
+        block: str | None = None,
+    ) -> int:
+        """As ``LedgerClient.export_ledger`` (``out.write`` is called as chunks arrive)."""
+        filters = {
+            "kind": kind,
+            "label": label,
+            "key": key,
+            "allocation": allocation,
+            "block": block,
+        }
+        return await self._stream(calls.export_ledger(dataset, format, filters), out.write)
 
     async def calibrate(
         self,

@@ -143,6 +143,24 @@ def ledger(
     return Call("GET", f"/v1/datasets/{_seg(ref)}/ledger", _one(LedgerPage), params=params)
 
 
+EXPORT_FORMATS = ("csv", "jsonl")
+
+
+def export_ledger(ref: str, fmt: str, filters: Mapping[str, Any] | None = None) -> Call[None]:
+    """The whole (filtered) ledger as the server exports it; the answer is text, streamed by
+    the client (``read`` is never called)."""
+    if fmt not in EXPORT_FORMATS:
+        raise ValueError(f"format must be csv or jsonl, got {fmt!r}")
+    params = _drop_none({"format": fmt, **(filters or {})})
+    return Call(
+        "GET", f"/v1/datasets/{_seg(ref)}/ledger", _none, params=params, ok=frozenset({200})
+    )
+
+
+def _none(data: Any) -> None:
+    return None
+
+
 def calibrate(
     ref: str,
     kind: str,

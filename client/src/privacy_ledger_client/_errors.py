@@ -94,6 +94,15 @@ def add_note(exc: BaseException, note: str) -> None:
         adder(note)
 
 
+def stream_failure(exc: Exception, written: int) -> str:
+    """The detail of a transport failure; after ``written`` characters of a streamed answer
+    were handed on, it says that what was written is incomplete."""
+    detail = f"{type(exc).__name__}: {exc}"
+    if written:
+        detail += f" (after {written} characters were written: the output is incomplete)"
+    return detail
+
+
 _BY_STATUS: dict[int, type[HTTPStatusError]] = {
     400: InvalidRequest,
     401: Unauthorized,
@@ -138,4 +147,5 @@ __all__ = [
     "Unauthorized",
     "add_note",
     "error_for",
+    "stream_failure",
 ]

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import httpx
 
 from privacy_ledger_client import _calls as calls
 from privacy_ledger_client._calls import Call, Delivery
 from privacy_ledger_client._config import Endpoint, read_answer
-from privacy_ledger_client._errors import TransportError, add_note
+from privacy_ledger_client._errors import TransportError, add_note, stream_failure
 from privacy_ledger_client._models import (
     Allocation,
     ApiKey,
@@ -126,6 +126,32 @@ class LedgerClient:
             time.sleep(self.retry.delay(attempt, response))
             attempt += 1
 
+    def _stream(self, call: Call[Any], write: Callable[[str], object]) -> int:
+        """Send ``call`` and pass its answer's text to ``write`` chunk by chunk as it arrives;
+        the number of characters written. Retried as ``send`` is until the first chunk is
+        written, never after (the text would repeat)."""
+        attempt = 0
+        written = 0
+        while True:
+            response: httpx.Response | None = None
+            try:
+                with self._http.stream(
+                    call.method, call.path, json=call.json, params=call.params, headers=call.headers
+                ) as response:
+                    if response.status_code in call.ok:
+                        for chunk in response.iter_text():
+                            write(chunk)
+                            written += len(chunk)
+                        return written
+                    response.read()
+                    if not self.retry.after_status(call, response.status_code, attempt):
+                        raise self._endpoint.error(response)
+            except httpx.TransportError as exc:
+                if written or not self.retry.after_error(call, exc, attempt):
+                    raise TransportError(0, {"detail": stream_failure(exc, written)}) from exc
+            time.sleep(self.retry.delay(attempt, response))
+            attempt += 1
+
     def request(
         self,
         method: str,
@@ -211,6 +237,35 @@ class LedgerClient:
             "block": block,
         }
         return self.send(calls.ledger(dataset, limit, cursor, filters))
+
+    def export_ledger(
+        self,
+        dataset: str,
+        out: TextIO,
+        format: str = "csv",
+        *,
+        kind: str | None = None,
+        label: str | None = None,
+        key: str | None = None,
+        allocation: str | None = None,
+        block: str | None = None,
+    ) -> int:
+        """Write the whole ledger to ``out`` (a text stream; open a file with ``newline=""``)
+        exactly as the server exports it (``GET .../ledger?format=csv|jsonl``): oldest first,
+        CSV with the server's header row and columns, or JSON Lines (``format="jsonl"``, one
+        entry per line); only the entries of a mechanism ``kind``, ``label``, ``key`` (id or
+        label), ``allocation`` (name or id) or covering ``block`` when given. Streamed as it
+        arrives, so memory does not grow with the ledger. Returns the characters written.
+        Retried like a read until the first chunk is written; a failure after that raises
+        ``TransportError`` and leaves ``out`` incomplete."""
+        filters = {
+            "kind": kind,
+            "label": label,
+            "key": key,
+            "allocation": allocation,
+            "block": block,
+        }
+        return self._stream(calls.export_ledger(dataset, format, filters), out.write)
 
     def calibrate(
         self,
