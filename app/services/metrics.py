@@ -1,5 +1,9 @@
 """Per-dataset gauges for ``/metrics``, computed at scrape time from the totals rows.
 
+``fraction_used`` is the spend over the budget the dataset's state is judged by: its budget, or
+on a time-partitioned dataset its lifetime budget (absent without one: every block has its own
+budget, and the dataset as a whole is never used up).
+
 One ``SELECT`` of ``dataset`` joined to ``dataset_total`` (O(datasets), no ledger or
 reservation row read, no conversion: the spend is the one the filter stored at the last
 admission). Because it reads the database, the collector gives the same answer in any worker
@@ -26,6 +30,8 @@ _QUERY = (
         Dataset.id,
         Dataset.name,
         Dataset.budget_epsilon,
+        Dataset.partition_unit,
+        Dataset.lifetime_budget_epsilon,
         DatasetTotal.spent_epsilon,
         DatasetTotal.held_count,
     )
@@ -52,7 +58,8 @@ class DatasetCollector(Collector):
         )
         fraction = GaugeMetricFamily(
             "privacy_ledger_dataset_fraction_used",
-            "spent epsilon / budget epsilon",
+            "spent epsilon / budget epsilon (a time-partitioned dataset: / its lifetime budget "
+            "epsilon, absent without one)",
             labels=LABELS,
         )
         holds = GaugeMetricFamily(
@@ -68,9 +75,13 @@ class DatasetCollector(Collector):
             labels = [row.name, row.id]
             spent.add_metric(labels, row.spent_epsilon)
             budget.add_metric(labels, row.budget_epsilon)
-            fraction.add_metric(
-                labels, row.spent_epsilon / row.budget_epsilon if row.budget_epsilon > 0 else 1.0
+            # a partitioned dataset's spent is its lifetime spend and its budget is each block's:
+            # the fraction is of the lifetime budget (each block's own is in GET .../blocks)
+            whole = (
+                row.budget_epsilon if row.partition_unit is None else row.lifetime_budget_epsilon
             )
+            if whole is not None:
+                fraction.add_metric(labels, row.spent_epsilon / whole if whole > 0 else 1.0)
             holds.add_metric(labels, float(row.held_count))
         yield from (spent, budget, fraction, holds)
 

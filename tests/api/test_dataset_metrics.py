@@ -106,3 +106,27 @@ def test_gauges_in_multiprocess_mode(
         g["spent_epsilon"]["census"]
         == client.get(f"/v1/datasets/{ds['id']}").json()["spent"]["epsilon"]
     )
+
+
+def test_a_partitioned_datasets_fraction_is_of_its_lifetime_budget(client: TestClient) -> None:
+    """A partitioned dataset's spent is its lifetime spend and its ``budget`` each block's: the
+    fraction was lifetime spend / a block's budget (1.1 on a healthy dataset, which fired the
+    documented 80 % alert). It is now of the lifetime budget, and absent without one."""
+    day = {"partition": {"unit": "day"}, "budget": {"epsilon": 1.0, "delta": 1e-6}}
+    capped = new_dataset(client, "capped", **day, lifetime_budget={"epsilon": 3.0, "delta": 1e-6})
+    open_ended = new_dataset(client, "open-ended", **day)
+    for ds in (capped, open_ended):
+        for first, last in (("2026-11-20", "2026-11-22"), ("2026-11-23", "2026-11-24")):
+            body = {
+                "mechanism": {"mechanism": "laplace", "epsilon": 0.6},
+                "blocks": {"from": first, "to": last},
+            }
+            r = client.post(f"/v1/datasets/{ds['id']}/charges", json=body)
+            assert r.status_code == 201, r.text
+    g = _gauges(client)
+    answer = client.get(f"/v1/datasets/{capped['id']}").json()
+    assert answer["state"] == "ok" and g["spent_epsilon"]["capped"] > answer["budget"]["epsilon"]
+    assert g["fraction_used"]["capped"] == pytest.approx(
+        answer["spent"]["epsilon"] / answer["lifetime_budget"]["epsilon"], rel=1e-15
+    )
+    assert "open-ended" in g["spent_epsilon"] and "open-ended" not in g["fraction_used"]
