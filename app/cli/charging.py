@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
-from rich.table import Table
 
 from app.accounting.registry import calibration_parameters, kind_names
 from app.cli.common import (
@@ -18,6 +17,7 @@ from app.cli.common import (
     JSON_OUT,
     KEY,
     URL,
+    Table,
     choice,
     connect,
     console,

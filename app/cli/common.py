@@ -26,6 +26,7 @@ from privacy_ledger_client import (
     TransportError,
     Unauthorized,
 )
+from rich import table as rich_table
 from rich.console import Console
 
 from app.accounting.filters import RHO_FILTERS
@@ -61,6 +62,17 @@ JSON_OUT = Annotated[
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
+
+
+class Table(rich_table.Table):
+    """A rich ``Table`` whose cells are never cut short: a column too narrow for the console
+    (80 columns when the output is not a terminal) folds its text onto more lines instead of
+    ending it with an ellipsis, which turned an epsilon of 1.11e-15 into "1.1102…"."""
+
+    def add_column(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("overflow", "fold")
+        super().add_column(*args, **kwargs)
+
 
 TRANSPORT: httpx.BaseTransport | None = None
 """A transport for every client this module makes (None: real HTTP). Tests set it to reach an

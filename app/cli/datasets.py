@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import typer
-from rich.table import Table
 
 from app.accounting.registry import kind_names
 from app.cli.common import (
@@ -13,6 +12,7 @@ from app.cli.common import (
     JSON_OUT,
     KEY,
     URL,
+    Table,
     choice,
     connect,
     console,

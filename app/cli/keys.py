@@ -6,9 +6,18 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import typer
-from rich.table import Table
 
-from app.cli.common import DEFAULT_URL, JSON_OUT, KEY, URL, connect, console, fail, print_json
+from app.cli.common import (
+    DEFAULT_URL,
+    JSON_OUT,
+    KEY,
+    URL,
+    Table,
+    connect,
+    console,
+    fail,
+    print_json,
+)
 from app.config import get_settings
 from app.db.engine import Database
 from app.errors import ProblemError

@@ -10,7 +10,6 @@ from typing import Annotated, Any, Literal
 
 import typer
 from privacy_ledger_client import LedgerClient, LedgerEntry
-from rich.table import Table
 
 from app.cli.common import (
     DEFAULT_URL,
@@ -18,6 +17,7 @@ from app.cli.common import (
     KEY,
     URL,
     Session,
+    Table,
     connect,
     console,
     describe,

@@ -6,9 +6,19 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from app.cli.common import DEFAULT_URL, JSON_OUT, KEY, URL, connect, console, fail, num, print_json
+from app.cli.common import (
+    DEFAULT_URL,
+    JSON_OUT,
+    KEY,
+    URL,
+    Table,
+    connect,
+    console,
+    fail,
+    num,
+    print_json,
+)
 
 DATASET = Annotated[str, typer.Argument(help="Dataset name or id.", metavar="DATASET")]
 NAME = Annotated[str, typer.Argument(help="Allocation name (unique per dataset).", metavar="NAME")]

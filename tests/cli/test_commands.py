@@ -307,6 +307,25 @@ def test_status_and_budget_show_the_apis_state(run: Cli) -> None:
         assert f"│ {expected} " in row, row
 
 
+def test_a_narrow_table_never_cuts_a_number_short(
+    run: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 80 columns (the width when the output is not a terminal) the datasets table cut
+    ``left ε`` to "1.1102…" for 1.11e-15 and "5.2913…" for 5e-12: now a narrow column folds."""
+    _dataset(run, "tiny", "--no-adaptive")
+    run("charge", "tiny", "-m", "laplace", "--epsilon", "0.999999999999999")
+    left = run.client.get("/v1/datasets/tiny/budget").json()["remaining"]["epsilon"]
+    shown = common.num(left)
+    assert "e-" in shown  # a tiny number, whose exponent is what an ellipsis would cut
+    for width in (80, 60):
+        monkeypatch.setattr(common.console, "width", width)
+        out = run("datasets").stdout
+        assert "…" not in out
+        # the folded cell's pieces, read down its column, give the whole number back
+        cells = [line.split("│")[6].strip() for line in out.splitlines() if line.count("│") > 8]
+        assert shown in "".join(cells), (shown, out)
+
+
 def test_the_state_falls_back_when_an_older_server_omits_it() -> None:
     """Without ``state``: exhausted from the boolean, else warning from the threshold of the
     budget epsilon used (0.8 unless the answer says), as the dashboard does."""
