@@ -110,12 +110,56 @@ def calibrate(kind: str, params: dict[str, Any], parameter: str, fits: Fits) -> 
         m = build(v)
         return -math.inf if m is None else fits.margin(m.curve())
 
-    value = _search(ok, margin, lo_limit, hi_limit, increasing_cost=(direction == "max"))
+    increasing_cost = direction == "max"
+    valid = _valid_range(lambda v: build(v) is not None, lo_limit, hi_limit, increasing_cost)
+    if valid is None:  # the other parameters make no mechanism at all: say why (a 422)
+        try:
+            _build(kind, params, parameter, math.sqrt(lo_limit * hi_limit))
+        except ValueError as exc:
+            raise ValueError(f"no {parameter} gives a valid {kind} mechanism: {exc}") from None
+        raise AssertionError("a valid mechanism the probes missed")  # pragma: no cover
+    value = _search(ok, margin, *valid, increasing_cost=increasing_cost)
     if value is None:
         return None
     m = build(value)
     assert m is not None
     return Calibration(mechanism=m, parameter=parameter, value=value, curve=m.curve())
+
+
+VALID_PROBES = 64
+"""Points (geometric over the declared range) tried for a valid mechanism when the cheap end of
+the range is not one (``_valid_range``)."""
+
+
+def _valid_range(
+    valid: Callable[[float], bool], lo: float, hi: float, increasing_cost: bool
+) -> tuple[float, float] | None:
+    """[lo, hi] with its cheap end (hi for a noise, lo for an epsilon) moved in to where the
+    mechanism is valid, or None when no probe is. Each parameter is checked against its own
+    range, but other parameters bound it too: a Laplace ``scale`` of 1e10 with sensitivity 1
+    is an epsilon below the least one accepted, so the cheap end of the scale's range is no
+    mechanism at all, and the search, which reads an invalid value as one that does not fit,
+    answered 409 on an empty dataset. The valid values of one parameter, the others fixed, are
+    an interval (each bound is a monotone condition on it), so the edge is found by bisection
+    from the valid probe nearest the cheap end: at most ``VALID_PROBES`` + ~2 x 64 checks."""
+    cheap = lo if increasing_cost else hi
+    if valid(cheap):
+        return lo, hi
+    probes = np.geomspace(lo, hi, VALID_PROBES)
+    order = probes if increasing_cost else probes[::-1]  # from the cheap end
+    inside = next((float(v) for v in order if valid(float(v))), None)
+    if inside is None:
+        return None
+    good, bad = inside, cheap
+    while True:  # geometric bisection to adjacent floats (the cheapest valid value)
+        mid = math.sqrt(good * bad)
+        if mid in (good, bad):
+            break
+        if valid(mid):
+            good = mid
+        else:
+            bad = mid
+    return (good, hi) if increasing_cost else (lo, good)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ FILTERS = {
 CASES = [
     ("gaussian", {"sensitivity": 2.0}, "sigma", 0.99),
     ("laplace", {}, "epsilon", 1.01),
+    # (the scale was 409 on every dataset: the cheap end of its range is no mechanism at all)
+    ("laplace", {"parameter": "scale", "sensitivity": 1.0}, "scale", 0.99),
     ("randomized_response", {"k": 5}, "epsilon", 1.01),
     ("rappor", {}, "epsilon", 1.01),
     ("discrete_laplace", {"sensitivity": 2}, "epsilon", 1.01),
@@ -33,7 +35,9 @@ def _dry(client: TestClient, ds: dict, mechanism: dict) -> int:
 
 
 @pytest.mark.parametrize("filt", sorted(FILTERS))
-@pytest.mark.parametrize(("kind", "fixed", "param", "factor"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("kind", "fixed", "param", "factor"), CASES, ids=[c[2] + "-" + c[0] for c in CASES]
+)
 def test_answer_fits_and_one_percent_more_does_not(
     client: TestClient, filt: str, kind: str, fixed: dict, param: str, factor: float
 ) -> None:
@@ -57,7 +61,7 @@ def test_answer_fits_and_one_percent_more_does_not(
     m = answer["mechanism"]
     assert answer["parameter"] == param and m["mechanism"] == kind and m[param] == answer["value"]
     for k, v in fixed.items():
-        assert m[k] == v
+        assert k == "parameter" or m[k] == v
     assert _dry(client, ds, m) == 200
     if filt == "pld":
         # searched by the curve rule, then confirmed by the PLD: it fits, conservatively (the
