@@ -264,6 +264,82 @@ def _search(
     return _refine(ok, margin, b.good, b.bad, increasing_cost)
 
 
+def extend(
+    ok: Callable[[float], bool | None],
+    start: float,
+    limit: float,
+    increasing_cost: bool,
+    evaluations: int,
+    first_step: float = 0.01,
+) -> float:
+    """From ``start`` (known to fit), the furthest value toward ``limit`` (in the costly
+    direction) that ``ok`` confirms, with at most ``evaluations`` calls of ``ok``: steps of
+    e^first_step, doubling (in log space) while they fit, then bisection between the last value
+    that fit and the first that did not. The answer is ``start`` or a value ``ok`` returned True
+    for; the work is the count given, whatever ``ok`` does (a second, costlier rule that may
+    admit more than the one ``start`` was searched by: a ``pld`` dataset's distribution). ``ok``
+    returns None when its own work budget is spent: the search stops there."""
+    sign = 1.0 if increasing_cost else -1.0
+    good, bad = start, None
+    step = first_step
+    while evaluations > 0 and bad is None:
+        v = good * math.exp(sign * step)
+        v = min(v, limit) if increasing_cost else max(v, limit)
+        if v == good:
+            return good
+        evaluations -= 1
+        fits = ok(v)
+        if fits is None:
+            return good
+        if fits:
+            good, step = v, 2.0 * step
+        else:
+            bad = v
+    while evaluations > 0 and bad is not None:
+        mid = math.sqrt(good * bad)
+        if mid in (good, bad):
+            break
+        evaluations -= 1
+        fits = ok(mid)
+        if fits is None:
+            return good
+        if fits:
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def further(
+    kind: str,
+    params: dict[str, Any],
+    start: Calibration,
+    admits: Callable[[mech.Mechanism, float], bool | None],
+    evaluations: int,
+) -> Calibration:
+    """``start`` (a calibration of ``kind``'s ``start.parameter`` by a fast rule) moved in the
+    costly direction as far as ``admits(mechanism, value)`` (a second rule, admitting at least
+    what the first does) confirms, in at most ``evaluations`` calls (``extend``; ``admits``
+    returns None to stop early)."""
+    parameter = start.parameter
+    increasing_cost = PARAMETERS[kind][parameter] == "max"
+    lo, hi = _range(kind, parameter)
+    params = {k: v for k, v in params.items() if k not in ("mechanism", parameter)}
+
+    def ok(v: float) -> bool | None:
+        try:
+            m = _build(kind, params, parameter, v)
+        except ValueError:
+            return False
+        return admits(m, v)
+
+    value = extend(ok, start.value, hi if increasing_cost else lo, increasing_cost, evaluations)
+    if value == start.value:
+        return start
+    m = _build(kind, params, parameter, value)
+    return Calibration(mechanism=m, parameter=parameter, value=value, curve=m.curve())
+
+
 def _most_steps(params: dict[str, Any], fits: Fits) -> Calibration | None:
     """Largest integer ``steps`` (exponential then binary search), at most what the per-entry
     limit on repetitions (steps x count <= ``MAX_COUNT``) lets one entry carry."""

@@ -98,6 +98,29 @@ class PldFilter:
         epsilon = conv.check_epsilon(epsilon)
         return least(state.delta(epsilon), self.curves.spend_delta(curve, epsilon), at_epsilon=True)
 
+    def _admission(
+        self,
+        committed: tuple[Pld, PrivacyCurve],
+        held: tuple[Pld | None, PrivacyCurve | None],
+        new: tuple[Pld, PrivacyCurve],
+    ) -> tuple[bool, Pld, PrivacyCurve]:
+        after = committed[0].compose(new[0])
+        after_curve = committed[1] + new[1]
+        held_pld, held_curve = held
+        everything = after if held_pld is None else after.compose(held_pld)
+        everything_curve = after_curve if held_curve is None else after_curve + held_curve
+        return self.within(everything, everything_curve), after, after_curve
+
+    def admits(
+        self,
+        committed: tuple[Pld, PrivacyCurve],
+        held: tuple[Pld | None, PrivacyCurve | None],
+        new: tuple[Pld, PrivacyCurve],
+    ) -> bool:
+        """``dry_run``'s decision alone (the same compositions, no spend): a calibration's
+        candidates."""
+        return self._admission(committed, held, new)[0]
+
     def dry_run(
         self,
         committed: tuple[Pld, PrivacyCurve],
@@ -107,12 +130,7 @@ class PldFilter:
         """May ``new`` be charged? Each argument is a (PLD, curve) pair of the same entries (the
         active holds: None when there are none). One composition (two with holds), the PLD's
         exact check, the curve rule only when the PLD refuses, and the spend of ``after``."""
-        after = committed[0].compose(new[0])
-        after_curve = committed[1] + new[1]
-        held_pld, held_curve = held
-        everything = after if held_pld is None else after.compose(held_pld)
-        everything_curve = after_curve if held_curve is None else after_curve + held_curve
-        admitted = self.within(everything, everything_curve)
+        admitted, after, after_curve = self._admission(committed, held, new)
         return PldDryRun(admitted, after, after_curve, self.spend(after, after_curve))
 
 

@@ -388,3 +388,61 @@ def test_a_calibration_the_rdp_bound_refuses_says_the_pld_may_admit(client: Test
     run = {"mechanism": "subsampled_gaussian", **fixed, "steps": 100}
     dry = client.post(f"{url}/charges", params={"dry_run": "true"}, json={"mechanism": run})
     assert dry.status_code == 200, dry.text
+
+
+def test_calibration_on_a_pld_dataset_goes_as_far_as_the_pld_admits(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The curve rule's answer left budget the PLD admits: the exponential mechanism on this
+    ledger got epsilon 0.524 (what an rdp dataset with the same ledger answers) where the PLD
+    admits 0.758. The answer now moves on by the PLD, in a bounded number of admission checks
+    (counted: constructions of candidate distributions), to where 2 % more is refused."""
+    from app.accounting import pld_mechanisms
+    from app.services import calibrate as calibrate_service
+
+    ds = client.post(
+        "/v1/datasets",
+        json={
+            "name": "pld-calibrate-edge",
+            "budget": {"epsilon": 3.0, "delta": 1e-8},
+            "accounting": "pld",
+            "adaptive": False,
+        },
+    ).json()
+    url = f"/v1/datasets/{ds['id']}"
+    for m in (
+        {"mechanism": "laplace", "epsilon": 0.05, "count": 20},
+        {"mechanism": "gaussian", "sigma": 10.0, "count": 5},
+        {"mechanism": "randomized_response", "epsilon": 0.3, "k": 2, "count": 3},
+    ):
+        assert client.post(f"{url}/charges", json={"mechanism": m}).status_code == 201
+    twin = client.post(
+        "/v1/datasets",
+        json={"name": "rdp-twin", "budget": {"epsilon": 3.0, "delta": 1e-8}, "adaptive": False},
+    ).json()
+    for e in client.get(f"{url}/ledger").json()["entries"]:
+        mech = {k: v for k, v in e["mechanism"].items() if k != "v"}
+        client.post(f"/v1/datasets/{twin['id']}/charges", json={"mechanism": mech})
+    by_curve = client.get(
+        f"/v1/datasets/{twin['id']}/calibrate", params={"mechanism": "exponential"}
+    ).json()["value"]
+
+    built = []
+    real = pld_mechanisms.for_mechanism
+
+    def counting(data, **kw):  # type: ignore[no-untyped-def]
+        built.append(data)
+        return real(data, **kw)
+
+    monkeypatch.setattr(pld_mechanisms, "for_mechanism", counting)
+    answer = client.get(f"{url}/calibrate", params={"mechanism": "exponential"}).json()
+    assert len(built) <= calibrate_service.PLD_EVALUATIONS + 1  # + the answer's spent_after
+    assert answer["value"] > 1.15 * by_curve
+    m = answer["mechanism"]
+    dry = client.post(f"{url}/charges", params={"dry_run": "true"}, json={"mechanism": m})
+    assert dry.status_code == 200, dry.text
+    more = {**m, "epsilon": answer["value"] * 1.02}
+    refused = client.post(f"{url}/charges", params={"dry_run": "true"}, json={"mechanism": more})
+    assert refused.status_code == 409
+    charged = client.post(f"{url}/charges", json={"mechanism": m})
+    assert charged.status_code == 201 and charged.json()["spent"] == answer["spent_after"]

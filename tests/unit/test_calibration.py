@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
-from app.accounting.calibration import PARAMETERS, AllFit, calibrate, filter_fits, fits_under
+from app.accounting.calibration import (
+    PARAMETERS,
+    AllFit,
+    calibrate,
+    extend,
+    filter_fits,
+    fits_under,
+)
 from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import Budget, Filter, FilterKind, filter_bound
 from app.accounting.mechanisms import Gaussian, Laplace, mechanism_from_dict
@@ -362,3 +370,38 @@ def test_other_parameters_that_make_no_mechanism_are_a_value_error() -> None:
     fits = fits_under(Filter.create(FilterKind.RDP, Budget(1.0, 1e-6)), PrivacyCurve.zero())
     with pytest.raises(ValueError, match="sensitivity must be in"):
         calibrate("gaussian", {"sensitivity": 1e-9}, "sigma", fits)
+
+
+@pytest.mark.parametrize("increasing_cost", [True, False])
+@pytest.mark.parametrize("edge", [1.005, 1.3, 1.9, 40.0])
+def test_extend_goes_toward_the_edge_in_counted_calls(increasing_cost: bool, edge: float) -> None:
+    """``extend`` (a second rule's search from a value known to fit): every answer was
+    confirmed, the calls are the count given, and the answer is near the edge when the count
+    allows (steps of 1 %, doubling, then bisection: 12 calls reach a 1.9 x edge to 2.5 %)."""
+    start = 2.0
+    boundary = start * edge if increasing_cost else start / edge
+    calls: list[float] = []
+
+    def ok(v: float) -> bool:
+        calls.append(v)
+        return v <= boundary if increasing_cost else v >= boundary
+
+    got = extend(ok, start, 1e6 if increasing_cost else 1e-6, increasing_cost, evaluations=12)
+    assert len(calls) <= 12
+    assert got == start or got in calls and ok(got)
+    assert (got <= boundary) if increasing_cost else (got >= boundary)
+    if edge < 2:  # reached in the count: within 2.5 % of the edge (1 % to 1.3 x)
+        near = 0.01 if edge <= 1.3 else 0.025
+        assert abs(math.log(got / boundary)) < near or got == start and edge < 1.01
+
+
+def test_extend_stops_when_the_rule_has_no_work_left() -> None:
+    answers = iter([True, True, None])
+    calls: list[float] = []
+
+    def ok(v: float) -> bool | None:
+        calls.append(v)
+        return next(answers)
+
+    got = extend(ok, 1.0, 100.0, True, evaluations=10)
+    assert len(calls) == 3 and got == calls[1]
