@@ -45,10 +45,11 @@ PLD_EVALUATIONS = 10
 """Most PLD admissions one calibration on a ``pld`` dataset tries beyond the curve rule's
 answer (each: one construction, one or two compositions with the stored distribution)."""
 
-PLD_WORK = 2**18
+PLD_WORK = 2**17
 """Grid points of candidate distributions one calibration may build (their construction is
 most of the work: about 0.6-1.2 us per point, dp_accounting's); the search stops when they are
-spent, so a calibration on a ``pld`` dataset adds at most about 0.2-0.3 s."""
+spent, so a calibration on a ``pld`` dataset adds about 0.02-0.2 s (the last candidate built may
+go past it by one construction)."""
 
 PLD_MAX_COUNT = 1_000
 """Repetitions above which the PLD is not searched: a candidate's construction composes it
