@@ -57,6 +57,19 @@ def at_least(minimum: float, why: str) -> Callable[[float], float]:
     return check
 
 
+def at_least_or_none(minimum: float, why: str) -> Callable[[float | None], float | None]:
+    """``at_least`` for an optional value (a query parameter that may be absent)."""
+    check = at_least(minimum, why)
+
+    def check_optional(value: float | None) -> float | None:
+        return None if value is None else check(value)
+
+    return check_optional
+
+
+DELTA_FLOOR_WHY = "the smallest delta whose conversions stay finite and sound"
+
+
 SampleRate = Annotated[
     float,
     Field(gt=0, le=1, allow_inf_nan=False, json_schema_extra={"minimum": MIN_SAMPLE_RATE}),
@@ -311,9 +324,7 @@ class ReservationIn(_WithLabel, _Structures):
 Delta = Annotated[
     float,
     Field(gt=0, lt=1, allow_inf_nan=False, json_schema_extra={"minimum": MIN_BUDGET_DELTA}),
-    AfterValidator(
-        at_least(MIN_BUDGET_DELTA, "the smallest delta whose conversions stay finite and sound")
-    ),
+    AfterValidator(at_least(MIN_BUDGET_DELTA, DELTA_FLOOR_WHY)),
 ]
 
 

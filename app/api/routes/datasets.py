@@ -6,9 +6,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
+from pydantic import AfterValidator
 
 from app import responses as r
-from app.accounting.filters import MAX_BUDGET_EPSILON
+from app.accounting.filters import MAX_BUDGET_EPSILON, MIN_BUDGET_DELTA
 from app.accounting.registry import calibration_parameters
 from app.api.answer import send
 from app.api.dataset_names import NAME_MAX_LENGTH
@@ -16,7 +17,15 @@ from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer, db_of
 from app.api.problems import responses
 from app.api.query_times import QueryTime, utc
 from app.api.safe_text import IdempotencyKey
-from app.api.schemas import ChargeIn, DatasetIn, DatasetPatch, DpEventChargeIn, SampleRate
+from app.api.schemas import (
+    DELTA_FLOOR_WHY,
+    ChargeIn,
+    DatasetIn,
+    DatasetPatch,
+    DpEventChargeIn,
+    SampleRate,
+    at_least_or_none,
+)
 from app.db.models import MAX_BIGINT
 from app.errors import Unprocessable
 from app.services import calibrate as calibrate_service
@@ -291,7 +300,17 @@ def spend(
     dataset_id: str,
     db: DbDep,
     caller: Viewer,
-    delta: Annotated[float | None, Query(gt=0, lt=1, allow_inf_nan=False)] = None,
+    delta: Annotated[
+        float | None,
+        Query(
+            gt=0,
+            lt=1,
+            allow_inf_nan=False,
+            description="at least the smallest budget delta (2^-1022)",
+            json_schema_extra={"minimum": MIN_BUDGET_DELTA},
+        ),
+        AfterValidator(at_least_or_none(MIN_BUDGET_DELTA, DELTA_FLOOR_WHY)),
+    ] = None,
     epsilon: Annotated[
         float | None,
         Query(
