@@ -219,15 +219,18 @@ def _refine(
     method on the continuous ``margin`` (in log space), then a step to the safe side until
     ``ok`` holds; bisection where the margin gives no sign change."""
     m_good, m_bad = margin(good), margin(bad)
-    if math.isfinite(m_good) and math.isfinite(m_bad) and m_good >= 0 > m_bad:
+    if m_good == 0.0:  # the bracket landed on the edge itself (a Laplace scale of exactly
+        return good  # sensitivity / eps_B): it fits, and nothing beyond it does
+    lo_x, hi_x = math.log(good), math.log(bad)
+    if (
+        math.isfinite(m_good)
+        and math.isfinite(m_bad)
+        and m_good > 0 > m_bad
+        # (exp(log(x)) need not be x: Brent's method sees the margin at the rounded ends)
+        and margin(math.exp(lo_x)) > 0 > margin(math.exp(hi_x))
+    ):
         root = math.exp(
-            optimize.brentq(
-                lambda x: margin(math.exp(x)),
-                math.log(good),
-                math.log(bad),
-                xtol=REL_TOL / 8,
-                rtol=1e-15,
-            )
+            optimize.brentq(lambda x: margin(math.exp(x)), lo_x, hi_x, xtol=REL_TOL / 8, rtol=1e-15)
         )
         # finish on the safe side of the root, never beyond the known-good end: the root is
         # within REL_TOL / 8 of the boundary and the doubling steps overshoot by at most twice

@@ -405,3 +405,15 @@ def test_extend_stops_when_the_rule_has_no_work_left() -> None:
 
     got = extend(ok, 1.0, 100.0, True, evaluations=10)
     assert len(calls) == 3 and got == calls[1]
+
+
+@pytest.mark.parametrize(("epsilon", "sensitivity"), [(1.0, 1000.0), (1.0, 1e6), (2.0, 2000.0)])
+def test_a_bracket_that_lands_on_the_edge_is_the_answer(epsilon: float, sensitivity: float) -> None:
+    """Laplace scale = sensitivity / eps_B exactly: the bracketing landed on it (margin 0.0), and
+    Brent's method, which sees the margin at exp(log(scale)) = scale (1 + 2^-52), found no sign
+    change and raised (a 422 "f(a) and f(b) must have different signs")."""
+    for kind in (FilterKind.RDP, FilterKind.PLD):
+        fits = fits_under(Filter.create(kind, Budget(epsilon, 1e-6)), PrivacyCurve.zero())
+        result = calibrate("laplace", {"sensitivity": sensitivity}, "scale", fits)
+        assert result is not None and fits(result.curve)
+        assert result.value == sensitivity / epsilon
