@@ -274,6 +274,7 @@ def extend(
     increasing_cost: bool,
     evaluations: int,
     first_step: float = 0.01,
+    guess: float | None = None,
 ) -> float:
     """From ``start`` (known to fit), the furthest value toward ``limit`` (in the costly
     direction) that ``ok`` confirms, with at most ``evaluations`` calls of ``ok``: steps of
@@ -281,10 +282,23 @@ def extend(
     that fit and the first that did not. The answer is ``start`` or a value ``ok`` returned True
     for; the work is the count given, whatever ``ok`` does (a second, costlier rule that may
     admit more than the one ``start`` was searched by: a ``pld`` dataset's distribution). ``ok``
-    returns None when its own work budget is spent: the search stops there."""
+    returns None when its own work budget is spent: the search stops there. A ``guess`` beyond
+    ``start`` is tried first: if it fits, the steps go on from it (as large as the jump); if
+    not, the bisection starts between the two."""
     sign = 1.0 if increasing_cost else -1.0
     good, bad = start, None
     step = first_step
+    if guess is not None and evaluations > 0 and (guess > start) == increasing_cost:
+        guess = min(guess, limit) if increasing_cost else max(guess, limit)
+        if guess != start:
+            evaluations -= 1
+            fits = ok(guess)
+            if fits is None:
+                return good
+            if fits:
+                good, step = guess, max(first_step, abs(math.log(guess / start)))
+            else:
+                bad = guess
     while evaluations > 0 and bad is None:
         v = good * math.exp(sign * step)
         v = min(v, limit) if increasing_cost else max(v, limit)
@@ -319,11 +333,12 @@ def further(
     start: Calibration,
     admits: Callable[[mech.Mechanism, float], bool | None],
     evaluations: int,
+    guess: float | None = None,
 ) -> Calibration:
     """``start`` (a calibration of ``kind``'s ``start.parameter`` by a fast rule) moved in the
     costly direction as far as ``admits(mechanism, value)`` (a second rule, admitting at least
     what the first does) confirms, in at most ``evaluations`` calls (``extend``; ``admits``
-    returns None to stop early)."""
+    returns None to stop early), trying ``guess`` first if given."""
     parameter = start.parameter
     increasing_cost = PARAMETERS[kind][parameter] == "max"
     lo, hi = _range(kind, parameter)
@@ -336,7 +351,9 @@ def further(
             return False
         return admits(m, v)
 
-    value = extend(ok, start.value, hi if increasing_cost else lo, increasing_cost, evaluations)
+    value = extend(
+        ok, start.value, hi if increasing_cost else lo, increasing_cost, evaluations, guess=guess
+    )
     if value == start.value:
         return start
     m = _build(kind, params, parameter, value)

@@ -56,6 +56,13 @@ PLD_MAX_COUNT = 1_000
 ``count`` times (log2(count) convolutions, about 2 s of CPU each at 10^6)."""
 
 
+PURE_KINDS = frozenset(
+    {"laplace", "pure_dp", "exponential", "randomized_response", "rappor", "discrete_laplace"}
+    | {"approx_dp"}
+)
+"""Kinds whose calibrated parameter is an epsilon-DP guarantee (``_guess``)."""
+
+
 def _answer_mechanism(
     kind: str, fixed: dict[str, Any], parameter: str, value: float, m: Any
 ) -> dict[str, Any]:
@@ -107,7 +114,27 @@ def _further_by_pld(
             (committed, st.committed), (st.pld_held, st.held_curve), (new, ask.curve)
         )
 
-    return further(kind, fixed, result, admits, PLD_EVALUATIONS)
+    return further(kind, fixed, result, admits, PLD_EVALUATIONS, _guess(st, kind, fixed, result))
+
+
+def _guess(st: DatasetState, kind: str, fixed: dict[str, Any], result: Calibration) -> float | None:
+    """Where the PLD search tries first, for the epsilon of an epsilon-DP kind (or a Laplace
+    scale): the answer's epsilon plus the room the PLD leaves with it, eps_B - eps_PLD, per
+    repetition (the ledger's epsilon grows by about the entry's own increase). A first try only:
+    the admission checks decide. One more construction and composition, and an epsilon search;
+    None where the PLD leaves no room."""
+    if st.pld is None or result.parameter not in ("epsilon", "scale") or kind not in PURE_KINDS:
+        return None
+    wire = _answer_mechanism(kind, fixed, result.parameter, result.value, result.mechanism)
+    after = st.pld.compose(admission.entry_pld(st, wire))
+    everything = after if st.pld_held is None else after.compose(st.pld_held)
+    room = st.budget.epsilon - everything.epsilon(st.budget.delta)
+    if not room > 0:
+        return None
+    if result.parameter == "scale":
+        sensitivity = float(fixed.get("sensitivity", 1.0))
+        return sensitivity / (sensitivity / result.value + room / result.mechanism.count)
+    return result.value + room / result.mechanism.count
 
 
 def _structure_fits(st: DatasetState, ask: admission.Ask) -> Fits:

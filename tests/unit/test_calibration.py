@@ -417,3 +417,19 @@ def test_a_bracket_that_lands_on_the_edge_is_the_answer(epsilon: float, sensitiv
         result = calibrate("laplace", {"sensitivity": sensitivity}, "scale", fits)
         assert result is not None and fits(result.curve)
         assert result.value == sensitivity / epsilon
+
+
+def test_extend_tries_a_guess_first() -> None:
+    """A guess that fits is taken and the steps go on from it; one that does not starts the
+    bisection between the start and it. Either way every answer was confirmed."""
+    calls: list[float] = []
+
+    def ok(v: float) -> bool:
+        calls.append(v)
+        return v <= 7.0
+
+    assert extend(ok, 4.0, 100.0, True, evaluations=1, guess=6.9) == 6.9
+    calls.clear()
+    got = extend(ok, 4.0, 100.0, True, evaluations=12, guess=9.0)
+    assert calls[0] == 9.0 and got <= 7.0 and abs(math.log(got / 7.0)) < 0.01
+    assert extend(ok, 4.0, 100.0, True, evaluations=12, guess=3.0) <= 7.0  # behind: ignored
