@@ -150,15 +150,7 @@ def _valid_range(
     inside = next((float(v) for v in order if valid(float(v))), None)
     if inside is None:
         return None
-    good, bad = inside, cheap
-    while True:  # geometric bisection to adjacent floats (the cheapest valid value)
-        mid = math.sqrt(good * bad)
-        if mid in (good, bad):
-            break
-        if valid(mid):
-            good = mid
-        else:
-            bad = mid
+    good, _ = _bisect(valid, inside, cheap, 0.0)  # to adjacent floats: the cheapest valid value
     return (good, hi) if increasing_cost else (lo, good)
 
 

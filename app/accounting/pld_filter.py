@@ -62,6 +62,14 @@ def least(by_pld: float, by_curve: Spend, *, at_epsilon: bool = False) -> Spend:
     return Spend(candidates[method], by_curve.delta, method, order, candidates)
 
 
+def with_new_entry(committed: Pld, held: Pld | None, new: Pld) -> tuple[Pld, Pld]:
+    """The ledger's PLD with one more entry (``after``) and with the active holds too
+    (``everything``, what admission checks), composed in the one order every check uses, so
+    that a calibration's checks and a charge's give the same bits."""
+    after = committed.compose(new)
+    return after, after if held is None else after.compose(held)
+
+
 @dataclass(frozen=True)
 class PldFilter:
     """A ``pld`` dataset's admission rule: its ``curves`` filter (kind ``pld``: the non-adaptive
@@ -104,10 +112,9 @@ class PldFilter:
         held: tuple[Pld | None, PrivacyCurve | None],
         new: tuple[Pld, PrivacyCurve],
     ) -> tuple[bool, Pld, PrivacyCurve]:
-        after = committed[0].compose(new[0])
-        after_curve = committed[1] + new[1]
         held_pld, held_curve = held
-        everything = after if held_pld is None else after.compose(held_pld)
+        after, everything = with_new_entry(committed[0], held_pld, new[0])
+        after_curve = committed[1] + new[1]
         everything_curve = after_curve if held_curve is None else after_curve + held_curve
         return self.within(everything, everything_curve), after, after_curve
 
@@ -134,4 +141,4 @@ class PldFilter:
         return PldDryRun(admitted, after, after_curve, self.spend(after, after_curve))
 
 
-__all__ = ["METHOD", "PldDryRun", "PldFilter", "least"]
+__all__ = ["METHOD", "PldDryRun", "PldFilter", "least", "with_new_entry"]

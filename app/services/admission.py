@@ -115,12 +115,12 @@ class Ask:
         wire: dict[str, Any],
         label: str | None = None,
         metadata: dict[str, Any] | None = None,
-        key_id: str | None = None,
+        principal: Principal | None = None,
         allocation: str | None = None,
         blocks: tuple[str, str] | None = None,
-        key_name: str | None = None,
     ) -> Ask:
-        """The ask for ``mechanism`` (422 when its privacy loss overflows)."""
+        """The ask for ``mechanism`` by ``principal``'s key (422 when its privacy loss
+        overflows)."""
         try:
             curve = mechanism.curve()
         except ValueError as exc:
@@ -132,10 +132,10 @@ class Ask:
             curve,
             label,
             metadata,
-            key_id,
+            principal.key_id if principal is not None else None,
             allocation=allocation,
             blocks=blocks,
-            key_name=key_name,
+            key_name=principal.key_name if principal is not None else None,
         )
 
     @classmethod

@@ -10,8 +10,10 @@ from sqlalchemy.orm import Session
 
 from app import responses as r
 from app.db.engine import Database
-from app.db.models import ApiKey, AuditEvent, Dataset, utcnow
+from app.db.models import ApiKey, AuditEvent, utcnow
+from app.errors import NotFound
 from app.principal import Caller, Principal
+from app.services import state
 from app.services.auth import authenticated
 
 
@@ -49,14 +51,15 @@ def event_answer(e: AuditEvent) -> r.AuditEvent:
     )
 
 
-def _dataset_id(db: Database, ref: str) -> str:
-    """The id of dataset ``ref`` (an id, else a unique name, as every dataset route takes);
-    ``ref`` itself when no dataset has it (the events of a dataset keep its id)."""
+def _dataset_id(db: Database, ref: str, principal: Principal) -> str:
+    """The id of dataset ``ref`` (an id, else a unique name: ``state.load``, as every dataset
+    route resolves it); ``ref`` itself when no dataset the caller sees has it (the events of a
+    dataset keep its id)."""
     with db.read() as s:
-        found = s.scalars(select(Dataset.id).where(Dataset.id == ref)).first()
-        if found is None:
-            found = s.scalars(select(Dataset.id).where(Dataset.name == ref)).first()
-    return found if found is not None else ref
+        try:
+            return state.load(s, ref, principal).id
+        except NotFound:
+            return ref
 
 
 def list_events(
@@ -75,7 +78,7 @@ def list_events(
     principal = authenticated(db, caller)
     q = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit)
     if dataset_id is not None:
-        q = q.where(AuditEvent.dataset_id == _dataset_id(db, dataset_id))
+        q = q.where(AuditEvent.dataset_id == _dataset_id(db, dataset_id, principal))
     if action is not None:
         q = q.where(AuditEvent.action == action)
     if since is not None:

@@ -18,7 +18,7 @@ from app.accounting.calibration import (
     further,
 )
 from app.accounting.curve import PrivacyCurve
-from app.accounting.pld_filter import PldFilter
+from app.accounting.pld_filter import PldFilter, with_new_entry
 from app.db.engine import Database
 from app.errors import BudgetExceeded, Unprocessable
 from app.principal import Caller
@@ -57,8 +57,15 @@ PLD_MAX_COUNT = 1_000
 
 
 PURE_KINDS = frozenset(
-    {"laplace", "pure_dp", "exponential", "randomized_response", "rappor", "discrete_laplace"}
-    | {"approx_dp"}
+    {
+        "approx_dp",
+        "discrete_laplace",
+        "exponential",
+        "laplace",
+        "pure_dp",
+        "randomized_response",
+        "rappor",
+    }
 )
 """Kinds whose calibrated parameter is an epsilon-DP guarantee (``_guess``)."""
 
@@ -126,8 +133,7 @@ def _guess(st: DatasetState, kind: str, fixed: dict[str, Any], result: Calibrati
     if st.pld is None or result.parameter not in ("epsilon", "scale") or kind not in PURE_KINDS:
         return None
     wire = _answer_mechanism(kind, fixed, result.parameter, result.value, result.mechanism)
-    after = st.pld.compose(admission.entry_pld(st, wire))
-    everything = after if st.pld_held is None else after.compose(st.pld_held)
+    _, everything = with_new_entry(st.pld, st.pld_held, admission.entry_pld(st, wire))
     room = st.budget.epsilon - everything.epsilon(st.budget.delta)
     if not room > 0:
         return None

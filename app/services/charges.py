@@ -50,14 +50,7 @@ def charge(
     if (why := principal.may_charge(allocation)) is not None:
         raise Forbidden(why)
     asked = admission.Ask.of(
-        mechanism,
-        wire,
-        label,
-        metadata,
-        principal.key_id,
-        allocation=allocation,
-        blocks=blocks,
-        key_name=principal.key_name,
+        mechanism, wire, label, metadata, principal, allocation=allocation, blocks=blocks
     )
     request: dict[str, Any] = {"mechanism": wire, "label": label, "metadata": metadata}
     if allocation is not None or blocks is not None:  # budget structures
@@ -198,12 +191,7 @@ def charge_dp_event(
     if (why := principal.may_charge(None)) is not None:
         raise Forbidden(why)
     mechanisms = translate_dp_event(event)
-    asks = [
-        admission.Ask.of(
-            m, m.to_dict(), label, metadata, principal.key_id, key_name=principal.key_name
-        )
-        for m in mechanisms
-    ]
+    asks = [admission.Ask.of(m, m.to_dict(), label, metadata, principal) for m in mechanisms]
     total = functools.reduce(lambda a, b: a + b, [a.curve for a in asks])
     whole = admission.Ask(
         "dp_event", 1, {"dp_event": event}, total, label, metadata, principal.key_id

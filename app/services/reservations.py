@@ -93,14 +93,7 @@ def reserve(
     if (why := principal.may_charge(allocation)) is not None:
         raise Forbidden(why)
     asked = admission.Ask.of(
-        mechanism,
-        wire,
-        label,
-        metadata,
-        principal.key_id,
-        allocation=allocation,
-        blocks=blocks,
-        key_name=principal.key_name,
+        mechanism, wire, label, metadata, principal, allocation=allocation, blocks=blocks
     )
     request: dict[str, Any] = {
         "mechanism": wire,
