@@ -383,8 +383,7 @@ def totals_filter_spend(st: DatasetState, curve: PrivacyCurve) -> Spend:
     """The spend stored in a dataset's totals row: under its filter, or on a partitioned
     dataset (whose totals compose every block's charges) under its lifetime budget's filter
     when it has one."""
-    flt = st.lifetime if st.partition_unit is not None and st.lifetime is not None else st.filter
-    return flt.spend(curve)
+    return st.totals_filter.spend(curve)
 
 
 def decide_structures(st: DatasetState, ask: Ask) -> Decision:

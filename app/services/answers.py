@@ -60,7 +60,7 @@ def with_holds(st: DatasetState) -> tuple[PrivacyCurve, Spend]:
     if held is None:
         return st.committed, st.spent
     total = st.committed + held
-    sp = st.filter.spend(total)
+    sp = st.totals_filter.spend(total)
     if sp.epsilon < st.spent.epsilon:
         sp = dataclasses.replace(sp, epsilon=st.spent.epsilon)
     return total, sp
@@ -69,14 +69,11 @@ def with_holds(st: DatasetState) -> tuple[PrivacyCurve, Spend]:
 def remaining(st: DatasetState, view: tuple[PrivacyCurve, Spend] | None = None) -> r.Remaining:
     """What is left after the ledger and the active holds (the filter's rule). A partitioned
     dataset: what its lifetime budget leaves, or with none, a fresh block's whole budget."""
-    if st.partition_unit is not None:
-        if st.lifetime is None:
-            left = st.filter.remaining(PrivacyCurve.zero(), st.filter.spend(PrivacyCurve.zero()))
-        else:
-            left = st.lifetime.remaining(st.committed, st.spent)
+    if st.partition_unit is not None and st.lifetime is None:
+        left = st.filter.remaining(PrivacyCurve.zero(), st.filter.spend(PrivacyCurve.zero()))
         return r.Remaining(epsilon=left.epsilon, delta=left.delta, rho=left.rho)
     total, sp = with_holds(st) if view is None else view
-    left = st.filter.remaining(total, sp)
+    left = st.totals_filter.remaining(total, sp)
     return r.Remaining(epsilon=left.epsilon, delta=left.delta, rho=left.rho)
 
 
@@ -99,18 +96,13 @@ def budget_state(st: DatasetState, view: tuple[PrivacyCurve, Spend] | None = Non
     """``exhausted``: the filter says so for the ledger with its holds, or the remaining epsilon
     is below ``EXHAUSTED_TOLERANCE`` x the budget epsilon; ``warning``: the spend with holds is
     at least ``warning_threshold`` x the budget epsilon; ``ok`` otherwise."""
-    if st.partition_unit is not None:  # blocks have their own budgets: the lifetime decides
-        if exhausted(st):
-            return "exhausted"
-        if st.lifetime is not None and st.spent.epsilon >= (
-            st.warning_threshold * st.lifetime.budget.epsilon
-        ):
-            return "warning"
-        return "ok"
+    if st.partition_unit is not None and st.lifetime is None:
+        return "ok"  # blocks have their own budgets, and a new block a fresh one
     total, sp = with_holds(st) if view is None else view
-    eps_b = st.budget.epsilon
-    left = st.filter.remaining(total, sp)
-    if st.filter.exhausted(total, sp) or left.epsilon < EXHAUSTED_TOLERANCE * eps_b:
+    flt = st.totals_filter  # on a partitioned dataset, its lifetime budget's
+    eps_b = flt.budget.epsilon
+    left = flt.remaining(total, sp)
+    if flt.exhausted(total, sp) or left.epsilon < EXHAUSTED_TOLERANCE * eps_b:
         return "exhausted"
     if sp.epsilon >= st.warning_threshold * eps_b:
         return "warning"
@@ -120,9 +112,9 @@ def budget_state(st: DatasetState, view: tuple[PrivacyCurve, Spend] | None = Non
 def exhausted(st: DatasetState) -> bool:
     """No budget left (the filter's rule, on the stored spend: no conversion). A partitioned
     dataset is exhausted only when its lifetime budget is (a new block has a fresh budget)."""
-    if st.partition_unit is not None:
-        return st.lifetime is not None and st.lifetime.exhausted(st.committed, st.spent)
-    return st.filter.exhausted(st.committed, st.spent)
+    if st.partition_unit is not None and st.lifetime is None:
+        return False
+    return st.totals_filter.exhausted(st.committed, st.spent)
 
 
 FILTER_DESCRIPTIONS: dict[str, str] = {

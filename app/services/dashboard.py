@@ -104,19 +104,19 @@ def curves(db: Database, caller: Caller, ref: str) -> r.Curves:
     with db.read() as s:
         principal = authenticated(db, caller, s)
         st = state.load(s, ref, principal)
-    f, curve = st.filter, st.committed
+    f, curve = st.totals_filter, st.committed  # partitioned: the lifetime budget's, if any
     at_budget = f.spend(curve)
     limit = f.budget_curve()
     tradeoff = []
-    for delta in sorted({*TRADEOFF_DELTAS, st.budget.delta}):
-        sp = at_budget if delta == st.budget.delta else f.spend_at(curve, delta)
+    for delta in sorted({*TRADEOFF_DELTAS, f.budget.delta}):
+        sp = at_budget if delta == f.budget.delta else f.spend_at(curve, delta)
         tradeoff.append(
             r.TradeoffPoint(delta=delta, epsilon=finite_or_none(sp.epsilon), method=sp.method)
         )
     return r.Curves(
         dataset_id=st.id,
         filter=f.kind.value,
-        budget=answers.budget(st),
+        budget=r.Budget(epsilon=f.budget.epsilon, delta=f.budget.delta),
         spent=r.SpentAtOrder(
             **answers.spent(st, curve, at_budget).model_dump(), order=at_budget.order
         ),

@@ -265,18 +265,18 @@ def spend_query(
         st = state.load(s, ref, principal)
         if st.is_pld:
             state.load_pld(s, st)
-    f = st.filter
+    f = st.totals_filter  # on a partitioned dataset with a lifetime budget, the lifetime's
     try:
         if st.pld is not None:  # the PLD the pld dataset reports from
             pf = PldFilter(f)
-            if delta is not None and delta == st.budget.delta:
+            if delta is not None and delta == f.budget.delta:
                 sp = pf.spend(st.pld, st.committed)
             elif delta is not None:
                 sp = pf.spend_at(st.pld, st.committed, delta)
             else:
                 assert epsilon is not None
                 sp = pf.spend_delta(st.pld, st.committed, epsilon)
-        elif delta is not None and delta == st.budget.delta:
+        elif delta is not None and delta == f.budget.delta:
             sp = f.spend(st.committed)
         elif delta is not None:
             sp = f.spend_at(st.committed, delta)

@@ -137,6 +137,16 @@ class DatasetState:
         return self.filter.budget
 
     @property
+    def totals_filter(self) -> Filter:
+        """The filter the dataset's totals (``spent``) are stated under: its own, or on a
+        partitioned dataset with a lifetime budget (whose totals compose every block's charges)
+        the lifetime budget's. ``/budget``, ``/spend``, ``/curves`` and the stored spend all
+        use it, so that they describe one composition under one rule."""
+        if self.partition_unit is not None and self.lifetime is not None:
+            return self.lifetime
+        return self.filter
+
+    @property
     def held_curve(self) -> PrivacyCurve | None:
         """The sum of the active reservations' curves (None when there are none)."""
         return self.held.total()
@@ -175,6 +185,22 @@ def _renyi_filter(params: dict[str, Any]) -> RenyiFilter:
 
 def _state(row: Row[Any]) -> DatasetState:
     budget = Budget(row.budget_epsilon, row.budget_delta)
+    lifetime = (
+        None
+        if row.lifetime_budget_epsilon is None
+        else stored_filter(
+            FilterKind(row.filter),
+            Budget(row.lifetime_budget_epsilon, row.lifetime_budget_delta),
+            row.lifetime_filter_bound,
+            row.lifetime_filter_params,
+        )
+    )
+    # the stored spend is at the delta of the filter it was computed under (``totals_filter``)
+    spent_delta = (
+        lifetime.budget.delta
+        if lifetime is not None and row.partition_unit is not None
+        else budget.delta
+    )
     committed = PrivacyCurve(
         rho=row.rho,
         rdp=rdp_from_bytes(row.rdp, row.orders_version),
@@ -198,21 +224,14 @@ def _state(row: Row[Any]) -> DatasetState:
         created_at=row.created_at,
         updated_at=row.updated_at,
         committed=committed,
-        spent=Spend(row.spent_epsilon, budget.delta, row.spent_method),
+        spent=Spend(row.spent_epsilon, spent_delta, row.spent_method),
         entry_count=row.entry_count,
         mechanism_counts=row.mechanism_counts or {},
         last_entry_at=row.last_entry_at,
         held=held_from_bytes(row.held, row.orders_version),
         held_next_expiry=row.held_next_expiry,
         partition_unit=row.partition_unit,
-        lifetime=None
-        if row.lifetime_budget_epsilon is None
-        else stored_filter(
-            FilterKind(row.filter),
-            Budget(row.lifetime_budget_epsilon, row.lifetime_budget_delta),
-            row.lifetime_filter_bound,
-            row.lifetime_filter_params,
-        ),
+        lifetime=lifetime,
         archived_at=row.archived_at,
         warning_threshold=row.warning_threshold,
     )

@@ -95,14 +95,17 @@
     return span;
   }
 
+  // the budget that caps `spent` (the composition of all charges): a partitioned dataset's
+  // lifetime budget when it has one (its `budget` applies to each block), else its budget
+  const capOf = (d) => (d.partition && d.lifetime_budget ? d.lifetime_budget : d.budget);
   // state: the API's when it gives one, else from spent / budget (threshold 0.8 by default)
   function stateOf(d) {
     if (d.state) return d.state;
     if (d.exhausted) return "exhausted";
     const t = d.warning_threshold ?? 0.8;
-    return d.budget.epsilon > 0 && d.spent.epsilon / d.budget.epsilon >= t ? "warning" : "ok";
+    return capOf(d).epsilon > 0 && d.spent.epsilon / capOf(d).epsilon >= t ? "warning" : "ok";
   }
-  const used = (d) => pctUsed(d.spent.epsilon, d.budget.epsilon, stateOf(d) === "exhausted");
+  const used = (d) => pctUsed(d.spent.epsilon, capOf(d).epsilon, stateOf(d) === "exhausted");
   function stateText(d) {
     const st = stateOf(d);
     if (st === "exhausted") return "Exhausted: no further charge fits";
@@ -162,12 +165,12 @@
       const li = html("li", { class: `card ${st}${d.archived ? " archived" : ""}`, "data-dataset": d.id, "data-state": st });
       const a = html("a", { href: `#/datasets/${encodeURIComponent(d.id)}`, class: "card-link" });
       a.appendChild(html("h3", {}, d.name));
-      a.appendChild(gauge(d.spent.epsilon, d.budget.epsilon,
-        `${d.name}: spent ${used(d)} of the epsilon budget, ${eps(d.spent.epsilon)} of ${fmt(d.budget.epsilon)} at δ = ${fmt(d.budget.delta)}; ${stateText(d)}`, st));
+      a.appendChild(gauge(d.spent.epsilon, capOf(d).epsilon,
+        `${d.name}: spent ${used(d)} of the epsilon budget, ${eps(d.spent.epsilon)} of ${fmt(capOf(d).epsilon)} at δ = ${fmt(capOf(d).delta)}; ${stateText(d)}`, st));
       a.appendChild(stateBadge(d));
       const p = html("p", { class: "spent" });
       p.appendChild(html("span", { class: "value", "data-testid": "spent", "data-value": d.spent.epsilon }, eps(d.spent.epsilon)));
-      p.appendChild(document.createTextNode(` of ${fmt(d.budget.epsilon)} at δ = ${fmt(d.budget.delta)}`));
+      p.appendChild(document.createTextNode(` of ${fmt(capOf(d).epsilon)} at δ = ${fmt(capOf(d).delta)}`));
       a.appendChild(p);
       if (d.reserved && d.reserved.count) {
         a.appendChild(html("p", { class: "muted", "data-testid": "reserved" }, `${d.reserved.count} active hold${d.reserved.count === 1 ? "" : "s"} reserving ${eps(d.reserved.epsilon)}`));
@@ -199,7 +202,9 @@
     $("detail-description").textContent = d.description || "";
     const dl = $("summary");
     dl.replaceChildren();
-    summaryRow(dl, "Budget", `${eps(d.budget.epsilon)}, δ = ${fmt(d.budget.delta)}`);
+    const lifetime = d.partition && d.lifetime_budget
+      ? `; lifetime ${eps(d.lifetime_budget.epsilon)}, δ = ${fmt(d.lifetime_budget.delta)}` : "";
+    summaryRow(dl, "Budget", `${eps(d.budget.epsilon)}, δ = ${fmt(d.budget.delta)}${d.partition ? " per block" : ""}${lifetime}`);
     const spent = summaryRow(dl, "Spent", `${eps(d.spent.epsilon)} at δ = ${fmt(d.spent.delta)} — ${used(d)} of the budget (converted by ${d.spent.method})`, "detail-spent");
     spent.setAttribute("data-value", d.spent.epsilon);
     let remaining = d.remaining.rho !== null && d.remaining.rho !== undefined
@@ -304,14 +309,14 @@
     lineChart($("fig-series"), {
       testid: "chart-series",
       title: "Spend over time",
-      description: `How much of the privacy budget (ε at δ = ${fmt(d.budget.delta)}) had been used after each query, ${byTime ? "by the time it was charged" : "by ledger entry number"}; the dashed line is the budget${s.downsampled ? ` (${pts.length} of ${s.entries} entries shown, evenly spaced)` : ""}.`,
-      summary: pts.length ? `Spend rises to ${eps(pts[pts.length - 1][1])}; budget ${eps(d.budget.epsilon)}.` : "No entries yet.",
+      description: `How much of the privacy budget (ε at δ = ${fmt(capOf(d).delta)}) had been used after each query, ${byTime ? "by the time it was charged" : "by ledger entry number"}; the dashed line is the budget${s.downsampled ? ` (${pts.length} of ${s.entries} entries shown, evenly spaced)` : ""}.`,
+      summary: pts.length ? `Spend rises to ${eps(pts[pts.length - 1][1])}; budget ${eps(capOf(d).epsilon)}.` : "No entries yet.",
       xLabel: byTime ? "time charged" : "ledger entry",
       xTime: byTime,
       xFormat: byTime ? timeFmt : undefined,
       yLabel: "epsilon",
       series: [{ name: "spent ε", points: pts }],
-      hlines: [{ y: d.budget.epsilon, label: `budget ε = ${fmt(d.budget.epsilon)}` }],
+      hlines: [{ y: capOf(d).epsilon, label: `budget ε = ${fmt(capOf(d).epsilon)}` }],
       vlines,
       vlineName: "budget change",
       empty: "No ledger entries yet",
@@ -376,7 +381,7 @@
       yLabel: "epsilon",
       xLog: true,
       series: [{ name: "spent ε(δ)", points: trade }],
-      points: [{ x: d.budget.delta, y: d.budget.epsilon, label: "budget" }],
+      points: [{ x: c.budget.delta, y: c.budget.epsilon, label: "budget" }],
       table: { headers: ["δ", "ε", "method"], rows: c.tradeoff.map((t) => [t.delta, t.epsilon ?? "∞", t.method]) },
     });
   }
@@ -737,7 +742,7 @@
     await Promise.all([loadEntries(), loadRejections(), renderHolds(d), renderCsvLink(), renderTeams(d), renderBlocks(d)]);
     show("detail");
     await renderCalibration(d);
-    status(`${d.name}: ${eps(d.spent.epsilon)} of ${fmt(d.budget.epsilon)} spent; ${stateText(d)}`);
+    status(`${d.name}: ${eps(d.spent.epsilon)} of ${fmt(capOf(d).epsilon)} spent; ${stateText(d)}`);
   }
 
   // ---- routing ----------------------------------------------------------------------------
