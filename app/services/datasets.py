@@ -21,12 +21,12 @@ from app.accounting.pld import state_for_budget
 from app.accounting.pld_filter import PldFilter
 from app.db.codec import curve_columns
 from app.db.engine import Database
-from app.db.models import Dataset, DatasetPld, DatasetTotal, Reservation, utcnow
+from app.db.models import Allocation, Dataset, DatasetPld, DatasetTotal, Reservation, utcnow
 from app.errors import Conflict, Forbidden, Unprocessable
 from app.principal import Caller
 from app.services import admission, answers, audit, partitions, state
 from app.services.auth import authenticated
-from app.services.tallies import BLOCK, allocation_filter
+from app.services.tallies import BLOCK, allocation_filter, zero_totals
 
 
 def _filter(
@@ -399,6 +399,8 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
             ds.filter_params = flt.params.to_dict() if flt.params is not None else None
             ds.updated_at = utcnow()
             st.filter = flt
+            if rules:
+                _refilter_structures(s, ds, st, allowed)
             if "lifetime_budget" in changes:
                 _set_lifetime(ds, st, changes["lifetime_budget"])
             if flt.kind is FilterKind.PLD:
@@ -428,6 +430,41 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
                 )
         s.flush()
         return answers.dataset(state.load(s, st.id, actor))
+
+
+def _refilter_structures(
+    s: Session, ds: Dataset, st: state.DatasetState, allowed: list[str] | None
+) -> None:
+    """New rules (accounting, adaptive, allowed kinds; only before the first charge or hold):
+    the allocations' and the lifetime budget's filters are made again with the dataset's new
+    kind, and for ``rdp_fixed_orders`` with orders chosen for their own budgets and the new
+    allowed kinds (no ledger has been seen, so choosing them again is sound). Kept as they
+    were, a filter of the old kind answered 500 (fixed orders missing) or named one rule while
+    applying another. ``pld`` keeps neither allocations nor time blocks: 422."""
+    kind = st.filter.kind
+    rows = s.scalars(select(Allocation).where(Allocation.dataset_id == st.id)).all()
+    if kind is FilterKind.PLD and (rows or st.partition_unit is not None):
+        has = "allocations" if rows else "time blocks (a partition)"
+        raise Unprocessable(
+            f"dataset {st.name!r} has {has}, which 'pld' accounting does not keep (a PLD per "
+            "allocation or block is not kept); use 'rdp' or 'zcdp' accounting"
+        )
+    try:
+        for row in rows:
+            flt = allocation_filter(
+                kind, Budget(row.budget_epsilon, row.budget_delta), None, allowed
+            )
+            row.filter_bound = flt.bound
+            row.filter_params = flt.params.to_dict() if flt.params is not None else None
+            for column, value in zero_totals(flt).items():
+                setattr(row, column, value)
+        if st.lifetime is not None:
+            life = allocation_filter(kind, st.lifetime.budget, None, allowed)
+            ds.lifetime_filter_bound = life.bound
+            ds.lifetime_filter_params = life.params.to_dict() if life.params is not None else None
+            st.lifetime = life
+    except ValueError as exc:
+        raise Unprocessable(str(exc)) from None
 
 
 def _set_lifetime(ds: Dataset, st: state.DatasetState, change: dict[str, float]) -> None:
