@@ -26,9 +26,9 @@ MAX_SPAN = {"day": 366, "week": 53, "month": 36}
 """The largest number of blocks one charge, reservation or listing may cover, per unit."""
 
 _PATTERN = {
-    "day": re.compile(r"\d{4}-\d{2}-\d{2}"),
-    "week": re.compile(r"\d{4}-W\d{2}"),
-    "month": re.compile(r"\d{4}-\d{2}"),
+    "day": re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}"),  # ASCII digits: \d takes any script's
+    "week": re.compile(r"[0-9]{4}-W[0-9]{2}"),
+    "month": re.compile(r"[0-9]{4}-[0-9]{2}"),
 }
 _EXAMPLE = {"day": "2026-11-23", "week": "2026-W48", "month": "2026-11"}
 

@@ -61,7 +61,7 @@ def summary(session: Session, st: DatasetState) -> dict[str, Any]:
     top = most_spent(session, tallies, BLOCK, st.id, st.filter)
     counts = session.execute(
         select(
-            func.count(),
+            func.count().filter(_DB.entry_count > 0),  # rows made by holds alone: not charged
             func.count().filter(_exhausted_where(_DB, st.filter)),
         ).where(_DB.dataset_id == st.id)
     ).one()

@@ -100,6 +100,39 @@ def test_bad_ranges_get_422_and_change_nothing(client: TestClient) -> None:
 
 
 @pytest.mark.parametrize(
+    ("unit", "key"),
+    [
+        ("month", "\uff12\uff10\uff12\uff16-11"),  # fullwidth digits
+        ("week", "\u0662\u0660\u0662\u0666-W48"),  # Arabic-Indic digits
+        ("day", "\uff12\uff10\uff12\uff16-11-23"),
+    ],
+)
+def test_block_keys_take_ascii_digits_only(client: TestClient, unit: str, key: str) -> None:
+    """Python's \\d and int() take any script's digits: week and month keys so written were
+    charged to the ASCII block (and an idempotent retry spelled the other way was 'another
+    request'), where docs/budgets.md promises a 422 for a malformed key."""
+    ds = _partitioned(client, unit)["id"]
+    r = _charge(client, ds, key, key)
+    assert r.status_code == 422, r.text
+    assert client.get(f"/v1/datasets/{ds}/budget").json()["entries"] == 0
+    r = client.get(f"/v1/datasets/{ds}/blocks", params={"from": key, "to": key})
+    assert r.status_code == 422, r.text
+
+
+def test_blocks_held_and_released_are_not_charged(client: TestClient) -> None:
+    ds = _partitioned(client)["id"]
+    hold = client.post(
+        f"/v1/datasets/{ds}/reservations",
+        json={"mechanism": LAPLACE, "blocks": {"from": "2026-11-01", "to": "2026-11-30"}},
+    )
+    assert hold.status_code == 201, hold.text
+    assert client.delete(f"/v1/reservations/{hold.json()['id']}").status_code == 200
+    assert _charge(client, ds, "2026-11-05", "2026-11-06").status_code == 201
+    blocks = client.get(f"/v1/datasets/{ds}/budget").json()["blocks"]
+    assert blocks["charged_blocks"] == 2  # was 30: every block row the hold had made
+
+
+@pytest.mark.parametrize(
     "unit,first,last,n",
     [
         ("day", "2026-11-23", "2026-11-29", 7),
