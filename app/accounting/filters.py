@@ -536,16 +536,19 @@ class Filter:
         self, committed: PrivacyCurve, held: PrivacyCurve | None, new: PrivacyCurve
     ) -> DryRun:
         """May ``new`` be charged to a ledger composing to ``committed`` with active holds
-        ``held``? Admission is decided on committed + held + new; the spend reported is that of
-        ``after`` = committed + new. At most one conversion when there are no holds (the rho
-        filters need none for admission; the RDP filters use the reported spend for both).
+        ``held``? Admission is decided on (committed + held) + new, in that order: the sum the
+        views' ``remaining`` starts from and a calibration adds its candidate to (rounded
+        additions are not associative, and a calibrated answer on the edge was one ulp over
+        (committed + new) + held). The spend reported is that of ``after`` = committed + new.
+        At most one conversion when there are no holds (the rho filters need none for
+        admission; the RDP filters use the reported spend for both).
         """
         after = committed + new
         spend_after = self.spend(after)
         if held is None:
             admitted = self._within(after, lambda: spend_after)
         else:
-            everything = after + held
+            everything = (committed + held) + new
             admitted = self._within(everything, lambda: self.spend(everything))
         return DryRun(admitted=admitted, after=after, spend_after=spend_after)
 

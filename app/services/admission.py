@@ -502,17 +502,22 @@ def _structure_detail(st: DatasetState, ask: Ask, dry: Decision) -> str | None:
 
 
 def refusal(st: DatasetState, ask: Ask, dry: Decision, *, dry_run: bool = False) -> BudgetExceeded:
-    """The 409 problem for an ask that does not fit."""
+    """The 409 problem for an ask that does not fit. Its detail states the figure the
+    admission compared, the active holds counted (``would_spend`` is the spend after the
+    charge alone, as a charge would report it)."""
     f, b = st.filter, st.budget
+    held = None if st.is_pld else st.held_curve
+    compared = dry.after if held is None else (st.committed + held) + ask.curve
     if f.kind in RHO_FILTERS:
         detail = (
-            f"refused: rho would reach {dry.after.rho:.6g} (with active reservations "
+            f"refused: rho would reach {compared.rho:.6g} (with active reservations "
             f"counted), above the {f.kind.value} filter's bound {f.bound:.6g} for budget "
             f"(epsilon={b.epsilon:g}, delta={b.delta:g})"
         )
     else:
+        epsilon = dry.spend_after.epsilon if held is None else f.spend(compared).epsilon
         detail = (
-            f"refused: epsilon at delta={b.delta:g} would reach {dry.spend_after.epsilon:.6g} "
+            f"refused: epsilon at delta={b.delta:g} would reach {epsilon:.6g} "
             f"(with active reservations counted), above the budget {b.epsilon:g} "
             f"({f.kind.value} filter)"
         )

@@ -87,3 +87,50 @@ def test_reservation_listing_is_viewer_and_validated(client: TestClient) -> None
     assert r.status_code == 200 and r.json()["total"] == 0
     assert client.get(url, params={"status": "pending"}).status_code == 422
     assert client.get("/v1/datasets/nope/reservations").status_code == 404
+
+
+def test_a_calibrated_answer_on_the_edge_is_admitted_with_holds(client: TestClient) -> None:
+    """A random search's case: the pure-DP answer lands exactly on the budget, where
+    (committed + new) + held summed one ulp above (committed + held) + new, the sum the
+    calibration (and ``remaining``) start from; the dry run of the answer was a 409."""
+    ds = new_dataset(client, budget={"epsilon": 0.5, "delta": 1e-6})  # adaptive rdp
+    url = f"/v1/datasets/{ds['id']}"
+    for m in (
+        {"mechanism": "laplace", "epsilon": 0.012796990143953722},
+        {"mechanism": "rappor", "epsilon": 0.013353539227190035, "count": 3},
+    ):
+        assert client.post(f"{url}/charges", json={"mechanism": m}).status_code == 201
+    held = {"mechanism": "rappor", "epsilon": 0.011809390718123987}
+    hold = client.post(f"{url}/reservations", json={"mechanism": held, "ttl_seconds": 600})
+    assert hold.status_code == 201, hold.text
+    cal = client.get(f"{url}/calibrate", params={"mechanism": "pure_dp"})
+    assert cal.status_code == 200, cal.text
+    mechanism = cal.json()["mechanism"]
+    assert mechanism["epsilon"] == _budget(client, ds)["remaining"]["epsilon"]
+    dry = client.post(f"{url}/charges", params={"dry_run": "true"}, json={"mechanism": mechanism})
+    assert dry.status_code == 200, dry.text
+    assert client.post(f"{url}/charges", json={"mechanism": mechanism}).status_code == 201
+
+
+@pytest.mark.parametrize("accounting", ["rdp", "zcdp"])
+def test_a_refusal_states_the_figure_compared_with_holds(
+    client: TestClient, accounting: str
+) -> None:
+    """The 409 detail said the spend 'would reach 0.7 (with active reservations counted),
+    above the budget 1': 0.7 was the spend without the holds the admission had counted."""
+    ds = new_dataset(client, accounting=accounting, adaptive=False)
+    url = f"/v1/datasets/{ds['id']}"
+    g = {"mechanism": "gaussian", "sigma": 6.0}
+    assert client.post(f"{url}/charges", json={"mechanism": g}).status_code == 201
+    hold = client.post(f"{url}/reservations", json={"mechanism": g, "ttl_seconds": 600})
+    assert hold.status_code == 201, hold.text
+    r = client.post(f"{url}/charges", params={"dry_run": "true"}, json={"mechanism": g})
+    assert r.status_code == 409, r.text
+    problem = r.json()
+    assert problem["would_spend"]["epsilon"] < 1.0  # the charge alone would fit
+    figure = float(problem["detail"].split("would reach ")[1].split(" ")[0])
+    if accounting == "zcdp":  # rho against the filter's bound
+        bound = float(problem["detail"].split("bound ")[1].split(" ")[0])
+        assert figure > bound
+    else:
+        assert figure > 1.0
