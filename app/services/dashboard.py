@@ -6,18 +6,22 @@ budget, not who), so the chart can mark them for a viewer key that cannot read `
 Both cost O(points), not O(ledger): the series reads the ``spent_epsilon`` each ledger entry
 recorded when it was admitted (the spend at the budget delta right after it) at evenly spaced
 sequence numbers through the ``(dataset_id, seq)`` unique index; the curves come from the
-running totals.
+running totals (and on a ``pld`` dataset its stored PLD, a few MiB at most).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from sqlalchemy import select
 
 from app import responses as r
+from app.accounting.filters import Spend
 from app.accounting.orders import ORDERS
+from app.accounting.pld_filter import PldFilter
 from app.db.engine import Database
 from app.db.models import AuditEvent, LedgerEntry
 from app.principal import Caller
@@ -104,12 +108,21 @@ def curves(db: Database, caller: Caller, ref: str) -> r.Curves:
     with db.read() as s:
         principal = authenticated(db, caller, s)
         st = state.load(s, ref, principal)
+        if st.is_pld:
+            state.load_pld(s, st)
     f, curve = st.totals_filter, st.committed  # partitioned: the lifetime budget's, if any
-    at_budget = f.spend(curve)
     limit = f.budget_curve()
+    # the spend every other view reports: a pld dataset's from its stored PLD (or its curve,
+    # whichever is less), as /budget and /spend; the RDP chart itself is the curve's
+    spend_at: Callable[[float], Spend] = functools.partial(f.spend_at, curve)
+    at_budget = f.spend(curve)
+    if st.pld is not None:
+        pf, pld = PldFilter(f), st.pld
+        spend_at = functools.partial(pf.spend_at, pld, curve)
+        at_budget = pf.spend(pld, curve)
     tradeoff = []
     for delta in sorted({*TRADEOFF_DELTAS, f.budget.delta}):
-        sp = at_budget if delta == f.budget.delta else f.spend_at(curve, delta)
+        sp = at_budget if delta == f.budget.delta else spend_at(delta)
         tradeoff.append(
             r.TradeoffPoint(delta=delta, epsilon=finite_or_none(sp.epsilon), method=sp.method)
         )
