@@ -31,6 +31,9 @@ from app.services.auth import authenticated
 
 MAX_SERIES_POINTS = 5000
 MAX_BUDGET_CHANGES = 200
+MAX_CHANGE_EVENTS = 1000
+"""Audit events read for the series' budget changes (lifetime budget changes are among other
+``dataset.changed`` events, picked out after the read): bounded work per request."""
 BUDGET_ACTIONS = ("budget.raised", "budget.lowered", "budget.changed")
 """Audit actions of a budget change (``update_dataset``)."""
 TRADEOFF_DELTAS = tuple(float(10.0**-k) for k in np.arange(15.0, 0.75, -0.5))
@@ -67,17 +70,25 @@ def series(db: Database, caller: Caller, ref: str, points: int) -> r.Series:
             if seqs
             else []
         )
-        changes = s.execute(
+        # the budget the plotted spend is judged by: a partitioned dataset's lifetime budget
+        # (its changes are audited as dataset.changed), else the dataset's
+        lifetime = st.totals_filter is not st.filter
+        which = "lifetime_budget" if lifetime else "budget"
+        actions = ("dataset.changed",) if lifetime else BUDGET_ACTIONS
+        events = s.execute(
             select(AuditEvent.created_at, AuditEvent.action, AuditEvent.details)
-            .where(AuditEvent.dataset_id == st.id, AuditEvent.action.in_(BUDGET_ACTIONS))
+            .where(AuditEvent.dataset_id == st.id, AuditEvent.action.in_(actions))
             .order_by(AuditEvent.created_at.desc(), AuditEvent.id.desc())
-            .limit(MAX_BUDGET_CHANGES)
+            .limit(MAX_CHANGE_EVENTS)
         ).all()
+        changes = [c for c in events if which in ((c.details or {}).get("changes") or {})]
+        changes = changes[:MAX_BUDGET_CHANGES]
+        limit = st.totals_filter.budget
         return r.Series(
             dataset_id=st.id,
             entries=n,
             downsampled=n > len(seqs),
-            budget=answers.budget(st),
+            budget=r.Budget(epsilon=limit.epsilon, delta=limit.delta),
             points=[
                 r.SeriesPoint(
                     seq=row.seq, created_at=row.created_at, kind=row.kind, epsilon=row.spent_epsilon
@@ -88,17 +99,18 @@ def series(db: Database, caller: Caller, ref: str, points: int) -> r.Series:
                 r.BudgetChange(
                     created_at=c.created_at,
                     action=c.action,
-                    old=_budget_of(c.details, "old"),
-                    new=_budget_of(c.details, "new"),
+                    old=_budget_of(c.details, which, "old"),
+                    new=_budget_of(c.details, which, "new"),
                 )
                 for c in reversed(changes)
             ],
         )
 
 
-def _budget_of(details: dict[str, Any], which: str) -> dict[str, float] | None:
-    """The old or new budget recorded in a budget change's audit details, if any."""
-    budget = (details.get("changes") or {}).get("budget") or {}
+def _budget_of(details: dict[str, Any], field: str, which: str) -> dict[str, float] | None:
+    """The old or new budget (``field``: ``budget`` or ``lifetime_budget``) recorded in a
+    budget change's audit details, if any."""
+    budget = (details.get("changes") or {}).get(field) or {}
     value = budget.get(which)
     return {k: float(v) for k, v in value.items()} if isinstance(value, dict) else None
 

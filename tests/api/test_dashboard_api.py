@@ -162,3 +162,27 @@ def test_series_carries_the_budget_changes_for_viewers(client: TestClient) -> No
     assert [c["old"] for c in changes] == [{"epsilon": 1.0, "delta": 1e-6}, budgets[0]]
     assert changes[0]["created_at"] <= changes[1]["created_at"]
     assert "key_id" not in changes[0]
+
+
+def test_a_partitioned_series_is_judged_by_its_lifetime_budget(client: TestClient) -> None:
+    """The series of a partitioned dataset plots the lifetime spend: its budget is the lifetime
+    budget, and the changes marked are the lifetime budget's (audited as dataset.changed),
+    which move that spend; a change of the per-block budget or of the description is not."""
+    lifetime = {"epsilon": 3.0, "delta": 1e-6}
+    ds = new_dataset(client, partition={"unit": "day"}, lifetime_budget=lifetime)
+    base = f"/v1/datasets/{ds['id']}"
+    charge = {"mechanism": {"mechanism": "gaussian", "sigma": 8.0}}
+    for day in ("2026-11-01", "2026-11-02"):
+        body = {**charge, "blocks": {"from": day, "to": day}}
+        assert client.post(f"{base}/charges", json=body).status_code == 201
+    tighter = {"epsilon": 3.0, "delta": 1e-9}
+    assert client.patch(base, json={"lifetime_budget": tighter}).status_code == 200
+    assert client.patch(base, json={"budget": {"epsilon": 0.9}}).status_code == 200
+    assert client.patch(base, json={"description": "not a budget change"}).status_code == 200
+    series = client.get(f"{base}/series").json()
+    assert series["budget"] == tighter
+    assert [(c["old"], c["new"]) for c in series["budget_changes"]] == [(lifetime, tighter)]
+    # the change moved the spend: the last point was recorded before it, /budget is after
+    budget = client.get(f"{base}/budget").json()
+    assert budget["spent"]["delta"] == 1e-9
+    assert budget["spent"]["epsilon"] > series["points"][-1]["epsilon"]
