@@ -60,6 +60,18 @@ class Principal:
             f"{list(self.allocations)}"
         )
 
+    def may_change_budgets(self) -> str | None:
+        """Why this key may not create datasets or change budgets, rules, archiving or
+        allocations (None when it may): a key limited to allocations charges them, and changing
+        a budget (its own allocation's included) would lift the limit it was given."""
+        if self.allocations is None:
+            return None
+        return (
+            f"this key is limited to allocations {list(self.allocations)}: it may charge them "
+            "but not create datasets or change budgets, rules, archiving or allocations; use "
+            "an admin key not limited to allocations"
+        )
+
     def covers(self, dataset_ids: Sequence[str] | None) -> bool:
         """Whether a key scoped to ``dataset_ids`` (None = all) reaches nothing this principal
         cannot see: the keys a scoped admin may mint, list and revoke."""

@@ -25,7 +25,7 @@ from app import responses as r
 from app.accounting.filters import Budget, Filter
 from app.db.engine import Database
 from app.db.models import Allocation, utcnow
-from app.errors import Conflict, NotFound, Unprocessable
+from app.errors import Conflict, Forbidden, NotFound, Unprocessable
 from app.principal import Caller
 from app.services import admission, answers, audit, partitions, state
 from app.services.auth import authenticated
@@ -87,6 +87,8 @@ def create_allocation(
     """Create allocation ``name`` of dataset ``ref`` with an empty ledger (audited); 409 when
     the dataset already has one of that name."""
     actor = authenticated(db, caller)
+    if (why := actor.may_change_budgets()) is not None:
+        raise Forbidden(why)
     budget = _budget(epsilon, delta)
     try:
         with db.write() as s:
@@ -168,6 +170,8 @@ def update_allocation(
     lock. Its filter keeps its fixed orders. Lowering it below the spend is allowed
     and leaves the allocation exhausted; nothing is ever reset."""
     actor = authenticated(db, caller)
+    if (why := actor.may_change_budgets()) is not None:
+        raise Forbidden(why)
     with db.write() as s:
         with admission.locked(s, ref, actor) as st:
             tallies = st.tallies()

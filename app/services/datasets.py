@@ -83,6 +83,8 @@ def create_dataset(
     ``partition_unit`` (day, week, month) makes it time-partitioned: the budget applies to each
     block; ``lifetime_budget`` (partitioned only) caps the composition of all its charges."""
     actor = authenticated(db, caller)
+    if (why := actor.may_change_budgets()) is not None:
+        raise Forbidden(why)
     if actor.dataset_ids is not None:
         raise Forbidden(
             "a key scoped to datasets cannot create datasets; use an unscoped admin key"
@@ -343,6 +345,8 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
     budget below the current spend is allowed and leaves the dataset exhausted.
     """
     actor = authenticated(db, caller)
+    if (why := actor.may_change_budgets()) is not None:
+        raise Forbidden(why)
     with db.write() as s:
         with admission.locked(s, ref, actor) as st:
             ds = s.get(Dataset, st.id)
@@ -498,6 +502,8 @@ def set_archived(db: Database, caller: Caller, ref: str, archived: bool) -> r.Da
     Idempotent: archiving an archived dataset (or unarchiving an active one) changes nothing
     and answers the dataset as it is."""
     actor = authenticated(db, caller)
+    if (why := actor.may_change_budgets()) is not None:
+        raise Forbidden(why)
     with db.write() as s:
         with admission.locked(s, ref, actor) as st:
             if (st.archived_at is not None) != archived:

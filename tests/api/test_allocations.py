@@ -178,6 +178,53 @@ def test_unknown_allocation_and_keys_outside_theirs_change_nothing(client: TestC
     assert client.delete(f"/v1/reservations/{hold['id']}", headers=headers).status_code == 403
 
 
+def test_an_admin_key_limited_to_allocations_changes_no_budget(client: TestClient) -> None:
+    """A key limited to allocations charges them; as an admin it could raise its own
+    allocation's budget, another's or the dataset's and so lift the limit it was given: every
+    budget, rule, archive and allocation change is a 403 that changes nothing (it still charges
+    its allocation, and mints keys limited to its allocations)."""
+    ds = new_dataset(client, budget={"epsilon": 2.0, "delta": 1e-6})["id"]
+    _alloc(client, ds, "team-a", 1.0)
+    _alloc(client, ds, "team-b", 1.0)
+    key = client.post("/v1/keys", json={"role": "admin", "allocations": ["team-a"]}).json()
+    headers = {"Authorization": f"Bearer {key['key']}"}
+    before = _state(client, ds)
+    audit = client.get("/v1/audit").json()
+    raised = {"budget": {"epsilon": 5.0, "delta": 1e-6}}
+    refused = [
+        client.patch(f"/v1/datasets/{ds}", json=raised, headers=headers),
+        client.patch(f"/v1/datasets/{ds}", json={"adaptive": False}, headers=headers),
+        client.patch(f"/v1/datasets/{ds}/allocations/team-a", json=raised, headers=headers),
+        client.patch(f"/v1/datasets/{ds}/allocations/team-b", json=raised, headers=headers),
+        client.post(
+            f"/v1/datasets/{ds}/allocations",
+            json={"name": "team-c", "budget": {"epsilon": 1.0, "delta": 1e-6}},
+            headers=headers,
+        ),
+        client.post(f"/v1/datasets/{ds}/archive", headers=headers),
+        client.post(
+            "/v1/datasets",
+            json={"name": "fresh", "budget": {"epsilon": 1.0, "delta": 1e-6}},
+            headers=headers,
+        ),
+    ]
+    for r in refused:
+        assert r.status_code == 403, r.text
+        assert "limited to allocations" in r.json()["detail"]
+    assert _state(client, ds) == before
+    assert client.get("/v1/audit").json() == audit
+    r = client.post(
+        f"/v1/datasets/{ds}/charges",
+        json={"mechanism": LAPLACE, "allocation": "team-a"},
+        headers=headers,
+    )
+    assert r.status_code == 201, r.text
+    minted = client.post(
+        "/v1/keys", json={"role": "pipeline", "allocations": ["team-a"]}, headers=headers
+    )
+    assert minted.status_code == 201, minted.text
+
+
 def test_reservations_idempotency_and_dry_runs_with_allocations(client: TestClient) -> None:
     ds = new_dataset(client, budget={"epsilon": 5.0, "delta": 1e-6}, adaptive=False)["id"]
     _alloc(client, ds, "team-a", 0.65)
