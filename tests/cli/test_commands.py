@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import typer.main
 from fastapi.testclient import TestClient
+from privacy_ledger_client import _calls as client_calls
 from typer.testing import CliRunner, Result
 
 from app.accounting.registry import kind_names, mechanism_from_dict, spec
@@ -397,6 +398,23 @@ def test_datasets_list_and_update_refuses_nothing_to_change(run: Cli) -> None:
     assert [d["name"] for d in run.json("datasets")] == ["census"]
     assert "census" in run("datasets").stdout
     assert "nothing to change" in run("datasets", "update", "census", code=1).stderr
+
+
+def test_datasets_list_reads_every_page(run: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listing is the client's ``datasets()``, which pages by ``offset`` until the server's
+    ``total`` (1000 a page; 2 here, so that five datasets take three pages of the real route,
+    archived ones filtered by the server on every page)."""
+    monkeypatch.setattr(client_calls, "DATASET_PAGE", 2)
+    names = [f"d{k}" for k in range(6)]
+    for name in names:
+        _dataset(run, name)
+    run("datasets", "archive", "d3")
+    active = [n for n in names if n != "d3"]
+    assert [d["name"] for d in run.json("datasets")] == active
+    assert [d["name"] for d in run.json("datasets", "--archived", "all")] == names
+    assert [d["name"] for d in run.json("datasets", "--archived", "true")] == ["d3"]
+    listing = run("datasets").stdout
+    assert all(f"│ {n} " in listing for n in active) and "│ d3 " not in listing
 
 
 # --- keys -------------------------------------------------------------------------------------
