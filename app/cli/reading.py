@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import typer
@@ -75,6 +76,95 @@ def _contributions(s: Session, dataset: str) -> dict[str, float]:
     return added
 
 
+UNIT_WORDS = {"day": "day", "week": "ISO week", "month": "month"}
+"""A partition unit in the words of docs/budgets.md (blocks are UTC days, ISO weeks, months)."""
+
+
+@dataclass(frozen=True)
+class _Partition:
+    """What a time-partitioned dataset's tables add (docs/budgets.md): its budget applies to each
+    block, an optional lifetime budget caps the composition of all charges, and ``/budget``
+    summarises the blocks."""
+
+    unit: str
+    lifetime: dict[str, Any] | None
+    blocks: dict[str, Any] | None
+
+    @classmethod
+    def of(
+        cls, unit: str | None, lifetime: dict[str, Any] | None, blocks: dict[str, Any] | None
+    ) -> _Partition | None:
+        """None for a dataset that is not partitioned (no ``unit``)."""
+        return None if unit is None else cls(unit, lifetime, blocks)
+
+
+def _budget_rows(table: Table, budget: dict[str, Any], partition: _Partition | None) -> None:
+    """The budget; on a partitioned dataset, labelled per block, and the lifetime budget."""
+    text = f"epsilon {budget['epsilon']:g}, delta {budget['delta']:g}"
+    if partition is None:
+        table.add_row("budget", text)
+        return
+    unit = UNIT_WORDS.get(partition.unit, partition.unit)
+    table.add_row("budget per block", f"{text} for each {unit} of data (UTC)")
+    life = partition.lifetime
+    table.add_row(
+        "lifetime budget",
+        f"epsilon {life['epsilon']:g}, delta {life['delta']:g} over all charges composed"
+        if life
+        else "none: every block has its own budget (a person in many blocks has no bound "
+        "across them)",
+    )
+
+
+def _spend_rows(
+    table: Table, answer: dict[str, Any], partition: _Partition | None, *, holds: bool
+) -> None:
+    """spent, rho (rho filters), reserved (``holds``: the ``/budget`` answer), remaining and, on
+    a partitioned dataset, the blocks. There ``spent`` composes every charge, and ``remaining``
+    is what the lifetime budget leaves or, with none, a block nobody charged has."""
+    sp, rem = answer["spent"], answer["remaining"]
+    composed = ", all charges composed" if partition is not None else ""
+    table.add_row(
+        "spent",
+        f"epsilon {num(sp['epsilon'])} at delta {sp['delta']:g} ({sp['method']}){composed}",
+    )
+    if partition is None:
+        where = ""
+        left = "after holds (an indication)" if holds else "(an indication; the filter decides)"
+    elif partition.lifetime:
+        where = " of the lifetime budget"
+        left = where.lstrip() + (" after holds" if holds else "") + " (an indication)"
+    else:
+        where = " in a block nobody charged"
+        left = where.lstrip() + " (no lifetime budget)"
+    if uses_rho(answer["filter"]):
+        rule = "" if holds else " (the filter admits while the rho sum fits)"
+        table.add_row("rho", f"{num(sp['rho'])} spent, {num(rem['rho'])} left{where}{rule}")
+    if holds:
+        reserved = answer.get("reserved") or {}
+        table.add_row("reserved", f"{reserved.get('count', 0)} active holds")
+    table.add_row("remaining", f"epsilon {num(rem['epsilon'])} {left}")
+    if partition is not None and partition.blocks is not None:
+        _block_rows(table, partition.blocks)
+
+
+def _block_rows(table: Table, blocks: dict[str, Any]) -> None:
+    """``/budget``'s ``blocks`` summary: blocks charged and exhausted, the most-spent one."""
+    table.add_row(
+        "blocks",
+        f"{blocks['charged_blocks']} charged, {blocks['exhausted_blocks']} exhausted "
+        "(a block nobody charged has its whole budget)",
+    )
+    top = blocks.get("most_spent")
+    table.add_row(
+        "most-spent block",
+        f"{top['block']}: epsilon {num(top['spent']['epsilon'])} spent, "
+        f"{num(top['remaining']['epsilon'])} left" + (" (exhausted)" if top["exhausted"] else "")
+        if top
+        else "none charged yet",
+    )
+
+
 def status(
     dataset: DATASET,
     url: URL = DEFAULT_URL,
@@ -83,7 +173,8 @@ def status(
 ) -> None:
     """Budget, spend, what remains, and what each mechanism kind cost (viewer key). On rho
     filters (zCDP, Gaussian DP) the cost is each kind's rho; on RDP and PLD datasets it is the
-    epsilon each kind added to the spend, read from the ledger."""
+    epsilon each kind added to the spend, read from the ledger. On a partitioned dataset: the
+    budget per block, the lifetime budget and a summary of the blocks."""
     with connect(url, api_key) as s:
         d = s.call(lambda c: c.dataset(dataset)).raw
         rho_based = uses_rho(d["filter"])
@@ -91,29 +182,28 @@ def status(
         added: dict[str, float] | None = None
         if counts and not rho_based and d["entries"] <= CONTRIBUTION_LIMIT:
             added = _contributions(s, d["id"])
+        # a partitioned dataset's blocks are summarised by /budget only (not for --json, which
+        # stays the dataset's answer)
+        blocks = (
+            s.call(lambda c: c.budget(d["id"])).raw.get("blocks")
+            if d.get("partition") and not as_json
+            else None
+        )
     if as_json:
         print_json({**d, "epsilon_added": added} if added is not None else d)
         return
-    b, sp, rem = d["budget"], d["spent"], d["remaining"]
     table = Table(title=f"{d['name']} ({d['id']})", show_header=False)
     table.add_column("what")
     table.add_column("value")
-    table.add_row("budget", f"epsilon {b['epsilon']:g}, delta {b['delta']:g}")
+    unit = (d.get("partition") or {}).get("unit")
+    partition = _Partition.of(unit, d.get("lifetime_budget"), blocks)
+    _budget_rows(table, d["budget"], partition)
     table.add_row(
         "accounting",
         f"{d['accounting']}, {'adaptive' if d['adaptive'] else 'non-adaptive'}; "
         f"filter {d['filter']}",
     )
-    table.add_row(
-        "spent", f"epsilon {num(sp['epsilon'])} at delta {sp['delta']:g} ({sp['method']})"
-    )
-    if rho_based:
-        table.add_row(
-            "rho",
-            f"{num(sp['rho'])} spent, {num(rem['rho'])} left "
-            f"(the filter admits while the rho sum fits)",
-        )
-    table.add_row("remaining", f"epsilon {num(rem['epsilon'])} (an indication; the filter decides)")
+    _spend_rows(table, d, partition, holds=False)
     table.add_row("entries", str(d["entries"]))
     table.add_row("state", state_label(d))
     console.print(table)
@@ -129,8 +219,8 @@ def status(
             by.add_row(kind, str(c["entries"]), str(c["count"]), num(c.get("rho")), share)
     else:
         by = Table(
-            title=f"mechanisms by epsilon added to the spend (at delta {b['delta']:g}, in ledger "
-            "order)"
+            title="mechanisms by epsilon added to the spend "
+            f"(at delta {d['spent']['delta']:g}, in ledger order)"
         )
         for col in ("kind", "entries", "invocations", "epsilon added", "share"):
             by.add_column(col)
@@ -151,27 +241,23 @@ def budget(
     api_key: KEY = None,
     as_json: JSON_OUT = False,
 ) -> None:
-    """Budget, spend, what remains after active reservations, and the entry count (viewer key)."""
+    """Budget, spend, what remains after active reservations, and the entry count (viewer key).
+    On a partitioned dataset: the budget per block, the lifetime budget and a summary of the
+    blocks."""
     with connect(url, api_key) as s:
         b = s.call(lambda c: c.budget(dataset)).raw
     if as_json:
         print_json(b)
         return
-    rho_based = uses_rho(b["filter"])
     table = Table(title=f"budget of {b['name']} ({b['dataset_id']})", show_header=False)
     table.add_column("what")
     table.add_column("value")
-    bud, sp, rem = b["budget"], b["spent"], b["remaining"]
-    table.add_row("budget", f"epsilon {bud['epsilon']:g}, delta {bud['delta']:g}")
+    blocks = b.get("blocks")  # with ``lifetime``: partitioned datasets only
+    unit = blocks.get("unit") if blocks else None
+    partition = _Partition.of(unit, (b.get("lifetime") or {}).get("budget"), blocks)
+    _budget_rows(table, b["budget"], partition)
     table.add_row("filter", f"{b['filter']} ({b['accounting']})")
-    table.add_row(
-        "spent", f"epsilon {num(sp['epsilon'])} at delta {sp['delta']:g} ({sp['method']})"
-    )
-    if rho_based:
-        table.add_row("rho", f"{num(sp['rho'])} spent, {num(rem['rho'])} left")
-    reserved = b.get("reserved") or {}
-    table.add_row("reserved", f"{reserved.get('count', 0)} active holds")
-    table.add_row("remaining", f"epsilon {num(rem['epsilon'])} after holds (an indication)")
+    _spend_rows(table, b, partition, holds=True)
     table.add_row("entries", str(b["entries"]))
     table.add_row("state", state_label(b))
     console.print(table)

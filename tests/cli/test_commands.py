@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import typer.main
 from fastapi.testclient import TestClient
+from privacy_ledger_client import _calls as client_calls
 from typer.testing import CliRunner, Result
 
 from app.accounting.registry import kind_names, mechanism_from_dict, spec
@@ -399,6 +400,23 @@ def test_datasets_list_and_update_refuses_nothing_to_change(run: Cli) -> None:
     assert "nothing to change" in run("datasets", "update", "census", code=1).stderr
 
 
+def test_datasets_list_reads_every_page(run: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listing is the client's ``datasets()``, which pages by ``offset`` until the server's
+    ``total`` (1000 a page; 2 here, so that five datasets take three pages of the real route,
+    archived ones filtered by the server on every page)."""
+    monkeypatch.setattr(client_calls, "DATASET_PAGE", 2)
+    names = [f"d{k}" for k in range(6)]
+    for name in names:
+        _dataset(run, name)
+    run("datasets", "archive", "d3")
+    active = [n for n in names if n != "d3"]
+    assert [d["name"] for d in run.json("datasets")] == active
+    assert [d["name"] for d in run.json("datasets", "--archived", "all")] == names
+    assert [d["name"] for d in run.json("datasets", "--archived", "true")] == ["d3"]
+    listing = run("datasets").stdout
+    assert all(f"│ {n} " in listing for n in active) and "│ d3 " not in listing
+
+
 # --- keys -------------------------------------------------------------------------------------
 
 
@@ -532,6 +550,80 @@ def test_allocations_and_blocks_through_the_cli(run: Cli) -> None:
     # a bad range is refused by the CLI before anything is sent
     assert "FROM:TO" in run("charge", "daily", "--sigma", "5", "--blocks", "2026-11-01:",
                             code=1).stderr  # fmt: skip
+
+
+def _rows(text: str) -> dict[str, str]:
+    """A two-column table's rows: what -> value (the console is wide enough not to fold)."""
+    cells = [line.split("│")[1:3] for line in text.splitlines() if line.count("│") == 3]
+    return {what.strip(): value.strip() for what, value in cells}
+
+
+def test_budget_and_status_of_a_partitioned_dataset(run: Cli) -> None:
+    """The budget of a partitioned dataset applies to each block; spent and remaining are the
+    composition of all charges against the lifetime budget (docs/budgets.md). The tables said
+    "budget epsilon 1" beside a lifetime spend of 1.8 and never showed the lifetime budget or
+    the blocks: now the budget is labelled per block, the lifetime budget (or its absence) and
+    the blocks summary of /budget are shown, and --json stays the server's answer."""
+    run("datasets", "create", "life", "--epsilon", "1", "--delta", "1e-6", "--no-adaptive",
+        "--partition", "day", "--lifetime-epsilon", "3", "--lifetime-delta", "1e-7")  # fmt: skip
+    run("datasets", "create", "free", "--epsilon", "1", "--delta", "1e-6", "--accounting",
+        "zcdp", "--no-adaptive", "--partition", "week")  # fmt: skip
+    laplace, gaussian = ["-m", "laplace", "--epsilon", "0.3"], ["-m", "gaussian", "--sigma", "8"]
+    for name, flags, blocks in (("life", laplace, ("2026-11-20", "2026-11-21", "2026-11-22")),
+                                ("free", gaussian, ("2026-W47", "2026-W48"))):  # fmt: skip
+        for block in (blocks[0], *blocks):  # the first block twice: the most spent
+            run("charge", name, *flags, "--blocks", block)
+    for name in ("life", "free"):
+        assert run.json("budget", name) == run.client.get(f"/v1/datasets/{name}/budget").json()
+        status = run.json("status", name)
+        assert {k: v for k, v in status.items() if k != "epsilon_added"} == run.client.get(
+            f"/v1/datasets/{name}"
+        ).json()
+
+    api = run.client.get("/v1/datasets/life/budget").json()
+    top = api["blocks"]["most_spent"]
+    assert top["block"] == "2026-11-20" and api["lifetime"]["budget"]["epsilon"] == 3.0
+    for command in ("budget", "status"):
+        rows = _rows(run(command, "life").stdout)
+        assert "budget" not in rows  # the per-block budget is never shown as the dataset's
+        assert rows["budget per block"] == "epsilon 1, delta 1e-06 for each day of data (UTC)"
+        assert rows["lifetime budget"] == "epsilon 3, delta 1e-07 over all charges composed"
+        assert rows["spent"].startswith(
+            f"epsilon {common.num(api['spent']['epsilon'])} at delta 1e-07 "
+        ) and rows["spent"].endswith("all charges composed")
+        assert rows["remaining"].startswith(
+            f"epsilon {common.num(api['remaining']['epsilon'])} of the lifetime budget"
+        )
+        assert rows["blocks"].startswith("3 charged, 0 exhausted")
+        assert rows["most-spent block"] == (
+            f"2026-11-20: epsilon {common.num(top['spent']['epsilon'])} spent, "
+            f"{common.num(top['remaining']['epsilon'])} left"
+        )
+
+    api = run.client.get("/v1/datasets/free/budget").json()
+    assert api["lifetime"]["budget"] is None
+    for command in ("budget", "status"):
+        rows = _rows(run(command, "free").stdout)
+        assert rows["budget per block"] == (
+            "epsilon 1, delta 1e-06 for each ISO week of data (UTC)"
+        )
+        assert rows["lifetime budget"].startswith("none: every block has its own budget")
+        # with no lifetime budget, what remains is a fresh block's whole budget (the API's)
+        assert rows["remaining"] == (
+            f"epsilon {common.num(api['remaining']['epsilon'])} in a block nobody charged "
+            "(no lifetime budget)"
+        )
+        assert rows["rho"].startswith(f"{common.num(api['spent']['rho'])} spent, ")
+        assert "left in a block nobody charged" in rows["rho"]
+        assert rows["blocks"].startswith("2 charged, 0 exhausted")
+        assert rows["most-spent block"].startswith("2026-W47: epsilon ")
+
+    # a dataset that is not partitioned keeps its plain rows
+    _dataset(run, "plain", "--no-adaptive")
+    for command in ("budget", "status"):
+        rows = _rows(run(command, "plain").stdout)
+        assert rows["budget"] == "epsilon 1, delta 1e-06"
+        assert not {"budget per block", "lifetime budget", "blocks"} & set(rows)
 
 
 def test_archive_and_unarchive_through_the_cli(run: Cli) -> None:

@@ -283,3 +283,87 @@ def test_async_client_exports_like_the_sync_one() -> None:
     assert asyncio.run(export()) == len(lines) and out.getvalue() == lines
     assert len(script.requests) == 2
     assert dict(script.requests[-1].url.params) == {"format": "jsonl", "kind": "laplace"}
+
+
+# --- listing every dataset (GET /v1/datasets, paged by offset) ------------------------------
+
+
+class PagedDatasets:
+    """``GET /v1/datasets`` as the server answers it: by name, ``limit`` (default and most
+    1000) from ``offset``, with ``total`` beside them. ``total`` may be overstated, to play a
+    server whose datasets were archived between pages, and left out, to play an older one."""
+
+    def __init__(self, n: int, total: int | None = None, with_total: bool = True) -> None:
+        self.items = [{**DATASET, "id": f"ds_{k}", "name": f"d{k:04d}"} for k in range(n)]
+        self.total = n if total is None else total
+        self.with_total = with_total
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        limit = min(int(request.url.params.get("limit", 1000)), 1000)
+        offset = int(request.url.params.get("offset", 0))
+        page: dict[str, Any] = {"datasets": self.items[offset : offset + limit]}
+        if self.with_total:
+            page["total"] = self.total
+        return _json(200, page)
+
+
+def test_datasets_reads_every_page_up_to_the_total() -> None:
+    """1003 datasets: the listing returned the first page only (1000, the server's default
+    limit) and d1002 disappeared, although ``datasets()`` promises every dataset."""
+    server = PagedDatasets(1003)
+    with LedgerClient("http://ledger.test", "k", transport=httpx.MockTransport(server)) as c:
+        got = c.datasets(archived="all")
+    assert [d.name for d in got] == [d["name"] for d in server.items]
+    assert [dict(r.url.params) for r in server.requests] == [
+        {"archived": "all", "offset": "0", "limit": "1000"},
+        {"archived": "all", "offset": "1000", "limit": "1000"},
+    ]
+
+
+def test_async_datasets_reads_every_page_like_the_sync_one() -> None:
+    server = PagedDatasets(2500)
+
+    async def listing() -> list[Dataset]:
+        async with AsyncLedgerClient(
+            "http://ledger.test", "k", transport=httpx.MockTransport(server)
+        ) as c:
+            return await c.datasets()
+
+    got = asyncio.run(listing())
+    assert len(got) == 2500 and got[-1].name == "d2499"
+    assert [r.url.params["offset"] for r in server.requests] == ["0", "1000", "2000"]
+    assert "archived" not in server.requests[0].url.params
+
+
+@pytest.mark.parametrize(
+    ("server", "requests"),
+    [
+        (PagedDatasets(0), 1),  # nothing to list: one request
+        (PagedDatasets(1000), 1),  # exactly one full page: the total says it is the last
+        (PagedDatasets(1003, total=5000), 3),  # the total overstated: an empty page ends it
+        (PagedDatasets(1003, with_total=False), 2),  # no total (older server): a short page
+        (PagedDatasets(2000, with_total=False), 3),  # ... or an empty one
+    ],
+)
+def test_datasets_paging_ends(server: PagedDatasets, requests: int) -> None:
+    with LedgerClient("http://ledger.test", "k", transport=httpx.MockTransport(server)) as c:
+        got = c.datasets()
+    assert len(got) == len(server.items) and len(server.requests) == requests
+
+
+def test_datasets_paging_retries_a_page_and_lists_a_shifted_dataset_once() -> None:
+    """A page is a read, retried as any; a dataset created meanwhile before the offset shifts
+    the names, so the next page repeats the last one seen: it is listed once."""
+    first = [{**DATASET, "id": f"ds_{k}", "name": f"d{k:04d}"} for k in range(1000)]
+    second = [first[-1], {**DATASET, "id": "ds_new", "name": "e"}]
+    script = Script(
+        _json(200, {"datasets": first, "total": 1001}),
+        _json(503, {"detail": "busy"}),
+        _json(200, {"datasets": second, "total": 1002}),
+    )
+    with _client(script) as c:
+        got = c.datasets()
+    assert [d.id for d in got] == [d["id"] for d in first] + ["ds_new"]
+    assert [r.url.params["offset"] for r in script.requests] == ["0", "1000", "1000"]

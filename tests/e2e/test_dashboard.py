@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -511,3 +512,64 @@ def test_csv_download_sends_the_key_and_saves_the_answer(world: dict[str, Any]) 
     assert len(seen) == 1
     assert seen[0]["authorization"] == f"Bearer {world['viewer']}"
     assert "format=csv" in seen[0]["url"] and "kind=gaussian" in seen[0]["url"]
+
+
+def test_overview_reads_every_page_of_the_listing(tmp_path: Path) -> None:
+    """GET /v1/datasets answers one page (at most 1000 by name) with ``total`` beside it; the
+    overview read one page, so with 1003 datasets the 1003rd had no card. Here the listing's
+    pages are made 2 long (the page's requests go to the real server with ``limit`` at most
+    2), so six datasets, one archived, take pages the page must read by ``offset``."""
+    executable = _browser_path()
+    from playwright.sync_api import Route
+
+    asked: list[dict[str, str]] = []
+
+    def small_pages(route: Route) -> None:
+        url = httpx.URL(route.request.url)
+        asked.append(dict(url.params))
+        limit = min(int(url.params.get("limit", 1000)), 2)
+        route.continue_(url=str(url.copy_set_param("limit", limit)))
+
+    with running(f"sqlite:///{tmp_path / 'e2e.db'}", ADMIN_KEY) as server:
+        with httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120
+        ) as api:
+            ids = {}
+            for k in range(6):
+                r = api.post(
+                    "/v1/datasets",
+                    json={"name": f"d{k}", "budget": {"epsilon": 1.0, "delta": 1e-6}},
+                )
+                assert r.status_code == 201, r.text
+                ids[f"d{k}"] = r.json()["id"]
+            assert api.post(f"/v1/datasets/{ids['d3']}/archive").status_code == 200
+            assert api.get("/v1/datasets", params={"limit": 2}).json()["total"] == 5
+        problems: list[str] = []
+        with dashboard_page(executable, problems) as page:
+            page.route(re.compile(r"/v1/datasets(\?.*)?$"), small_pages)
+            sign_in(page, server.url, ADMIN_KEY)
+            active = [n for n in ids if n != "d3"]
+            page.wait_for_function(
+                "() => document.querySelectorAll('#dataset-list li.card').length === 5"
+            )
+            shown = page.locator("#dataset-list li.card").evaluate_all(
+                "cards => cards.map((c) => c.dataset.dataset)"
+            )
+            assert shown == [ids[n] for n in active]
+            assert page.locator("#status").inner_text() == "5 datasets"
+            assert [a.get("offset") for a in asked] == ["0", "2", "4"]
+            asked.clear()
+            page.check("#show-archived")
+            page.wait_for_function(
+                "() => document.querySelectorAll('#dataset-list li.card').length === 6"
+            )
+            shown = page.locator("#dataset-list li.card").evaluate_all(
+                "cards => cards.map((c) => c.dataset.dataset)"
+            )
+            assert shown == list(ids.values())
+            assert [(a.get("offset"), a.get("archived")) for a in asked] == [
+                ("0", "all"),
+                ("2", "all"),
+                ("4", "all"),
+            ]
+        assert problems == [], problems

@@ -149,14 +149,34 @@
 
   // ---- overview ---------------------------------------------------------------------------
 
+  // GET /v1/datasets answers one page (at most this many, by name) with `total` beside it
+  const DATASET_PAGE = 1000;
+  // every dataset the key may see: page after page by `offset` until the server's `total` (a
+  // server without one: until a short page), stopping at an empty page; a dataset a shifted
+  // page repeats (one was created meanwhile) is kept once
+  async function allDatasets(archived) {
+    const found = new Map();
+    let offset = 0;
+    for (;;) {
+      const q = new URLSearchParams({ offset: String(offset), limit: String(DATASET_PAGE) });
+      if (archived) q.set("archived", archived);
+      const page = await api(`/v1/datasets?${q}`);
+      const items = page.datasets || [];
+      for (const d of items) if (!found.has(d.id)) found.set(d.id, d);
+      offset += items.length;
+      const last = typeof page.total === "number" ? offset >= page.total : items.length < DATASET_PAGE;
+      if (last || !items.length) return [...found.values()];
+    }
+  }
+
   async function renderOverview() {
     const c = await capabilities();
     const showArchived = $("show-archived").checked;
     $("archived-toggle").hidden = false;
-    const data = await api(showArchived ? "/v1/datasets?archived=all" : "/v1/datasets");
+    const all = await allDatasets(showArchived ? "all" : null);
     const list = $("dataset-list");
     list.replaceChildren();
-    const datasets = data.datasets.filter((d) => showArchived || !d.archived);
+    const datasets = all.filter((d) => showArchived || !d.archived);
     if (!datasets.length) {
       list.appendChild(html("li", { class: "muted" }, "No datasets yet. An admin creates them with POST /v1/datasets or `privacy-ledger datasets create`."));
     }

@@ -10,7 +10,7 @@ from typing import Any, TextIO, TypeVar
 import httpx
 
 from privacy_ledger_client import _calls as calls
-from privacy_ledger_client._calls import Call, Delivery
+from privacy_ledger_client._calls import Call, Delivery, Plan
 from privacy_ledger_client._config import Endpoint, read_answer
 from privacy_ledger_client._errors import TransportError, add_note, stream_failure
 from privacy_ledger_client._models import (
@@ -122,6 +122,16 @@ class AsyncLedgerClient:
             await asyncio.sleep(self.retry.delay(attempt, response))
             attempt += 1
 
+    async def _run(self, plan: Plan[T]) -> T:
+        """As ``LedgerClient._run``."""
+        call = next(plan)
+        while True:
+            try:
+                call = plan.send(await self.send(call))
+            except StopIteration as done:
+                result: T = done.value
+                return result
+
     async def _stream(self, call: Call[Any], write: Callable[[str], object]) -> int:
         """As ``LedgerClient._stream``."""
         attempt = 0
@@ -171,7 +181,7 @@ class AsyncLedgerClient:
 
     async def datasets(self, archived: str | None = None) -> list[Dataset]:
         """As ``LedgerClient.datasets``."""
-        return await self.send(calls.datasets(archived))
+        return await self._run(calls.datasets(archived))
 
     async def dataset(self, dataset: str) -> Dataset:
         """As ``LedgerClient.dataset``."""

@@ -3,15 +3,17 @@
 The sync and async clients share these descriptions and differ only in how they send them, so
 an operation is written once. A call is built once per logical request and reused across its
 retries: a charge's ``Idempotency-Key`` is chosen here, so every attempt carries the same one.
+An operation of several requests (reading every page of a listing) is a ``Plan``: a generator
+that yields each call and is sent its answer, driven by either client's ``run``.
 """
 
 from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 from urllib.parse import quote
 
 from privacy_ledger_client._models import (
@@ -25,6 +27,7 @@ from privacy_ledger_client._models import (
     ChargeBatch,
     Composition,
     Dataset,
+    DatasetPage,
     DryRun,
     LedgerPage,
     M,
@@ -59,6 +62,11 @@ class Call(Generic[T]):
     headers: Mapping[str, str] | None = None
     ok: frozenset[int] = frozenset({200, 201})
     delivery: Delivery = Delivery.SAFE
+
+
+Plan: TypeAlias = Generator[Call[Any], Any, T]
+"""Several requests as one operation: the generator yields each ``Call``, is sent its typed
+answer, and returns the result. Errors and retries are the sending client's, per call."""
 
 
 def _seg(ref: str) -> str:
@@ -100,9 +108,29 @@ def compose(
 # --- datasets ---------------------------------------------------------------------------------
 
 
-def datasets(archived: str | None = None) -> Call[list[Dataset]]:
-    params = {"archived": archived} if archived is not None else None
-    return Call("GET", "/v1/datasets", _many(Dataset, "datasets"), params=params)
+DATASET_PAGE = 1000
+"""Datasets per request when listing them all (the server's largest ``limit``)."""
+
+
+def dataset_page(archived: str | None, offset: int, limit: int) -> Call[DatasetPage]:
+    params = _drop_none({"archived": archived, "offset": offset, "limit": limit})
+    return Call("GET", "/v1/datasets", _one(DatasetPage), params=params)
+
+
+def datasets(archived: str | None = None) -> Plan[list[Dataset]]:
+    """Every dataset, one page after another by name, until the server's ``total`` is reached
+    (without ``total``: until a short page), stopping early at an empty page. A dataset met
+    twice (a dataset created meanwhile shifted the names between pages) is listed once."""
+    found: dict[str, Dataset] = {}
+    offset = 0
+    while True:  # each page is non-empty, so this ends once the offset passes the total
+        page: DatasetPage = yield dataset_page(archived, offset, DATASET_PAGE)
+        for d in page.datasets:
+            found.setdefault(d.id, d)
+        offset += len(page.datasets)
+        last = len(page.datasets) < DATASET_PAGE if page.total is None else offset >= page.total
+        if last or not page.datasets:
+            return list(found.values())
 
 
 def dataset(ref: str) -> Call[Dataset]:

@@ -95,6 +95,14 @@ class Dataset(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
+class DatasetPage(Model):
+    """One page of ``GET /v1/datasets`` (by name); ``total`` counts every page's datasets."""
+
+    datasets: list[Dataset]
+    total: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Reserved(Model):
     """Budget held by active reservations."""
 
@@ -466,6 +474,7 @@ __all__ = [
     "ChargeBatch",
     "Composition",
     "Dataset",
+    "DatasetPage",
     "DryRun",
     "LedgerEntry",
     "LedgerPage",

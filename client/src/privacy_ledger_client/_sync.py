@@ -10,7 +10,7 @@ from typing import Any, TextIO, TypeVar
 import httpx
 
 from privacy_ledger_client import _calls as calls
-from privacy_ledger_client._calls import Call, Delivery
+from privacy_ledger_client._calls import Call, Delivery, Plan
 from privacy_ledger_client._config import Endpoint, read_answer
 from privacy_ledger_client._errors import TransportError, add_note, stream_failure
 from privacy_ledger_client._models import (
@@ -126,6 +126,17 @@ class LedgerClient:
             time.sleep(self.retry.delay(attempt, response))
             attempt += 1
 
+    def _run(self, plan: Plan[T]) -> T:
+        """Carry out a ``Plan``: send each call it yields (as ``send`` does) and hand it the
+        answer, until it returns its result."""
+        call = next(plan)
+        while True:
+            try:
+                call = plan.send(self.send(call))
+            except StopIteration as done:
+                result: T = done.value
+                return result
+
     def _stream(self, call: Call[Any], write: Callable[[str], object]) -> int:
         """Send ``call`` and pass its answer's text to ``write`` chunk by chunk as it arrives;
         the number of characters written. Retried as ``send`` is until the first chunk is
@@ -176,9 +187,10 @@ class LedgerClient:
     # -- datasets --
 
     def datasets(self, archived: str | None = None) -> list[Dataset]:
-        """Every dataset this key may see, with its spend; archived ones are left out unless
-        ``archived`` is "true" (only them) or "all"."""
-        return self.send(calls.datasets(archived))
+        """Every dataset this key may see, with its spend, by name; archived ones are left out
+        unless ``archived`` is "true" (only them) or "all". Read a page of 1000 at a time until
+        the server's ``total`` is reached."""
+        return self._run(calls.datasets(archived))
 
     def dataset(self, dataset: str) -> Dataset:
         """One dataset (by id or name) with its spend."""
