@@ -161,7 +161,9 @@ def _verify_here(database_url: str, rebuild: bool, quiet: bool) -> dict[str, Any
     try:
         listed: list[tuple[str, str, int]] = []
         while True:
-            page = dataset_service.list_datasets(db, SYSTEM, limit=1000, offset=len(listed))
+            page = dataset_service.list_datasets(  # archived ones too: their totals count
+                db, SYSTEM, limit=1000, offset=len(listed), archived="all"
+            )
             listed += [(d.id, d.name, d.entries) for d in page.datasets]
             if not page.datasets or len(listed) >= page.total:
                 break

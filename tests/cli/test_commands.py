@@ -487,6 +487,18 @@ def test_verify_here_and_on_the_server(run: Cli, db_url: str) -> None:
     assert "all totals match the ledger" in run("verify", "--database-url", db_url).stdout
 
 
+def test_verify_here_checks_archived_datasets_too(run: Cli, db_url: str) -> None:
+    """An archived dataset keeps its ledger and totals: verify (here, as on the server) checks
+    them; it listed only the datasets that are not archived."""
+    _dataset(run)
+    run("charge", "census", "-m", "gaussian", "--sigma", "30")
+    assert run.client.post("/v1/datasets/census/archive").status_code == 200
+    here = run.json("verify", "--database-url", db_url)
+    remote = run.json("verify", "--server")
+    assert [d["name"] for d in here["datasets"]] == [d["name"] for d in remote["datasets"]]
+    assert [d["entries"] for d in here["datasets"]] == [1]
+
+
 # --- budget structures (issue 15) -------------------------------------------------------------
 
 
