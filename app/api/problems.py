@@ -48,6 +48,15 @@ class BudgetProblem(Problem):
     requested: dict[str, Any] | None = None
     would_spend: dict[str, Any] | None = None
     dry_run: bool = False
+    # budget structures (docs/budgets.md): which limit refused, the blocks over their budget,
+    # the allocation's budget and spend, a partitioned dataset's lifetime budget
+    limit: str | None = None
+    limits: list[str] | None = None
+    blocks: dict[str, str] | None = None
+    blocks_exceeded: list[str] | None = None
+    allocation_blocks_exceeded: list[str] | None = None
+    allocation: dict[str, Any] | None = None
+    lifetime_budget: dict[str, Any] | None = None
 
 
 _BY_STATUS: dict[int, type[ProblemError]] = {

@@ -531,6 +531,13 @@ def refusal(st: DatasetState, ask: Ask, dry: Decision, *, dry_run: bool = False)
         requested=answers.requested(st, ask.wire, ask.curve).model_dump(mode="json"),
         would_spend=answers.spent(st, dry.after, dry.spend_after).model_dump(mode="json"),
         dry_run=dry_run,
+        # a partitioned dataset's `spent` composes all its charges: beside its per-block
+        # `budget`, the lifetime budget that caps that composition
+        **(
+            {"lifetime_budget": lb.model_dump(mode="json")}
+            if (lb := answers.lifetime_budget(st))
+            else {}
+        ),
     )
 
 

@@ -118,6 +118,9 @@ def test_a_charge_above_what_remains_after_holds_is_refused(client: TestClient) 
         json={"mechanism": {"mechanism": "laplace", "epsilon": 1.0}, **body},
     )
     assert refused.status_code == 409 and refused.json()["limit"] == "lifetime"
+    # the 409's spent composes all charges: the lifetime budget is beside the per-block one
+    assert refused.json()["lifetime_budget"] == {"epsilon": 2.0, "delta": 1e-6}
+    assert refused.json()["budget"] == {"epsilon": 1.0, "delta": 1e-5}
     # pure-DP entries: the spend is at most their sum, so what remains after the holds fits
     fits = client.post(
         f"{u}/charges",
