@@ -240,21 +240,32 @@ def tally_spent(t: Tally, curve: PrivacyCurve | None = None, sp: Spend | None = 
     )
 
 
-def _reserved(t: Tally) -> r.Reserved | None:
-    held = t.held.total()
-    return None if held is None else r.Reserved(rho=finite_or_none(held.rho), count=t.held.count)
-
-
 def tally_view(t: Tally, dry: DryRun | None = None) -> dict[str, Any]:
-    """spent / remaining / exhausted / entries / reserved of a tally (after ``dry``, if given)."""
+    """spent / remaining / exhausted / entries / reserved of a tally (after ``dry``, if given).
+    As a dataset's view: ``remaining`` is what is left after the active holds (the admission
+    counts them), ``reserved.epsilon`` the spend with them minus the spend without; one more
+    conversion for a tally with holds."""
     curve, sp = (t.committed, t.spent) if dry is None else (dry.after, dry.spend_after)
-    left = t.filter.remaining(curve, sp)
+    held = t.held.total()
+    reserved = None
+    total, sp_held = curve, sp
+    if held is not None:
+        total = curve + held
+        sp_held = t.filter.spend(total)
+        if sp_held.epsilon < sp.epsilon:
+            sp_held = dataclasses.replace(sp_held, epsilon=sp.epsilon)
+        reserved = r.Reserved(
+            rho=finite_or_none(held.rho),
+            count=t.held.count,
+            epsilon=max(0.0, sp_held.epsilon - sp.epsilon),
+        )
+    left = t.filter.remaining(total, sp_held)
     return {
         "spent": tally_spent(t, curve, sp),
         "remaining": r.Remaining(epsilon=left.epsilon, delta=left.delta, rho=left.rho),
         "exhausted": t.filter.exhausted(curve, sp),
         "entries": t.entry_count + (dry is not None),
-        "reserved": _reserved(t),
+        "reserved": reserved,
     }
 
 

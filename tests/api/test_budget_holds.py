@@ -134,3 +134,36 @@ def test_a_refusal_states_the_figure_compared_with_holds(
         assert figure > bound
     else:
         assert figure > 1.0
+
+
+def test_allocation_and_block_views_count_their_holds(client: TestClient) -> None:
+    """An allocation's and a block's `remaining` is after their active holds, as the dataset's
+    is and as their admission counts them: a commit leaves it where the hold put it, and the
+    spend grows by `reserved.epsilon` (they reported `remaining` without the holds)."""
+    ds = new_dataset(client, accounting="rdp", adaptive=False, partition={"unit": "day"})
+    url = f"/v1/datasets/{ds['id']}"
+    team = {"name": "team", "budget": {"epsilon": 0.8, "delta": 1e-6}}
+    assert client.post(f"{url}/allocations", json=team).status_code == 201
+    day = {"from": "2026-11-02", "to": "2026-11-02"}
+    g = {"mechanism": "gaussian", "sigma": 9.0}
+    body = {"mechanism": g, "allocation": "team", "blocks": day}
+    assert client.post(f"{url}/charges", json=body).status_code == 201
+
+    def views() -> tuple[dict[str, Any], dict[str, Any]]:
+        a = client.get(f"{url}/allocations/team").json()
+        b = client.get(f"{url}/blocks", params={"from": day["from"], "to": day["to"]}).json()
+        return a, b["blocks"][0]
+
+    before = views()
+    hold = client.post(f"{url}/reservations", json={**body, "ttl_seconds": 600})
+    assert hold.status_code == 201, hold.text
+    held = views()
+    for b, h in zip(before, held, strict=True):
+        assert h["remaining"]["epsilon"] < b["remaining"]["epsilon"]
+        assert h["reserved"]["count"] == 1 and h["reserved"]["epsilon"] > 0.0
+    assert client.post(f"/v1/reservations/{hold.json()['id']}/commit").status_code == 200
+    after = views()
+    for b, h, a in zip(before, held, after, strict=True):
+        assert abs(a["remaining"]["epsilon"] - h["remaining"]["epsilon"]) <= 1e-12
+        growth = a["spent"]["epsilon"] - b["spent"]["epsilon"]
+        assert abs(growth - h["reserved"]["epsilon"]) <= 1e-12
