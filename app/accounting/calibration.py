@@ -21,7 +21,7 @@ from scipy import optimize
 from app.accounting import mechanisms as mech
 from app.accounting import registry
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import RHO_FILTERS, Budget, Filter, FilterKind
+from app.accounting.filters import RHO_FILTERS, Budget, Filter, FilterKind, with_holds_bound
 from app.accounting.orders import ORDERS
 
 
@@ -484,12 +484,18 @@ class FilterFit:
 
     filter: Filter
     total: PrivacyCurve
+    additions: int = 1  # active holds + 1: admission's bound on every order of commits
+
+    def _with(self, curve: PrivacyCurve) -> PrivacyCurve:
+        """The total and the candidate as admission checks them (``with_holds_bound``: the same
+        additions, so that an answer on the edge is admitted by the charge's own check)."""
+        return with_holds_bound(self.total, None, curve, self.additions)
 
     def __call__(self, curve: PrivacyCurve) -> bool:
-        return self.filter.admits(self.total + curve)
+        return self.filter.admits(self._with(curve))
 
     def margin(self, curve: PrivacyCurve) -> float:
-        combined = self.total + curve
+        combined = self._with(curve)
         f = self.filter
         if f.kind in RHO_FILTERS:
             if f.kind is FilterKind.GDP and not combined.gaussian_only:
@@ -506,7 +512,7 @@ class FilterFit:
     def orders(self, curve: PrivacyCurve) -> tuple[float, ...]:
         if self.filter.kind in RHO_FILTERS:
             return ()
-        order = self.filter.spend(self.total + curve).order
+        order = self.filter.spend(self._with(curve)).order
         return () if order is None else (order,)
 
 
@@ -554,9 +560,10 @@ def filter_fits(
     return FilterFit(Filter(kind, Budget(epsilon_budget, delta_budget), rho_bound), total)
 
 
-def fits_under(f: Filter, total: PrivacyCurve) -> FilterFit:
-    """The ``Fits`` of a dataset under ``Filter`` ``f`` whose ledger (with holds) is ``total``."""
-    return FilterFit(f, total)
+def fits_under(f: Filter, total: PrivacyCurve, holds: int = 0) -> FilterFit:
+    """The ``Fits`` of a dataset under ``Filter`` ``f`` whose ledger with its ``holds`` active
+    holds composes to ``total`` (committed + held, in that order)."""
+    return FilterFit(f, total, holds + 1)
 
 
 __all__ = [

@@ -90,6 +90,26 @@ class PrivacyCurve:
             delta=min(1.0, mul_up(self.delta, float(count))),
         )
 
+    def reorder_bound(self, additions: int) -> PrivacyCurve:
+        """An upper bound on this sum added up in any other order, when it has ``additions``
+        more terms than a fixed base (a ledger whose active holds may be committed in any order
+        after a charge was admitted with them): each ``__add__`` rounds up by at most one part
+        in 2^52, so any order of ``additions`` additions is at most the exact sum times
+        (1 + 2^-52)^additions <= 1 + (additions + 1) 2^-52 (for additions < 2^26), and this sum
+        is at least the exact one. The identity for ``additions`` <= 0."""
+        if additions <= 0:
+            return self
+        factor = 1.0 + (min(additions, 2**26) + 1) * 2.0**-52
+        if additions > 2**26:
+            factor = 1.0 + 2.0**-20  # far beyond any count of holds; still an upper bound
+        return PrivacyCurve(
+            rho=mul_up(self.rho, factor),
+            rdp=mul_up(self.rdp, factor),
+            pure_eps=mul_up(self.pure_eps, factor),
+            gaussian_only=self.gaussian_only,
+            delta=min(1.0, mul_up(self.delta, factor)),
+        )
+
     def is_finite(self) -> bool:
         """Whether the RDP curve and rho are finite (pure_eps may be infinite)."""
         return bool(np.isfinite(self.rdp).all()) and math.isfinite(self.rho)

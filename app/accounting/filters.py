@@ -533,22 +533,31 @@ class Filter:
         return self._within(total, lambda: self.spend(total))
 
     def dry_run(
-        self, committed: PrivacyCurve, held: PrivacyCurve | None, new: PrivacyCurve
+        self,
+        committed: PrivacyCurve,
+        held: PrivacyCurve | None,
+        new: PrivacyCurve,
+        additions: int = 1,
     ) -> DryRun:
         """May ``new`` be charged to a ledger composing to ``committed`` with active holds
         ``held``? Admission is decided on (committed + held) + new, in that order: the sum the
         views' ``remaining`` starts from and a calibration adds its candidate to (rounded
         additions are not associative, and a calibrated answer on the edge was one ulp over
-        (committed + new) + held). The spend reported is that of ``after`` = committed + new.
-        At most one conversion when there are no holds (the rho filters need none for
-        admission; the RDP filters use the reported spend for both).
+        (committed + new) + held). ``additions``: the terms that may reach the ledger in
+        another order than this sum's (the new entry, each active hold, or each part of a batch
+        charged as one), each a rounded addition: with more than one, admission checks an upper
+        bound on every order (``with_holds_bound``), so that no order of commits leaves the
+        stored ledger above the budget (a random search found one ulp over). The spend reported
+        is that of ``after`` = committed + new. At most one conversion when there are no holds
+        (the rho filters need none for admission; the RDP filters use the reported spend for
+        both).
         """
         after = committed + new
         spend_after = self.spend(after)
-        if held is None:
+        if held is None and additions <= 1:
             admitted = self._within(after, lambda: spend_after)
         else:
-            everything = (committed + held) + new
+            everything = with_holds_bound(committed, held, new, additions)
             admitted = self._within(everything, lambda: self.spend(everything))
         return DryRun(admitted=admitted, after=after, spend_after=spend_after)
 
@@ -610,6 +619,18 @@ def _budgetless(kind: FilterKind) -> _Rule:
     return _RULES[kind]
 
 
+def with_holds_bound(
+    committed: PrivacyCurve, held: PrivacyCurve | None, new: PrivacyCurve, additions: int
+) -> PrivacyCurve:
+    """What admission checks for ``new`` beside active holds summing to ``held``:
+    (committed + held) + new, raised to bound every order in which its ``additions`` terms (the
+    new entry or its parts, and the holds) may reach the ledger (``PrivacyCurve.reorder_bound``;
+    a calibration adds its candidate to committed + held the same way)."""
+    base = committed if held is None else committed + held
+    total = base + new
+    return total if additions <= 1 else total.reorder_bound(additions)
+
+
 def spend(kind: FilterKind, curve: PrivacyCurve, delta: float) -> Spend:
     """The epsilon at ``delta`` that filter ``kind`` guarantees for composed ``curve``
     (``Filter.spend_at``; kinds with stored parameters need their ``Filter``)."""
@@ -666,4 +687,5 @@ __all__ = [
     "spend",
     "spend_delta",
     "union_bound_epsilon",
+    "with_holds_bound",
 ]

@@ -34,7 +34,7 @@ from app import observability
 from app import responses as r
 from app.accounting import pld_mechanisms
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import RHO_FILTERS, DryRun, Spend
+from app.accounting.filters import RHO_FILTERS, DryRun, Spend, with_holds_bound
 from app.accounting.mechanisms import Mechanism
 from app.accounting.pld import Pld
 from app.accounting.pld_filter import PldFilter
@@ -305,7 +305,7 @@ def decide(st: DatasetState, ask: Ask) -> Decision:
 
 def _decide_dataset(st: DatasetState, ask: Ask) -> Decision:
     if not st.is_pld:
-        dry = st.filter.dry_run(st.committed, st.held_curve, ask.curve)
+        dry = st.filter.dry_run(st.committed, st.held_curve, ask.curve, st.held.count + 1)
         return Decision(dry.admitted, dry.after, dry.spend_after)
     assert st.pld is not None
     new = entry_pld(st, ask.wire)
@@ -400,7 +400,7 @@ def decide_structures(st: DatasetState, ask: Ask) -> Decision:
     else:
         after = st.committed + ask.curve
         if st.lifetime is not None:
-            life = st.lifetime.dry_run(st.committed, st.held_curve, ask.curve)
+            life = st.lifetime.dry_run(st.committed, st.held_curve, ask.curve, st.held.count + 1)
             base = Decision(life.admitted, life.after, life.spend_after)
             if not life.admitted:
                 limits.append("lifetime")
@@ -507,7 +507,11 @@ def refusal(st: DatasetState, ask: Ask, dry: Decision, *, dry_run: bool = False)
     charge alone, as a charge would report it)."""
     f, b = st.filter, st.budget
     held = None if st.is_pld else st.held_curve
-    compared = dry.after if held is None else (st.committed + held) + ask.curve
+    compared = (
+        dry.after
+        if held is None
+        else with_holds_bound(st.committed, held, ask.curve, st.held.count + 1)
+    )
     if f.kind in RHO_FILTERS:
         detail = (
             f"refused: rho would reach {compared.rho:.6g} (with active reservations "

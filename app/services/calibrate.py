@@ -153,18 +153,22 @@ def _structure_fits(st: DatasetState, ask: admission.Ask) -> Fits:
     errs toward more noise."""
     t = ask.target
     fits = []
+    holds = st.held.count
     if st.partition_unit is None:
-        fits.append(fits_under(st.filter, _with_holds(st.committed, st.held_curve)))
+        fits.append(fits_under(st.filter, _with_holds(st.committed, st.held_curve), holds))
     elif st.lifetime is not None:
-        fits.append(fits_under(st.lifetime, _with_holds(st.committed, st.held_curve)))
+        fits.append(fits_under(st.lifetime, _with_holds(st.committed, st.held_curve), holds))
     if t is not None:
         for group in (t.blocks, t.allocation_blocks):
             if group:
                 curves = [_with_holds(b.committed, b.held.total()) for b in group]
-                fits.append(fits_under(group[0].filter, envelope(curves)))
+                most = max(b.held.count for b in group)
+                fits.append(fits_under(group[0].filter, envelope(curves), most))
         a = t.allocation
         if a is not None and st.partition_unit is None:
-            fits.append(fits_under(a.filter, _with_holds(a.committed, a.held.total())))
+            fits.append(
+                fits_under(a.filter, _with_holds(a.committed, a.held.total()), a.held.count)
+            )
     return fits[0] if len(fits) == 1 else AllFit(tuple(fits))
 
 

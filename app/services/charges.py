@@ -150,7 +150,8 @@ def translate_dp_event(event: dict[str, Any]) -> list[Mechanism]:
 def _whole(st: DatasetState, asks: list[admission.Ask], whole: admission.Ask) -> admission.Decision:
     """Would all ``asks`` fit together? One dry run of their composition."""
     if not st.is_pld:
-        dry = st.filter.dry_run(st.committed, st.held_curve, whole.curve)
+        # the parts are appended one by one, and holds may commit in any order
+        dry = st.filter.dry_run(st.committed, st.held_curve, whole.curve, st.held.count + len(asks))
         return admission.Decision(dry.admitted, dry.after, dry.spend_after)
     assert st.pld is not None
     new = functools.reduce(Pld.compose, [admission.entry_pld(st, a.wire) for a in asks])

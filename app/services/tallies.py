@@ -101,7 +101,7 @@ class Tally:
 
     def dry_run(self, curve: PrivacyCurve) -> DryRun:
         """Would ``curve`` fit in this tally (its active holds counted as spent)?"""
-        return self.filter.dry_run(self.committed, self.held.total(), curve)
+        return self.filter.dry_run(self.committed, self.held.total(), curve, self.held.count + 1)
 
     def record(self, after: PrivacyCurve, spend_after: Spend) -> None:
         """A charge was appended: the tally becomes ``after``, spending ``spend_after``."""

@@ -106,7 +106,9 @@ def test_a_calibrated_answer_on_the_edge_is_admitted_with_holds(client: TestClie
     cal = client.get(f"{url}/calibrate", params={"mechanism": "pure_dp"})
     assert cal.status_code == 200, cal.text
     mechanism = cal.json()["mechanism"]
-    assert mechanism["epsilon"] == _budget(client, ds)["remaining"]["epsilon"]
+    # what remains, less the slack admission keeps for holds committed in another order
+    left = _budget(client, ds)["remaining"]["epsilon"]
+    assert left * (1 - 1e-12) <= mechanism["epsilon"] <= left
     dry = client.post(f"{url}/charges", params={"dry_run": "true"}, json={"mechanism": mechanism})
     assert dry.status_code == 200, dry.text
     assert client.post(f"{url}/charges", json={"mechanism": mechanism}).status_code == 201
