@@ -12,7 +12,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -102,21 +102,38 @@ def create_key(
     key = _new_key(role)
     digest = key_digest.digester(db).digest(key)
     with db.write() as s:
-        if allocations is not None:
+        if dataset_ids is not None:
+            dataset_ids = _resolve_datasets(s, list(dict.fromkeys(dataset_ids)), actor)
+        if allocations is not None:  # within the datasets resolved above
             allocations = list(dict.fromkeys(allocations))
             _check_allocations(s, allocations, dataset_ids, actor)
-        if dataset_ids is not None:
-            dataset_ids = list(dict.fromkeys(dataset_ids))
-            found = set(s.scalars(select(Dataset.id).where(Dataset.id.in_(dataset_ids))))
-            missing = [d for d in dataset_ids if d not in found or not actor.can_see(d)]
-            if missing:
-                raise Unprocessable(f"unknown dataset ids: {missing}", unknown=missing)
         row = _insert_key(s, digest, role, dataset_ids, label, actor.key_id, allocations)
         details: dict[str, Any] = {"role": role.value, "datasets": dataset_ids, "label": label}
         if allocations is not None:
             details["allocations"] = allocations
         audit.record(s, actor, "key.created", target_id=row.id, details=details)
         return r.KeyCreated(**key_answer(row).model_dump(), key=key)
+
+
+def _resolve_datasets(s: Session, refs: list[str], actor: Principal) -> list[str]:
+    """The ids of the datasets ``refs`` name (each an id, or else a unique name, as every
+    dataset route resolves them); 422 naming those that are unknown or outside the actor's
+    scope. The key stores ids, so a later rename does not change what it reaches."""
+    rows = s.execute(
+        select(Dataset.id, Dataset.name).where(or_(Dataset.id.in_(refs), Dataset.name.in_(refs)))
+    ).all()
+    by_id = {row.id for row in rows}
+    by_name = {row.name: row.id for row in rows}
+    resolved, missing = [], []
+    for ref in refs:
+        found = ref if ref in by_id else by_name.get(ref)
+        if found is None or not actor.can_see(found):
+            missing.append(ref)
+        else:
+            resolved.append(found)
+    if missing:
+        raise Unprocessable(f"unknown datasets (ids or names): {missing}", unknown=missing)
+    return list(dict.fromkeys(resolved))
 
 
 def _check_allocations(

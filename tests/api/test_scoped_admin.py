@@ -84,6 +84,24 @@ def test_cannot_mint_a_key_beyond_its_datasets(w: World, which: str) -> None:
     assert w.key_ids() == before
 
 
+def test_keys_name_datasets_by_id_or_name(w: World) -> None:
+    """``datasets`` takes ids or names, as every dataset route does (names were 'unknown
+    dataset ids'); the key stores ids. A name the scoped admin cannot see is unknown to it."""
+    minted = w.mint({"role": "viewer", "datasets": [w.a["name"]]}, headers=w.me)
+    assert minted["datasets"] == [w.a["id"]]
+    r = w.c.post("/v1/keys", json={"role": "viewer", "datasets": [w.b["name"]]}, headers=w.me)
+    assert r.status_code == 422 and r.json()["unknown"] == [w.b["name"]]
+
+
+def test_a_key_for_a_dataset_name_with_allocations_checks_the_dataset_first(w: World) -> None:
+    """An unknown dataset is named as such, not reported as an unknown allocation."""
+    r = w.c.post(
+        "/v1/keys",
+        json={"role": "pipeline", "datasets": ["no-such-dataset"], "allocations": ["team"]},
+    )
+    assert r.status_code == 422 and r.json()["unknown"] == ["no-such-dataset"]
+
+
 def test_mints_within_scope_and_the_minted_admin_stays_inside(w: World) -> None:
     minted = w.mint({"role": "admin", "datasets": [w.a["id"]]}, headers=w.me)
     assert minted["datasets"] == [w.a["id"]]
