@@ -638,6 +638,84 @@ def test_budget_and_status_of_a_partitioned_dataset(run: Cli) -> None:
         assert not {"budget per block", "lifetime budget", "blocks"} & set(rows)
 
 
+def _refusal(r: Result) -> list[str]:
+    """The parts of the over-budget message after its detail (``; ``-separated)."""
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("error: refused, over budget")]
+    return line.split("; ")
+
+
+def test_over_budget_names_the_budget_that_refused(run: Cli) -> None:
+    """The 409 message ended "budget epsilon 1, delta 1e-06" (the budget of each block) when the
+    lifetime budget of 0.7 refused the charge, and the dataset's budget when an allocation's
+    refused it: it names the budget that refused (marked exceeded), each budget labelled as on
+    ``budget`` and ``status``; a plain refusal is unchanged."""
+    run("datasets", "create", "life", "--epsilon", "1", "--delta", "1e-6", "--no-adaptive",
+        "--partition", "day", "--lifetime-epsilon", "0.7", "--lifetime-delta", "1e-6")  # fmt: skip
+    run("charge", "life", "-m", "laplace", "--epsilon", "0.4", "--blocks", "2026-11-01")
+    r = run("charge", "life", "-m", "laplace", "--epsilon", "0.4", "--blocks", "2026-11-02",
+            code=2)  # fmt: skip
+    parts = _refusal(r)
+    assert "lifetime budget" in parts[0]  # the server's detail
+    assert parts[-4] == "spent epsilon 0.4 at delta 1e-06, all charges composed"
+    assert parts[-3].startswith("would become 0.79")  # the composition, near 0.8
+    assert parts[-2:] == [
+        "lifetime budget epsilon 0.7, delta 1e-06 (exceeded)",
+        "budget per block epsilon 1, delta 1e-06",
+    ]
+    assert "budget epsilon 1, delta 1e-06" not in parts
+    # the same through a dry run (the 409 of ?dry_run=true)
+    r = run("charge", "life", "-m", "laplace", "--epsilon", "0.4", "--blocks", "2026-11-02",
+            "--dry-run", code=2)  # fmt: skip
+    assert "lifetime budget epsilon 0.7, delta 1e-06 (exceeded)" in _refusal(r)
+    # a block's budget refuses: named per block with the blocks, the lifetime budget beside it
+    r = run("charge", "life", "-m", "laplace", "--epsilon", "0.65", "--blocks",
+            "2026-11-01:2026-11-02", code=2)  # fmt: skip
+    assert _refusal(r)[-2:] == [
+        "budget per block epsilon 1, delta 1e-06 (exceeded in 2026-11-01)",
+        "lifetime budget epsilon 0.7, delta 1e-06 (exceeded)",
+    ]
+    # no lifetime budget: said so
+    run("datasets", "create", "free", "--epsilon", "1", "--delta", "1e-6", "--no-adaptive",
+        "--partition", "week")  # fmt: skip
+    r = run("charge", "free", "-m", "laplace", "--epsilon", "1.5", "--blocks", "2026-W48", code=2)
+    assert _refusal(r)[-2:] == [
+        "budget per block epsilon 1, delta 1e-06 (exceeded in 2026-W48)",
+        "no lifetime budget",
+    ]
+    # an allocation refuses: its budget and spend, then the dataset's budget, labelled
+    _dataset(run, "plain", "--no-adaptive")
+    run("allocations", "create", "plain", "team-a", "--epsilon", "0.5", "--delta", "1e-6")
+    run("charge", "plain", "-m", "laplace", "--epsilon", "0.25", "--allocation", "team-a")
+    r = run("charge", "plain", "-m", "laplace", "--epsilon", "0.3", "--allocation", "team-a",
+            code=2)  # fmt: skip
+    parts = _refusal(r)
+    assert parts[-3].startswith("would become 0.5")  # the dataset's spend, near 0.55
+    assert parts[-4:-3] + parts[-2:] == [
+        "dataset spent epsilon 0.25 at delta 1e-06",
+        "allocation 'team-a' spent epsilon 0.25, budget epsilon 0.5, delta 1e-06 (exceeded)",
+        "dataset budget epsilon 1, delta 1e-06",
+    ]
+    run("allocations", "create", "life", "team-b", "--epsilon", "0.2", "--delta", "1e-6")
+    r = run("charge", "life", "-m", "laplace", "--epsilon", "0.25", "--allocation", "team-b",
+            "--blocks", "2026-11-03", code=2)  # fmt: skip
+    parts = _refusal(r)
+    assert parts[-5] == "dataset spent epsilon 0.4 at delta 1e-06, all charges composed"
+    assert parts[-3:] == [
+        "allocation 'team-b' spent epsilon 0 (all its charges composed), budget per block "
+        "epsilon 0.2, delta 1e-06 (exceeded in 2026-11-03)",
+        "dataset budget per block epsilon 1, delta 1e-06",
+        "lifetime budget epsilon 0.7, delta 1e-06",
+    ]
+    # a plain refusal is as it was
+    r = run("charge", "plain", "-m", "laplace", "--epsilon", "1", code=2)
+    parts = _refusal(r)
+    assert parts[-2].startswith("would become 1.2")  # near 1.25
+    assert [parts[-3], parts[-1]] == [
+        "spent epsilon 0.25 at delta 1e-06",
+        "budget epsilon 1, delta 1e-06",
+    ]
+
+
 def test_archive_and_unarchive_through_the_cli(run: Cli) -> None:
     _dataset(run)
     archived = run.json("datasets", "archive", "census")
