@@ -232,6 +232,36 @@ def uses_rho(filter_name: str | None) -> bool:
     return filter_name in {f.value for f in RHO_FILTERS}
 
 
+UNIT_WORDS = {"day": "day", "week": "ISO week", "month": "month"}
+"""A partition unit in the words of docs/budgets.md (blocks are UTC days, ISO weeks, months)."""
+
+
+def budget_text(answer: dict[str, Any], *, short: bool = False) -> str:
+    """A dataset answer's budget in one line. On a partitioned dataset the ``budget`` applies to
+    each block and its ``spent`` composes all charges, judged against the lifetime budget: so
+    both are named, the budget per block and the lifetime budget (or that it has none).
+    ``short`` (a table cell): ``1, 1e-06 per day; lifetime 6, 1e-06``; else ``budget per block
+    epsilon 1, delta 1e-06 (each day); lifetime budget epsilon 6, delta 1e-06``."""
+    b = answer["budget"]
+    unit = (answer.get("partition") or {}).get("unit")
+    life = answer.get("lifetime_budget")
+    if short:
+        text = f"{b['epsilon']:g}, {b['delta']:g}"
+        if unit is None:
+            return text
+        per = f"{text} per {UNIT_WORDS.get(unit, unit)}"
+        if life:
+            return f"{per}; lifetime {life['epsilon']:g}, {life['delta']:g}"
+        return f"{per}; no lifetime budget"
+    text = f"epsilon {b['epsilon']:g}, delta {b['delta']:g}"
+    if unit is None:
+        return f"budget {text}"
+    per = f"budget per block {text} (each {UNIT_WORDS.get(unit, unit)})"
+    if life:
+        return f"{per}; lifetime budget epsilon {life['epsilon']:g}, delta {life['delta']:g}"
+    return f"{per}; no lifetime budget"
+
+
 STATE_LABELS = {"ok": "ok", "warning": "WARNING", "exhausted": "EXHAUSTED"}
 DEFAULT_WARNING_THRESHOLD = 0.8
 """The server's default ``warning_threshold``, for an answer from a server too old to say."""
@@ -288,9 +318,11 @@ __all__ = [
     "KEY",
     "KEY_ENV",
     "TRANSPORT",
+    "UNIT_WORDS",
     "URL",
     "URL_ENV",
     "Session",
+    "budget_text",
     "choice",
     "connect",
     "console",

@@ -16,6 +16,7 @@ from app.cli.common import (
     DEFAULT_URL,
     JSON_OUT,
     KEY,
+    UNIT_WORDS,
     URL,
     Session,
     Table,
@@ -74,10 +75,6 @@ def _contributions(s: Session, dataset: str) -> dict[str, float]:
         added[kind] = added.get(kind, 0.0) + (after - before)
         before = after
     return added
-
-
-UNIT_WORDS = {"day": "day", "week": "ISO week", "month": "month"}
-"""A partition unit in the words of docs/budgets.md (blocks are UTC days, ISO weeks, months)."""
 
 
 @dataclass(frozen=True)

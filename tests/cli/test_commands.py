@@ -716,6 +716,53 @@ def test_over_budget_names_the_budget_that_refused(run: Cli) -> None:
     ]
 
 
+def test_datasets_list_and_update_label_a_partitioned_budget(
+    run: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partitioned dataset's listing put its budget per block (1) beside its lifetime spend
+    (1.1) and what its lifetime budget leaves (4.9): a healthy dataset read as overspent with
+    more left than its budget. And `datasets update` said "budget epsilon 1" of it. Both now
+    name the budget per block and the lifetime budget (or that there is none)."""
+    run("datasets", "create", "clicks", "--epsilon", "1", "--delta", "1e-6", "--no-adaptive",
+        "--partition", "day", "--lifetime-epsilon", "5", "--lifetime-delta", "1e-6")  # fmt: skip
+    run("datasets", "create", "weekly", "--epsilon", "1", "--delta", "1e-6", "--no-adaptive",
+        "--partition", "week")  # fmt: skip
+    _dataset(run, "plain", "--no-adaptive")
+    for block in ("2026-11-01", "2026-11-02"):
+        run("charge", "clicks", "-m", "laplace", "--epsilon", "0.55", "--blocks", block)
+    listing = run("datasets").stdout
+    rows = {
+        cells[1].strip(): [c.strip() for c in cells[1:-1]]
+        for line in listing.splitlines()
+        if (cells := line.split("│")) and len(cells) == 10
+    }
+    assert rows["clicks"][3] == "1, 1e-06 per day; lifetime 5, 1e-06"
+    assert rows["clicks"][4:6] == ["1.1", "3.9"]  # lifetime spend and what the lifetime leaves
+    assert rows["weekly"][3] == "1, 1e-06 per ISO week; no lifetime budget"
+    assert rows["plain"][3] == "1, 1e-06"
+    # at 80 columns the long cell folds, whole, over several lines
+    monkeypatch.setattr(common.console, "width", 80)
+    narrow = run("datasets").stdout
+    assert "…" not in narrow
+    cells = [line.split("│")[4].strip() for line in narrow.splitlines() if line.count("│") == 9]
+    assert "1, 1e-06 per day; lifetime 5, 1e-06" in " ".join(" ".join(cells).split())
+    assert all(len(line) <= 80 for line in narrow.splitlines())
+
+    out = run("datasets", "update", "clicks", "--lifetime-epsilon", "6").stdout
+    ds = run.client.get("/v1/datasets/clicks").json()
+    assert " ".join(out.split()) == (
+        f"updated clicks ({ds['id']}): budget per block epsilon 1, delta 1e-06 (each day); "
+        "lifetime budget epsilon 6, delta 1e-06; spent 1.1, all charges composed"
+    )
+    out = " ".join(run("datasets", "update", "weekly", "--description", "w").stdout.split())
+    assert "budget per block epsilon 1, delta 1e-06 (each ISO week); no lifetime budget" in out
+    out = " ".join(run("datasets", "update", "plain", "--epsilon", "2").stdout.split())
+    assert out.split(": ", 1)[1] == "budget epsilon 2, delta 1e-06; spent 0"
+    out = " ".join(run("datasets", "create", "monthly", "--epsilon", "1", "--delta", "1e-6",
+                       "--partition", "month").stdout.split())  # fmt: skip
+    assert "budget per block epsilon 1, delta 1e-06 (each month); no lifetime budget" in out
+
+
 def test_archive_and_unarchive_through_the_cli(run: Cli) -> None:
     _dataset(run)
     archived = run.json("datasets", "archive", "census")
