@@ -433,6 +433,34 @@ def test_keys_by_dataset_name(run: Cli) -> None:
     assert "PRIVACY_LEDGER_API_KEY" in r.stderr and "revoked" in r.stderr
 
 
+def test_keys_show_the_allocations_a_key_is_limited_to(run: Cli) -> None:
+    """`keys create --allocation team-a` printed the key without its allocation limit, and
+    `keys list` had no allocations column: both show it now."""
+    _dataset(run)
+    for name in ("team-a", "team-b"):
+        run("allocations", "create", "census", name, "--epsilon", "0.5", "--delta", "1e-6")
+    out = run("keys", "create", "--role", "pipeline", "--dataset", "census",
+              "--allocation", "team-a").stdout  # fmt: skip
+    assert out.splitlines()[0].endswith(
+        "for census, limited to allocation team-a (shown once, store it now):"
+    ), out
+    two = run.json("keys", "create", "--role", "pipeline", "--allocation", "team-a",
+                   "--allocation", "team-b")  # fmt: skip
+    out = run("keys", "create", "--role", "viewer").stdout
+    assert "for every dataset (shown once" in out and "limited to" not in out
+    listing = run("keys", "list").stdout
+    header = next(line for line in listing.splitlines() if "┃ id" in line)
+    columns = [c.strip() for c in header.split("┃")[1:-1]]
+    assert columns[:4] == ["id", "role", "datasets", "allocations"]
+    rows = {
+        cells[1].strip(): [c.strip() for c in cells[1:-1]]
+        for line in listing.splitlines()
+        if (cells := line.split("│")) and len(cells) == 9
+    }
+    assert rows[two["id"]][2:4] == ["all", "team-a, team-b"]
+    assert sorted(r[3] for r in rows.values()) == ["any", "any", "team-a", "team-a, team-b"]
+
+
 # --- errors and help --------------------------------------------------------------------------
 
 
