@@ -171,7 +171,27 @@ def test_reserve_commit_release(run: Cli) -> None:
     assert run.json("release", other["id"])["status"] == "released"
     budget = run.json("budget", "census")
     assert budget["reserved"] is None and budget["entries"] == 1  # no active hold
+    assert _rows(run("budget", "census").stdout)["reserved"] == "epsilon 0 (no active holds)"
     assert "committed (ledger entry" in run("commit", held["id"]).stdout
+
+
+def test_budget_gives_the_epsilon_reserved(run: Cli) -> None:
+    """The reserved row read "1 active holds": it gives the epsilon the holds add to the spend
+    (``reserved.epsilon``), their number (singular or plural) and the first expiry."""
+    _dataset(run, "census", "--no-adaptive")
+    run("reserve", "census", "-m", "laplace", "--epsilon", "0.25")
+    api = run.client.get("/v1/datasets/census/budget").json()["reserved"]
+    row = _rows(run("budget", "census").stdout)["reserved"]
+    assert api["count"] == 1 and row.startswith(f"epsilon {common.num(api['epsilon'])} by 1 ")
+    assert row == (
+        f"epsilon {common.num(api['epsilon'])} by 1 active hold (the first expires "
+        f"{common.when(api['next_expiry'])} UTC)"
+    )
+    run("reserve", "census", "-m", "laplace", "--epsilon", "0.25")
+    api = run.client.get("/v1/datasets/census/budget").json()["reserved"]
+    row = _rows(run("budget", "census").stdout)["reserved"]
+    assert row.startswith(f"epsilon {common.num(api['epsilon'])} by 2 active holds (")
+    assert api["epsilon"] > 0.4
 
 
 def test_calibrate_gives_the_least_sigma_that_fits(run: Cli) -> None:
