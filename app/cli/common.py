@@ -154,15 +154,66 @@ def explain(exc: LedgerError, url: str) -> NoReturn:
 
 
 def over_budget(exc: BudgetExceeded) -> str:
-    """The refusal in one paragraph: what was spent, what it would become, the budget."""
+    """The refusal in one paragraph: what was spent, what it would become, the budget.
+
+    A plain dataset's refusal names its budget. On a partitioned dataset (the problem carries
+    ``blocks`` or ``lifetime_budget``) ``spent`` composes all its charges and ``budget`` applies
+    to each block, so both budgets are named as such, the lifetime budget (or its absence)
+    beside the budget per block; a refusal by an allocation names the allocation's budget. The
+    limits that refused (the problem's ``limits``) come first, marked exceeded."""
+    p = exc.problem
+    limits = [x for x in p.get("limits") or [exc.limit] if isinstance(x, str)]
+    partitioned = p.get("blocks") is not None or p.get("lifetime_budget") is not None
+    budgets = _budgets(exc, limits, partitioned)
     parts = [f"refused, over budget (nothing was charged): {exc.detail}"]
     if exc.spent is not None:
-        parts.append(f"spent epsilon {num(exc.spent.epsilon)} at delta {exc.spent.delta:g}")
+        whose = "dataset spent" if "allocation" in budgets else "spent"
+        composed = ", all charges composed" if partitioned else ""
+        parts.append(
+            f"{whose} epsilon {num(exc.spent.epsilon)} at delta {exc.spent.delta:g}{composed}"
+        )
     if exc.would_spend is not None:
         parts.append(f"would become {num(exc.would_spend.epsilon)}")
-    if exc.budget is not None:
-        parts.append(f"budget epsilon {exc.budget.epsilon:g}, delta {exc.budget.delta:g}")
+    parts += [budgets[k] for k in limits if k in budgets]
+    parts += [text for k, text in budgets.items() if k not in limits]
     return "; ".join(parts)
+
+
+def _budgets(exc: BudgetExceeded, limits: list[str], partitioned: bool) -> dict[str, str]:
+    """The budgets a refusal names, by limit (``dataset``, ``lifetime``, ``allocation``)."""
+    p = exc.problem
+    named: dict[str, str] = {}
+    a = p.get("allocation")
+    if "allocation" in limits and isinstance(a, dict) and isinstance(a.get("budget"), dict):
+        b = a["budget"]
+        per = " per block" if partitioned else ""
+        composed = " (all its charges composed)" if partitioned else ""
+        named["allocation"] = (
+            f"allocation {a.get('name')!r} spent epsilon {num(a.get('spent_epsilon'))}"
+            f"{composed}, budget{per} epsilon {b['epsilon']:g}, delta {b['delta']:g}"
+            f"{_exceeded(p.get('allocation_blocks_exceeded') or [])}"
+        )
+    whose = "dataset budget" if named else "budget"
+    if exc.budget is not None:
+        text = f"epsilon {exc.budget.epsilon:g}, delta {exc.budget.delta:g}"
+        if not partitioned:
+            named["dataset"] = f"{whose} {text}"
+        else:
+            exceeded = _exceeded(exc.blocks_exceeded) if "dataset" in limits else ""
+            named["dataset"] = f"{whose} per block {text}{exceeded}"
+    if partitioned:
+        life = p.get("lifetime_budget")
+        named["lifetime"] = (
+            f"lifetime budget epsilon {life['epsilon']:g}, delta {life['delta']:g}"
+            + (" (exceeded)" if "lifetime" in limits else "")
+            if isinstance(life, dict)
+            else "no lifetime budget"
+        )
+    return named
+
+
+def _exceeded(blocks: list[str]) -> str:
+    return f" (exceeded in {', '.join(blocks)})" if blocks else " (exceeded)"
 
 
 def num(x: float | int | None, digits: int = 6) -> str:
@@ -179,6 +230,36 @@ def num(x: float | int | None, digits: int = 6) -> str:
 def uses_rho(filter_name: str | None) -> bool:
     """Whether the dataset's filter composes zCDP rho (so rho is what its accounting uses)."""
     return filter_name in {f.value for f in RHO_FILTERS}
+
+
+UNIT_WORDS = {"day": "day", "week": "ISO week", "month": "month"}
+"""A partition unit in the words of docs/budgets.md (blocks are UTC days, ISO weeks, months)."""
+
+
+def budget_text(answer: dict[str, Any], *, short: bool = False) -> str:
+    """A dataset answer's budget in one line. On a partitioned dataset the ``budget`` applies to
+    each block and its ``spent`` composes all charges, judged against the lifetime budget: so
+    both are named, the budget per block and the lifetime budget (or that it has none).
+    ``short`` (a table cell): ``1, 1e-06 per day; lifetime 6, 1e-06``; else ``budget per block
+    epsilon 1, delta 1e-06 (each day); lifetime budget epsilon 6, delta 1e-06``."""
+    b = answer["budget"]
+    unit = (answer.get("partition") or {}).get("unit")
+    life = answer.get("lifetime_budget")
+    if short:
+        text = f"{b['epsilon']:g}, {b['delta']:g}"
+        if unit is None:
+            return text
+        per = f"{text} per {UNIT_WORDS.get(unit, unit)}"
+        if life:
+            return f"{per}; lifetime {life['epsilon']:g}, {life['delta']:g}"
+        return f"{per}; no lifetime budget"
+    text = f"epsilon {b['epsilon']:g}, delta {b['delta']:g}"
+    if unit is None:
+        return f"budget {text}"
+    per = f"budget per block {text} (each {UNIT_WORDS.get(unit, unit)})"
+    if life:
+        return f"{per}; lifetime budget epsilon {life['epsilon']:g}, delta {life['delta']:g}"
+    return f"{per}; no lifetime budget"
 
 
 STATE_LABELS = {"ok": "ok", "warning": "WARNING", "exhausted": "EXHAUSTED"}
@@ -237,9 +318,11 @@ __all__ = [
     "KEY",
     "KEY_ENV",
     "TRANSPORT",
+    "UNIT_WORDS",
     "URL",
     "URL_ENV",
     "Session",
+    "budget_text",
     "choice",
     "connect",
     "console",

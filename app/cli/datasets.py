@@ -13,6 +13,7 @@ from app.cli.common import (
     KEY,
     URL,
     Table,
+    budget_text,
     choice,
     connect,
     console,
@@ -83,7 +84,7 @@ def datasets_list(
             d["name"],
             d["id"],
             f"{d['accounting']} / {d['filter']}",
-            f"{d['budget']['epsilon']:g}, {d['budget']['delta']:g}",
+            budget_text(d, short=True),
             num(d["spent"]["epsilon"]),
             num(d["remaining"]["epsilon"]),
             str(d["entries"]),
@@ -157,8 +158,8 @@ def datasets_create(
         print_json(d)
     else:
         console.print(
-            f"created {d['name']} ({d['id']}): budget epsilon {d['budget']['epsilon']:g}, "
-            f"delta {d['budget']['delta']:g}; accounting {d['accounting']}, filter {d['filter']}",
+            f"created {d['name']} ({d['id']}): {budget_text(d)}; accounting {d['accounting']}, "
+            f"filter {d['filter']}",
             markup=False,
         )
 
@@ -250,9 +251,10 @@ def datasets_update(
     if as_json:
         print_json(d)
     else:
+        composed = ", all charges composed" if d.get("partition") else ""
         console.print(
-            f"updated {d['name']} ({d['id']}): budget epsilon {d['budget']['epsilon']:g}, "
-            f"delta {d['budget']['delta']:g}; spent {num(d['spent']['epsilon'])}",
+            f"updated {d['name']} ({d['id']}): {budget_text(d)}; spent "
+            f"{num(d['spent']['epsilon'])}{composed}",
             markup=False,
         )
 

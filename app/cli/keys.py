@@ -95,6 +95,9 @@ def keys_create(
         print_json(answer)
     else:
         scope = ", ".join(refs) if refs else "every dataset"
+        limited = answer.get("allocations")
+        if limited:
+            scope += f", limited to {_allocations(limited)}"
         console.print(
             f"{answer['role']} key {answer['id']} for {scope} (shown once, store it now):\n"
             f"{answer['key']}",
@@ -102,9 +105,16 @@ def keys_create(
         )
 
 
+def _allocations(names: list[str]) -> str:
+    """The allocations a key is limited to: ``allocation team-a`` or ``allocations a, b`` (its
+    charges must name one of them)."""
+    return f"allocation{'s' if len(names) > 1 else ''} {', '.join(names)}"
+
+
 @app.command("list")
 def keys_list(url: URL = DEFAULT_URL, api_key: KEY = None, as_json: JSON_OUT = False) -> None:
-    """List keys with their role and datasets (never the secrets)."""
+    """List keys with their role, datasets and the allocations they are limited to (never the
+    secrets)."""
     with connect(url, api_key) as s:
         items = [k.raw for k in s.call(lambda c: c.keys())]
         names = {d.id: d.name for d in s.call(lambda c: c.datasets())}
@@ -112,13 +122,15 @@ def keys_list(url: URL = DEFAULT_URL, api_key: KEY = None, as_json: JSON_OUT = F
         print_json(items)
         return
     table = Table(title="API keys")
-    for col in ("id", "role", "datasets", "label", "created", "revoked"):
+    for col in ("id", "role", "datasets", "allocations", "label", "created", "revoked"):
         table.add_column(col)
     for k in items:
         table.add_row(
             k["id"],
             k["role"],
             ", ".join(names.get(i, i) for i in k["datasets"]) if k["datasets"] else "all",
+            # none: the key's charges need not name an allocation
+            ", ".join(k["allocations"]) if k.get("allocations") else "any",
             k.get("label") or "",
             str(k.get("created_at") or ""),
             str(k.get("revoked_at") or ""),

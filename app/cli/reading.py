@@ -16,6 +16,7 @@ from app.cli.common import (
     DEFAULT_URL,
     JSON_OUT,
     KEY,
+    UNIT_WORDS,
     URL,
     Session,
     Table,
@@ -74,10 +75,6 @@ def _contributions(s: Session, dataset: str) -> dict[str, float]:
         added[kind] = added.get(kind, 0.0) + (after - before)
         before = after
     return added
-
-
-UNIT_WORDS = {"day": "day", "week": "ISO week", "month": "month"}
-"""A partition unit in the words of docs/budgets.md (blocks are UTC days, ISO weeks, months)."""
 
 
 @dataclass(frozen=True)
@@ -141,11 +138,21 @@ def _spend_rows(
         rule = "" if holds else " (the filter admits while the rho sum fits)"
         table.add_row("rho", f"{num(sp['rho'])} spent, {num(rem['rho'])} left{where}{rule}")
     if holds:
-        reserved = answer.get("reserved") or {}
-        table.add_row("reserved", f"{reserved.get('count', 0)} active holds")
+        table.add_row("reserved", _reserved(answer.get("reserved")))
     table.add_row("remaining", f"epsilon {num(rem['epsilon'])} {left}")
     if partition is not None and partition.blocks is not None:
         _block_rows(table, partition.blocks)
+
+
+def _reserved(reserved: dict[str, Any] | None) -> str:
+    """``/budget``'s ``reserved``: the epsilon the active holds add to the spend, how many there
+    are and when the first expires (None: no active hold)."""
+    if not reserved or not reserved.get("count"):
+        return "epsilon 0 (no active holds)"
+    n = reserved["count"]
+    expiry = reserved.get("next_expiry")
+    text = f"epsilon {num(reserved.get('epsilon'))} by {n} active hold{'' if n == 1 else 's'}"
+    return text + (f" (the first expires {when(expiry)} UTC)" if expiry else "")
 
 
 def _block_rows(table: Table, blocks: dict[str, Any]) -> None:

@@ -171,7 +171,27 @@ def test_reserve_commit_release(run: Cli) -> None:
     assert run.json("release", other["id"])["status"] == "released"
     budget = run.json("budget", "census")
     assert budget["reserved"] is None and budget["entries"] == 1  # no active hold
+    assert _rows(run("budget", "census").stdout)["reserved"] == "epsilon 0 (no active holds)"
     assert "committed (ledger entry" in run("commit", held["id"]).stdout
+
+
+def test_budget_gives_the_epsilon_reserved(run: Cli) -> None:
+    """The reserved row read "1 active holds": it gives the epsilon the holds add to the spend
+    (``reserved.epsilon``), their number (singular or plural) and the first expiry."""
+    _dataset(run, "census", "--no-adaptive")
+    run("reserve", "census", "-m", "laplace", "--epsilon", "0.25")
+    api = run.client.get("/v1/datasets/census/budget").json()["reserved"]
+    row = _rows(run("budget", "census").stdout)["reserved"]
+    assert api["count"] == 1 and row.startswith(f"epsilon {common.num(api['epsilon'])} by 1 ")
+    assert row == (
+        f"epsilon {common.num(api['epsilon'])} by 1 active hold (the first expires "
+        f"{common.when(api['next_expiry'])} UTC)"
+    )
+    run("reserve", "census", "-m", "laplace", "--epsilon", "0.25")
+    api = run.client.get("/v1/datasets/census/budget").json()["reserved"]
+    row = _rows(run("budget", "census").stdout)["reserved"]
+    assert row.startswith(f"epsilon {common.num(api['epsilon'])} by 2 active holds (")
+    assert api["epsilon"] > 0.4
 
 
 def test_calibrate_gives_the_least_sigma_that_fits(run: Cli) -> None:
@@ -433,6 +453,34 @@ def test_keys_by_dataset_name(run: Cli) -> None:
     assert "PRIVACY_LEDGER_API_KEY" in r.stderr and "revoked" in r.stderr
 
 
+def test_keys_show_the_allocations_a_key_is_limited_to(run: Cli) -> None:
+    """`keys create --allocation team-a` printed the key without its allocation limit, and
+    `keys list` had no allocations column: both show it now."""
+    _dataset(run)
+    for name in ("team-a", "team-b"):
+        run("allocations", "create", "census", name, "--epsilon", "0.5", "--delta", "1e-6")
+    out = run("keys", "create", "--role", "pipeline", "--dataset", "census",
+              "--allocation", "team-a").stdout  # fmt: skip
+    assert out.splitlines()[0].endswith(
+        "for census, limited to allocation team-a (shown once, store it now):"
+    ), out
+    two = run.json("keys", "create", "--role", "pipeline", "--allocation", "team-a",
+                   "--allocation", "team-b")  # fmt: skip
+    out = run("keys", "create", "--role", "viewer").stdout
+    assert "for every dataset (shown once" in out and "limited to" not in out
+    listing = run("keys", "list").stdout
+    header = next(line for line in listing.splitlines() if "┃ id" in line)
+    columns = [c.strip() for c in header.split("┃")[1:-1]]
+    assert columns[:4] == ["id", "role", "datasets", "allocations"]
+    rows = {
+        cells[1].strip(): [c.strip() for c in cells[1:-1]]
+        for line in listing.splitlines()
+        if (cells := line.split("│")) and len(cells) == 9
+    }
+    assert rows[two["id"]][2:4] == ["all", "team-a, team-b"]
+    assert sorted(r[3] for r in rows.values()) == ["any", "any", "team-a", "team-a, team-b"]
+
+
 # --- errors and help --------------------------------------------------------------------------
 
 
@@ -636,6 +684,131 @@ def test_budget_and_status_of_a_partitioned_dataset(run: Cli) -> None:
         rows = _rows(run(command, "plain").stdout)
         assert rows["budget"] == "epsilon 1, delta 1e-06"
         assert not {"budget per block", "lifetime budget", "blocks"} & set(rows)
+
+
+def _refusal(r: Result) -> list[str]:
+    """The parts of the over-budget message after its detail (``; ``-separated)."""
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("error: refused, over budget")]
+    return line.split("; ")
+
+
+def test_over_budget_names_the_budget_that_refused(run: Cli) -> None:
+    """The 409 message ended "budget epsilon 1, delta 1e-06" (the budget of each block) when the
+    lifetime budget of 0.7 refused the charge, and the dataset's budget when an allocation's
+    refused it: it names the budget that refused (marked exceeded), each budget labelled as on
+    ``budget`` and ``status``; a plain refusal is unchanged."""
+    run("datasets", "create", "life", "--epsilon", "1", "--delta", "1e-6", "--no-adaptive",
+        "--partition", "day", "--lifetime-epsilon", "0.7", "--lifetime-delta", "1e-6")  # fmt: skip
+    run("charge", "life", "-m", "laplace", "--epsilon", "0.4", "--blocks", "2026-11-01")
+    r = run("charge", "life", "-m", "laplace", "--epsilon", "0.4", "--blocks", "2026-11-02",
+            code=2)  # fmt: skip
+    parts = _refusal(r)
+    assert "lifetime budget" in parts[0]  # the server's detail
+    assert parts[-4] == "spent epsilon 0.4 at delta 1e-06, all charges composed"
+    assert parts[-3].startswith("would become 0.79")  # the composition, near 0.8
+    assert parts[-2:] == [
+        "lifetime budget epsilon 0.7, delta 1e-06 (exceeded)",
+        "budget per block epsilon 1, delta 1e-06",
+    ]
+    assert "budget epsilon 1, delta 1e-06" not in parts
+    # the same through a dry run (the 409 of ?dry_run=true)
+    r = run("charge", "life", "-m", "laplace", "--epsilon", "0.4", "--blocks", "2026-11-02",
+            "--dry-run", code=2)  # fmt: skip
+    assert "lifetime budget epsilon 0.7, delta 1e-06 (exceeded)" in _refusal(r)
+    # a block's budget refuses: named per block with the blocks, the lifetime budget beside it
+    r = run("charge", "life", "-m", "laplace", "--epsilon", "0.65", "--blocks",
+            "2026-11-01:2026-11-02", code=2)  # fmt: skip
+    assert _refusal(r)[-2:] == [
+        "budget per block epsilon 1, delta 1e-06 (exceeded in 2026-11-01)",
+        "lifetime budget epsilon 0.7, delta 1e-06 (exceeded)",
+    ]
+    # no lifetime budget: said so
+    run("datasets", "create", "free", "--epsilon", "1", "--delta", "1e-6", "--no-adaptive",
+        "--partition", "week")  # fmt: skip
+    r = run("charge", "free", "-m", "laplace", "--epsilon", "1.5", "--blocks", "2026-W48", code=2)
+    assert _refusal(r)[-2:] == [
+        "budget per block epsilon 1, delta 1e-06 (exceeded in 2026-W48)",
+        "no lifetime budget",
+    ]
+    # an allocation refuses: its budget and spend, then the dataset's budget, labelled
+    _dataset(run, "plain", "--no-adaptive")
+    run("allocations", "create", "plain", "team-a", "--epsilon", "0.5", "--delta", "1e-6")
+    run("charge", "plain", "-m", "laplace", "--epsilon", "0.25", "--allocation", "team-a")
+    r = run("charge", "plain", "-m", "laplace", "--epsilon", "0.3", "--allocation", "team-a",
+            code=2)  # fmt: skip
+    parts = _refusal(r)
+    assert parts[-3].startswith("would become 0.5")  # the dataset's spend, near 0.55
+    assert parts[-4:-3] + parts[-2:] == [
+        "dataset spent epsilon 0.25 at delta 1e-06",
+        "allocation 'team-a' spent epsilon 0.25, budget epsilon 0.5, delta 1e-06 (exceeded)",
+        "dataset budget epsilon 1, delta 1e-06",
+    ]
+    run("allocations", "create", "life", "team-b", "--epsilon", "0.2", "--delta", "1e-6")
+    r = run("charge", "life", "-m", "laplace", "--epsilon", "0.25", "--allocation", "team-b",
+            "--blocks", "2026-11-03", code=2)  # fmt: skip
+    parts = _refusal(r)
+    assert parts[-5] == "dataset spent epsilon 0.4 at delta 1e-06, all charges composed"
+    assert parts[-3:] == [
+        "allocation 'team-b' spent epsilon 0 (all its charges composed), budget per block "
+        "epsilon 0.2, delta 1e-06 (exceeded in 2026-11-03)",
+        "dataset budget per block epsilon 1, delta 1e-06",
+        "lifetime budget epsilon 0.7, delta 1e-06",
+    ]
+    # a plain refusal is as it was
+    r = run("charge", "plain", "-m", "laplace", "--epsilon", "1", code=2)
+    parts = _refusal(r)
+    assert parts[-2].startswith("would become 1.2")  # near 1.25
+    assert [parts[-3], parts[-1]] == [
+        "spent epsilon 0.25 at delta 1e-06",
+        "budget epsilon 1, delta 1e-06",
+    ]
+
+
+def test_datasets_list_and_update_label_a_partitioned_budget(
+    run: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partitioned dataset's listing put its budget per block (1) beside its lifetime spend
+    (1.1) and what its lifetime budget leaves (4.9): a healthy dataset read as overspent with
+    more left than its budget. And `datasets update` said "budget epsilon 1" of it. Both now
+    name the budget per block and the lifetime budget (or that there is none)."""
+    run("datasets", "create", "clicks", "--epsilon", "1", "--delta", "1e-6", "--no-adaptive",
+        "--partition", "day", "--lifetime-epsilon", "5", "--lifetime-delta", "1e-6")  # fmt: skip
+    run("datasets", "create", "weekly", "--epsilon", "1", "--delta", "1e-6", "--no-adaptive",
+        "--partition", "week")  # fmt: skip
+    _dataset(run, "plain", "--no-adaptive")
+    for block in ("2026-11-01", "2026-11-02"):
+        run("charge", "clicks", "-m", "laplace", "--epsilon", "0.55", "--blocks", block)
+    listing = run("datasets").stdout
+    rows = {
+        cells[1].strip(): [c.strip() for c in cells[1:-1]]
+        for line in listing.splitlines()
+        if (cells := line.split("│")) and len(cells) == 10
+    }
+    assert rows["clicks"][3] == "1, 1e-06 per day; lifetime 5, 1e-06"
+    assert rows["clicks"][4:6] == ["1.1", "3.9"]  # lifetime spend and what the lifetime leaves
+    assert rows["weekly"][3] == "1, 1e-06 per ISO week; no lifetime budget"
+    assert rows["plain"][3] == "1, 1e-06"
+    # at 80 columns the long cell folds, whole, over several lines
+    monkeypatch.setattr(common.console, "width", 80)
+    narrow = run("datasets").stdout
+    assert "…" not in narrow
+    cells = [line.split("│")[4].strip() for line in narrow.splitlines() if line.count("│") == 9]
+    assert "1, 1e-06 per day; lifetime 5, 1e-06" in " ".join(" ".join(cells).split())
+    assert all(len(line) <= 80 for line in narrow.splitlines())
+
+    out = run("datasets", "update", "clicks", "--lifetime-epsilon", "6").stdout
+    ds = run.client.get("/v1/datasets/clicks").json()
+    assert " ".join(out.split()) == (
+        f"updated clicks ({ds['id']}): budget per block epsilon 1, delta 1e-06 (each day); "
+        "lifetime budget epsilon 6, delta 1e-06; spent 1.1, all charges composed"
+    )
+    out = " ".join(run("datasets", "update", "weekly", "--description", "w").stdout.split())
+    assert "budget per block epsilon 1, delta 1e-06 (each ISO week); no lifetime budget" in out
+    out = " ".join(run("datasets", "update", "plain", "--epsilon", "2").stdout.split())
+    assert out.split(": ", 1)[1] == "budget epsilon 2, delta 1e-06; spent 0"
+    out = " ".join(run("datasets", "create", "monthly", "--epsilon", "1", "--delta", "1e-6",
+                       "--partition", "month").stdout.split())  # fmt: skip
+    assert "budget per block epsilon 1, delta 1e-06 (each month); no lifetime budget" in out
 
 
 def test_archive_and_unarchive_through_the_cli(run: Cli) -> None:

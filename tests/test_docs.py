@@ -1,0 +1,60 @@
+"""The lists the docs keep by hand stay in step with the code they describe: the CSV export's
+columns (docs/operations.md), the CLI's commands (README.md) and the client's answer types
+(docs/client.md). Each of these had fallen behind (allocation_id / block_from / block_to, the
+blocks, allocations and archive commands, ChargeBatch / Allocation / Block)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import privacy_ledger_client
+import typer.main
+
+from app.cli import cli
+from app.services.ledger import CSV_COLUMNS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _words(text: str) -> str:
+    """``text`` with its line breaks and runs of spaces made single spaces."""
+    return " ".join(text.split())
+
+
+def test_operations_lists_the_csv_exports_columns() -> None:
+    text = _words((ROOT / "docs" / "operations.md").read_text())
+    match = re.search(r"CSV with a header row \(`([^`]+)`", text)
+    assert match, "the CSV export's header list is gone from docs/operations.md"
+    assert [c.strip() for c in match.group(1).split(",")] == list(CSV_COLUMNS)
+
+
+def test_the_readmes_command_table_names_every_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("| commands | what |")
+    table = readme[start : readme.index("\n\n", start)]
+    named = {m for cell in re.findall(r"`([^`]+)`", table) for m in [_words(cell)]}
+    root = typer.main.get_command(cli)
+    missing = []
+    for name, command in getattr(root, "commands", {}).items():
+        subcommands = getattr(command, "commands", {})
+        paths = [name] + [f"{name} {sub}" for sub in subcommands]
+        for path in paths:
+            if not any(cell == path or cell.startswith(path + " ") for cell in named):
+                missing.append(path)
+    assert missing == []
+
+
+def test_client_md_lists_every_answer_type() -> None:
+    text = _words((ROOT / "docs" / "client.md").read_text())
+    match = re.search(r"\*\*Answers\*\* are frozen dataclasses \(([^)]*)\)", text)
+    assert match, "the list of answer types is gone from docs/client.md"
+    listed = set(re.findall(r"`(\w+)`", match.group(1)))
+    exported = {
+        name
+        for name in privacy_ledger_client.__all__
+        if isinstance(cls := getattr(privacy_ledger_client, name), type)
+        and issubclass(cls, privacy_ledger_client.Model)
+        and cls is not privacy_ledger_client.Model
+    }
+    assert exported - listed == set()
