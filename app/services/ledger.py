@@ -540,14 +540,19 @@ def _pld_drift(st: DatasetState, fresh: Pld | None) -> bool:
 
 def _held_drift(stored: RunningSum, fresh: RunningSum) -> bool:
     """Stored held sums are rounded up along their own add/remove history, so they match the
-    fresh sum only to within rounding; they must never be below it."""
+    fresh sum only to within rounding; they must never be below the exact sum. The fresh sum is
+    rounded up too, in another order (holds added in lock order, re-read by time, and server
+    clocks differ): each of its ``count`` additions raised it by at most one part in 2^52, so
+    the exact sum is at least fresh (1 - (count + 1) 2^-52), the floor a stored sum must reach
+    (a strict fresh-order comparison reported one-ulp 'drift' on consistent databases)."""
     a, b = stored.total(), fresh.total()
     if a is None or b is None:
         return (a is None) != (b is None)
+    floor = 1.0 - (fresh.count + 1) * 2.0**-52
     return bool(
         stored.count != fresh.count
-        or a.rho < b.rho
-        or (a.rdp < b.rdp).any()
+        or a.rho < b.rho * floor
+        or (a.rdp < b.rdp * floor).any()
         or not np.allclose(a.rdp, b.rdp, rtol=1e-9, atol=1e-300)
     )
 
