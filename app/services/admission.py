@@ -636,10 +636,17 @@ def append(
 
 
 def append_held(
-    session: Session, st: DatasetState, hold: Reservation, source: EntrySource, now: datetime
+    session: Session,
+    st: DatasetState,
+    hold: Reservation,
+    source: EntrySource,
+    now: datetime,
+    *,
+    recompose: bool = True,
 ) -> r.Entry:
     """Charge a reservation's hold into the ledger and take it out of the held sum (and out
-    of its allocation's and blocks', into their totals)."""
+    of its allocation's and blocks', into their totals). ``recompose=False``: the caller
+    composes a ``pld`` dataset's remaining holds once after a batch (``recompose_held``)."""
     ask = prepare_held(session, st, Ask.of_hold(hold))
     after = st.committed + ask.curve
     state = None
@@ -658,7 +665,7 @@ def append_held(
         now=now,
         pld_after=state,
     )
-    _unhold(session, st, hold, ask.curve)
+    _unhold(session, st, hold, ask.curve, recompose=recompose)
     if ask.target is not None:
         for tally in ask.target.tallies():
             tally.record_held(ask.curve)
@@ -731,19 +738,38 @@ def release_hold(session: Session, st: DatasetState, hold: Reservation) -> None:
             tally.unhold(curve)
 
 
-def _unhold(session: Session, st: DatasetState, hold: Reservation, curve: PrivacyCurve) -> None:
+def _unhold(
+    session: Session,
+    st: DatasetState,
+    hold: Reservation,
+    curve: PrivacyCurve,
+    *,
+    recompose: bool = True,
+) -> None:
     others = (_R.dataset_id == st.id, _R.status == ReservationStatus.ACTIVE, _R.id != hold.id)
     st.held = st.held.remove(curve)
     st.held_next_expiry = session.scalar(select(func.min(_R.expires_at)).where(*others))
-    if st.is_pld:
-        # a PLD cannot be subtracted: the holds that remain are composed again (O(holds))
-        assert st.pld is not None
-        remaining = Pld.identity(st.pld.interval)
-        mechanisms = session.scalars(select(_R.mechanism).where(*others)).all()
-        for m in mechanisms:
-            remaining = remaining.compose(entry_pld(st, m))
-        st.pld_held, st.pld_dirty = (remaining if mechanisms else None), True
+    if recompose:
+        recompose_held(session, st, hold.id)
     st.dirty = True
+
+
+def recompose_held(session: Session, st: DatasetState, without: str | None = None) -> None:
+    """A ``pld`` dataset's held PLD composed again from its active holds (``without`` one
+    being resolved): a PLD cannot be subtracted, so this is O(holds) compositions; a batch of
+    expiries calls it once, not once per hold (100 due holds took 12 s under the lock)."""
+    if not st.is_pld:
+        return
+    assert st.pld is not None
+    active = (_R.dataset_id == st.id, _R.status == ReservationStatus.ACTIVE)
+    q = select(_R.mechanism).where(*active).order_by(_R.created_at, _R.id)
+    if without is not None:
+        q = q.where(_R.id != without)
+    remaining = Pld.identity(st.pld.interval)
+    mechanisms = session.scalars(q).all()
+    for m in mechanisms:
+        remaining = remaining.compose(entry_pld(st, m))
+    st.pld_held, st.pld_dirty = (remaining if mechanisms else None), True
 
 
 def settle(session: Session, st: DatasetState, now: datetime) -> int:
@@ -757,7 +783,9 @@ def settle(session: Session, st: DatasetState, now: datetime) -> int:
     ).all()
     for hold in due:
         hold.status = ReservationStatus.EXPIRED
-        entry = append_held(session, st, hold, EntrySource.RESERVATION_EXPIRED, now)
+        entry = append_held(
+            session, st, hold, EntrySource.RESERVATION_EXPIRED, now, recompose=False
+        )
         observability.count(
             session,
             observability.RESERVATIONS,
@@ -773,6 +801,9 @@ def settle(session: Session, st: DatasetState, now: datetime) -> int:
             target_id=hold.id,
             details={"ledger_entry_id": entry.id, "mechanism": hold.mechanism},
         )
+    if due:
+        session.flush()  # the expired holds' status, before the remaining ones are read
+        recompose_held(session, st)
     return len(due)
 
 
