@@ -72,9 +72,16 @@ class Principal:
             "an admin key not limited to allocations"
         )
 
-    def covers(self, dataset_ids: Sequence[str] | None) -> bool:
-        """Whether a key scoped to ``dataset_ids`` (None = all) reaches nothing this principal
-        cannot see: the keys a scoped admin may mint, list and revoke."""
+    def covers(
+        self, dataset_ids: Sequence[str] | None, allocations: Sequence[str] | None = None
+    ) -> bool:
+        """Whether a key scoped to ``dataset_ids`` (None = all) and limited to ``allocations``
+        (None = not limited) reaches nothing this principal cannot: the keys a scoped or
+        allocation-limited admin may list and revoke."""
+        if self.allocations is not None and (
+            allocations is None or not set(allocations) <= set(self.allocations)
+        ):
+            return False
         if self.dataset_ids is None:
             return True
         return dataset_ids is not None and set(dataset_ids) <= set(self.dataset_ids)

@@ -89,8 +89,8 @@ def list_events(
         q = q.where(AuditEvent.id < before_id)
     with db.read() as s:
         if principal.dataset_ids is not None:
-            keys = s.execute(select(ApiKey.id, ApiKey.dataset_ids)).all()
-            own_keys = [k for k, scope in keys if principal.covers(scope)]
+            keys = s.execute(select(ApiKey.id, ApiKey.dataset_ids, ApiKey.allocations)).all()
+            own_keys = [k for k, scope, limit in keys if principal.covers(scope, limit)]
             q = q.where(
                 or_(
                     AuditEvent.dataset_id.in_(principal.dataset_ids),

@@ -160,7 +160,9 @@ def list_keys(db: Database, caller: Caller) -> r.KeyList:
     with db.read() as s:
         principal = authenticated(db, caller, s)
         rows = s.scalars(select(ApiKey).order_by(_K.created_at.desc()))
-        return r.KeyList(keys=[key_answer(k) for k in rows if principal.covers(k.dataset_ids)])
+        return r.KeyList(
+            keys=[key_answer(k) for k in rows if principal.covers(k.dataset_ids, k.allocations)]
+        )
 
 
 def revoke_key(db: Database, caller: Caller, key_id: str) -> r.Key:
@@ -170,16 +172,18 @@ def revoke_key(db: Database, caller: Caller, key_id: str) -> r.Key:
     actor = authenticated(db, caller)
     with db.write() as s:
         row = s.get(ApiKey, key_id)
-        if row is None or not actor.covers(row.dataset_ids):
+        if row is None or not actor.covers(row.dataset_ids, row.allocations):
             raise NotFound(f"no key {key_id!r}")
         if row.revoked_at is None:
-            if row.role is Role.ADMIN and row.dataset_ids is None:
-                others = s.scalars(
-                    select(_K.dataset_ids).where(
+            # a full admin key: all datasets and not limited to allocations (only such a key
+            # creates datasets and changes budgets)
+            if row.role is Role.ADMIN and row.dataset_ids is None and row.allocations is None:
+                others = s.execute(
+                    select(_K.dataset_ids, _K.allocations).where(
                         _K.role == Role.ADMIN, _K.revoked_at.is_(None), _K.id != row.id
                     )
                 ).all()
-                if all(scope is not None for scope in others):
+                if all(o.dataset_ids is not None or o.allocations is not None for o in others):
                     raise Forbidden("refusing to revoke the last active unscoped admin key")
             row.revoked_at = utcnow()
             audit.record(

@@ -225,6 +225,39 @@ def test_an_admin_key_limited_to_allocations_changes_no_budget(client: TestClien
     assert minted.status_code == 201, minted.text
 
 
+def test_a_key_limited_to_allocations_revokes_only_keys_within_them(client: TestClient) -> None:
+    """An allocation-limited admin revoked the last full admin key (200): afterwards no key
+    could create datasets or change budgets. It may now list and revoke only keys limited to
+    some of its allocations, and the last full admin key is never revoked while only scoped or
+    limited admin keys remain."""
+    ds = new_dataset(client)["id"]
+    _alloc(client, ds, "team-a", 0.5)
+    _alloc(client, ds, "team-b", 0.5)
+    limited = client.post("/v1/keys", json={"role": "admin", "allocations": ["team-a"]}).json()
+    headers = {"Authorization": f"Bearer {limited['key']}"}
+    keys = client.get("/v1/keys").json()["keys"]
+    full = [k for k in keys if k["allocations"] is None and k["datasets"] is None]
+    assert len(full) == 1
+    assert client.delete(f"/v1/keys/{full[0]['id']}", headers=headers).status_code == 404
+    other = client.post("/v1/keys", json={"role": "pipeline", "allocations": ["team-b"]}).json()
+    assert client.delete(f"/v1/keys/{other['id']}", headers=headers).status_code == 404
+    mine = client.post(
+        "/v1/keys", json={"role": "pipeline", "allocations": ["team-a"]}, headers=headers
+    ).json()
+    listed = {k["id"] for k in client.get("/v1/keys", headers=headers).json()["keys"]}
+    assert listed == {limited["id"], mine["id"]}
+    assert client.delete(f"/v1/keys/{mine['id']}", headers=headers).status_code == 200
+    # the full admin key cannot revoke itself while only a limited admin key is left
+    r = client.delete(f"/v1/keys/{full[0]['id']}")
+    assert r.status_code == 403 and "last active unscoped admin" in r.json()["detail"]
+    assert (
+        client.post(
+            "/v1/datasets", json={"name": "still", "budget": {"epsilon": 1.0, "delta": 1e-6}}
+        ).status_code
+        == 201
+    )
+
+
 def test_reservations_idempotency_and_dry_runs_with_allocations(client: TestClient) -> None:
     ds = new_dataset(client, budget={"epsilon": 5.0, "delta": 1e-6}, adaptive=False)["id"]
     _alloc(client, ds, "team-a", 0.65)
