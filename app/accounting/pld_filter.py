@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from app.accounting import conversions as conv
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import Budget, Filter, Spend
+from app.accounting.filters import Budget, Filter, Spend, with_holds_bound
 from app.accounting.pld import Pld
 
 METHOD = "pld"
@@ -111,11 +111,13 @@ class PldFilter:
         committed: tuple[Pld, PrivacyCurve],
         held: tuple[Pld | None, PrivacyCurve | None],
         new: tuple[Pld, PrivacyCurve],
+        additions: int = 1,
     ) -> tuple[bool, Pld, PrivacyCurve]:
         held_pld, held_curve = held
         after, everything = with_new_entry(committed[0], held_pld, new[0])
         after_curve = committed[1] + new[1]
-        everything_curve = after_curve if held_curve is None else after_curve + held_curve
+        # the curve rule checks the bound on every order of commits, as ``Filter.dry_run``
+        everything_curve = with_holds_bound(committed[1], held_curve, new[1], additions)
         return self.within(everything, everything_curve), after, after_curve
 
     def admits(
@@ -123,21 +125,25 @@ class PldFilter:
         committed: tuple[Pld, PrivacyCurve],
         held: tuple[Pld | None, PrivacyCurve | None],
         new: tuple[Pld, PrivacyCurve],
+        additions: int = 1,
     ) -> bool:
         """``dry_run``'s decision alone (the same compositions, no spend): a calibration's
         candidates."""
-        return self._admission(committed, held, new)[0]
+        return self._admission(committed, held, new, additions)[0]
 
     def dry_run(
         self,
         committed: tuple[Pld, PrivacyCurve],
         held: tuple[Pld | None, PrivacyCurve | None],
         new: tuple[Pld, PrivacyCurve],
+        additions: int = 1,
     ) -> PldDryRun:
         """May ``new`` be charged? Each argument is a (PLD, curve) pair of the same entries (the
-        active holds: None when there are none). One composition (two with holds), the PLD's
-        exact check, the curve rule only when the PLD refuses, and the spend of ``after``."""
-        admitted, after, after_curve = self._admission(committed, held, new)
+        active holds: None when there are none; ``additions``: the terms that may reach the
+        ledger in another order, as ``Filter.dry_run``). One composition (two with holds), the
+        PLD's exact check, the curve rule only when the PLD refuses, and the spend of
+        ``after``."""
+        admitted, after, after_curve = self._admission(committed, held, new, additions)
         return PldDryRun(admitted, after, after_curve, self.spend(after, after_curve))
 
 

@@ -310,7 +310,7 @@ def _decide_dataset(st: DatasetState, ask: Ask) -> Decision:
     assert st.pld is not None
     new = entry_pld(st, ask.wire)
     p = PldFilter(st.filter).dry_run(
-        (st.pld, st.committed), (st.pld_held, st.held_curve), (new, ask.curve)
+        (st.pld, st.committed), (st.pld_held, st.held_curve), (new, ask.curve), st.held.count + 1
     )
     return Decision(p.admitted, p.after_curve, p.spend_after, new, p.after)
 
@@ -517,6 +517,14 @@ def refusal(st: DatasetState, ask: Ask, dry: Decision, *, dry_run: bool = False)
             f"refused: rho would reach {compared.rho:.6g} (with active reservations "
             f"counted), above the {f.kind.value} filter's bound {f.bound:.6g} for budget "
             f"(epsilon={b.epsilon:g}, delta={b.delta:g})"
+        )
+    elif st.is_pld and st.held_curve is not None:
+        # the PLD with the holds is not at hand here: no figure that was not the one compared
+        detail = (
+            f"refused: the ledger with this charge and its {st.held.count} active "
+            f"reservation(s) would exceed the budget (epsilon={b.epsilon:g}, "
+            f"delta={b.delta:g}; pld filter); with this charge alone the spend would be "
+            f"{dry.spend_after.epsilon:.6g}"
         )
     else:
         epsilon = dry.spend_after.epsilon if held is None else f.spend(compared).epsilon

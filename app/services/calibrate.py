@@ -118,7 +118,10 @@ def _further_by_pld(
             return False
         built += new.remove.size + (new.add.size if new.add is not None else 0)
         return PldFilter(st.filter).admits(
-            (committed, st.committed), (st.pld_held, st.held_curve), (new, ask.curve)
+            (committed, st.committed),
+            (st.pld_held, st.held_curve),
+            (new, ask.curve),
+            st.held.count + 1,
         )
 
     return further(kind, fixed, result, admits, PLD_EVALUATIONS, _guess(st, kind, fixed, result))

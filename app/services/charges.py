@@ -156,7 +156,10 @@ def _whole(st: DatasetState, asks: list[admission.Ask], whole: admission.Ask) ->
     assert st.pld is not None
     new = functools.reduce(Pld.compose, [admission.entry_pld(st, a.wire) for a in asks])
     p = PldFilter(st.filter).dry_run(
-        (st.pld, st.committed), (st.pld_held, st.held_curve), (new, whole.curve)
+        (st.pld, st.committed),
+        (st.pld_held, st.held_curve),
+        (new, whole.curve),
+        st.held.count + len(asks),
     )
     return admission.Decision(p.admitted, p.after_curve, p.spend_after, new, p.after)
 

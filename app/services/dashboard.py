@@ -74,7 +74,8 @@ def series(db: Database, caller: Caller, ref: str, points: int) -> r.Series:
         # (its changes are audited as dataset.changed), else the dataset's
         lifetime = st.totals_filter is not st.filter
         which = "lifetime_budget" if lifetime else "budget"
-        actions = ("dataset.changed",) if lifetime else BUDGET_ACTIONS
+        # a lifetime change made in one PATCH with the block budget is audited as budget.*
+        actions = (*BUDGET_ACTIONS, "dataset.changed") if lifetime else BUDGET_ACTIONS
         events = s.execute(
             select(AuditEvent.created_at, AuditEvent.action, AuditEvent.details)
             .where(AuditEvent.dataset_id == st.id, AuditEvent.action.in_(actions))

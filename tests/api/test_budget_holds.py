@@ -169,3 +169,22 @@ def test_allocation_and_block_views_count_their_holds(client: TestClient) -> Non
         assert abs(a["remaining"]["epsilon"] - h["remaining"]["epsilon"]) <= 1e-12
         growth = a["spent"]["epsilon"] - b["spent"]["epsilon"]
         assert abs(growth - h["reserved"]["epsilon"]) <= 1e-12
+
+
+def test_a_pld_refusal_with_holds_quotes_no_figure_it_did_not_compare(client: TestClient) -> None:
+    """A pld dataset's 409 beside a hold said 'would reach 0.834 (with active reservations
+    counted), above the budget 1': 0.834 was the spend without the hold."""
+    ds = new_dataset(
+        client, accounting="pld", adaptive=False, budget={"epsilon": 1.0, "delta": 1e-6}
+    )
+    url = f"/v1/datasets/{ds['id']}"
+    hold = client.post(
+        f"{url}/reservations", json={"mechanism": {"mechanism": "gaussian", "sigma": 6.0}}
+    )
+    assert hold.status_code == 201, hold.text
+    r = client.post(f"{url}/charges", json={"mechanism": {"mechanism": "gaussian", "sigma": 5.0}})
+    assert r.status_code == 409, r.text
+    problem = r.json()
+    assert problem["would_spend"]["epsilon"] < 1.0
+    assert "1 active reservation" in problem["detail"] and "alone" in problem["detail"]
+    assert "(with active reservations counted), above" not in problem["detail"]

@@ -179,9 +179,16 @@ def test_a_partitioned_series_is_judged_by_its_lifetime_budget(client: TestClien
     assert client.patch(base, json={"lifetime_budget": tighter}).status_code == 200
     assert client.patch(base, json={"budget": {"epsilon": 0.9}}).status_code == 200
     assert client.patch(base, json={"description": "not a budget change"}).status_code == 200
+    # both in one PATCH: audited as budget.lowered, and a lifetime change all the same
+    both = {"budget": {"epsilon": 0.8}, "lifetime_budget": {"epsilon": 2.5}}
+    assert client.patch(base, json=both).status_code == 200
+    last = {"epsilon": 2.5, "delta": 1e-9}
     series = client.get(f"{base}/series").json()
-    assert series["budget"] == tighter
-    assert [(c["old"], c["new"]) for c in series["budget_changes"]] == [(lifetime, tighter)]
+    assert series["budget"] == last
+    assert [(c["old"], c["new"]) for c in series["budget_changes"]] == [
+        (lifetime, tighter),
+        (tighter, last),
+    ]
     # the change moved the spend: the last point was recorded before it, /budget is after
     budget = client.get(f"{base}/budget").json()
     assert budget["spent"]["delta"] == 1e-9
