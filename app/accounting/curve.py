@@ -99,9 +99,8 @@ class PrivacyCurve:
         is at least the exact one. The identity for ``additions`` <= 0."""
         if additions <= 0:
             return self
-        factor = 1.0 + (min(additions, 2**26) + 1) * 2.0**-52
-        if additions > 2**26:
-            factor = 1.0 + 2.0**-20  # far beyond any count of holds; still an upper bound
+        # beyond 2^26 additions (far beyond any count of holds), a looser factor, still a bound
+        factor = 1.0 + (additions + 1) * 2.0**-52 if additions <= 2**26 else 1.0 + 2.0**-20
         return PrivacyCurve(
             rho=mul_up(self.rho, factor),
             rdp=mul_up(self.rdp, factor),

@@ -13,7 +13,8 @@ from typing import Any, Protocol
 
 from app import responses as r
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import DryRun, Spend
+from app.accounting.filters import DryRun, Filter, Spend
+from app.accounting.pld_filter import PldFilter
 from app.services import blocks as block_keys
 from app.services.state import DatasetState
 from app.services.tallies import Tally
@@ -56,14 +57,35 @@ def with_holds(st: DatasetState) -> tuple[PrivacyCurve, Spend]:
     held. A ``pld`` dataset's reads do not load its PLD, so its spend with holds is the
     filter's RDP bound of that curve (an upper bound), never below the ledger's stored spend.
     """
-    held = st.held_curve
+    return _plus_holds(st.totals_filter, st.committed, st.spent, st.held_curve)
+
+
+def _plus_holds(
+    flt: Filter, curve: PrivacyCurve, sp: Spend, held: PrivacyCurve | None
+) -> tuple[PrivacyCurve, Spend]:
+    """``curve`` + ``held`` and its spend under ``flt``, never below ``sp`` (the spend without
+    the holds): one conversion; (``curve``, ``sp``) when there are no holds. A dataset's view
+    and a tally's (an allocation, a block) both count their holds by it."""
     if held is None:
-        return st.committed, st.spent
-    total = st.committed + held
-    sp = st.totals_filter.spend(total)
-    if sp.epsilon < st.spent.epsilon:
-        sp = dataclasses.replace(sp, epsilon=st.spent.epsilon)
-    return total, sp
+        return curve, sp
+    total = curve + held
+    out = flt.spend(total)
+    if out.epsilon < sp.epsilon:
+        out = dataclasses.replace(out, epsilon=sp.epsilon)
+    return total, out
+
+
+def spend_at(st: DatasetState, delta: float) -> Spend:
+    """The epsilon at ``delta`` the dataset reports, under ``totals_filter``: a ``pld``
+    dataset's from its PLD (loaded: ``state.load_pld``) or its curve, the least; at the
+    budget delta, the filter's ``spend`` (capped at eps_B while admitted), as ``/budget``."""
+    f = st.totals_filter
+    if st.pld is not None:
+        pf = PldFilter(f)
+        if delta == f.budget.delta:
+            return pf.spend(st.pld, st.committed)
+        return pf.spend_at(st.pld, st.committed, delta)
+    return f.spend(st.committed) if delta == f.budget.delta else f.spend_at(st.committed, delta)
 
 
 def remaining(st: DatasetState, view: tuple[PrivacyCurve, Spend] | None = None) -> r.Remaining:
@@ -247,18 +269,16 @@ def tally_view(t: Tally, dry: DryRun | None = None) -> dict[str, Any]:
     conversion for a tally with holds."""
     curve, sp = (t.committed, t.spent) if dry is None else (dry.after, dry.spend_after)
     held = t.held.total()
-    reserved = None
-    total, sp_held = curve, sp
-    if held is not None:
-        total = curve + held
-        sp_held = t.filter.spend(total)
-        if sp_held.epsilon < sp.epsilon:
-            sp_held = dataclasses.replace(sp_held, epsilon=sp.epsilon)
-        reserved = r.Reserved(
+    total, sp_held = _plus_holds(t.filter, curve, sp, held)
+    reserved = (
+        None
+        if held is None
+        else r.Reserved(
             rho=finite_or_none(held.rho),
             count=t.held.count,
             epsilon=max(0.0, sp_held.epsilon - sp.epsilon),
         )
+    )
     left = t.filter.remaining(total, sp_held)
     return {
         "spent": tally_spent(t, curve, sp),
@@ -369,6 +389,7 @@ __all__ = [
     "block",
     "block_span",
     "lifetime_budget",
+    "spend_at",
     "partition",
     "structures",
     "structures_after",

@@ -11,17 +11,13 @@ running totals (and on a ``pld`` dataset its stored PLD, a few MiB at most).
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from sqlalchemy import select
 
 from app import responses as r
-from app.accounting.filters import Spend
 from app.accounting.orders import ORDERS
-from app.accounting.pld_filter import PldFilter
 from app.db.engine import Database
 from app.db.models import AuditEvent, LedgerEntry
 from app.principal import Caller
@@ -125,17 +121,12 @@ def curves(db: Database, caller: Caller, ref: str) -> r.Curves:
             state.load_pld(s, st)
     f, curve = st.totals_filter, st.committed  # partitioned: the lifetime budget's, if any
     limit = f.budget_curve()
-    # the spend every other view reports: a pld dataset's from its stored PLD (or its curve,
-    # whichever is less), as /budget and /spend; the RDP chart itself is the curve's
-    spend_at: Callable[[float], Spend] = functools.partial(f.spend_at, curve)
-    at_budget = f.spend(curve)
-    if st.pld is not None:
-        pf, pld = PldFilter(f), st.pld
-        spend_at = functools.partial(pf.spend_at, pld, curve)
-        at_budget = pf.spend(pld, curve)
+    # the spend every other view reports (``answers.spend_at``: a pld dataset's from its
+    # stored PLD or its curve, the least), as /budget and /spend; the RDP chart is the curve's
+    at_budget = answers.spend_at(st, f.budget.delta)
     tradeoff = []
     for delta in sorted({*TRADEOFF_DELTAS, f.budget.delta}):
-        sp = at_budget if delta == f.budget.delta else spend_at(delta)
+        sp = at_budget if delta == f.budget.delta else answers.spend_at(st, delta)
         tradeoff.append(
             r.TradeoffPoint(delta=delta, epsilon=finite_or_none(sp.epsilon), method=sp.method)
         )

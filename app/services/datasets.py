@@ -269,19 +269,11 @@ def spend_query(
             state.load_pld(s, st)
     f = st.totals_filter  # on a partitioned dataset with a lifetime budget, the lifetime's
     try:
-        if st.pld is not None:  # the PLD the pld dataset reports from
-            pf = PldFilter(f)
-            if delta is not None and delta == f.budget.delta:
-                sp = pf.spend(st.pld, st.committed)
-            elif delta is not None:
-                sp = pf.spend_at(st.pld, st.committed, delta)
-            else:
-                assert epsilon is not None
-                sp = pf.spend_delta(st.pld, st.committed, epsilon)
-        elif delta is not None and delta == f.budget.delta:
-            sp = f.spend(st.committed)
-        elif delta is not None:
-            sp = f.spend_at(st.committed, delta)
+        if delta is not None:
+            sp = answers.spend_at(st, delta)
+        elif st.pld is not None:  # the PLD the pld dataset reports from
+            assert epsilon is not None
+            sp = PldFilter(f).spend_delta(st.pld, st.committed, epsilon)
         else:
             assert epsilon is not None
             sp = f.spend_delta(st.committed, epsilon)
@@ -463,10 +455,7 @@ def _refilter_structures(
             for column, value in zero_totals(flt).items():
                 setattr(row, column, value)
         if st.lifetime is not None:
-            life = allocation_filter(kind, st.lifetime.budget, None, allowed)
-            ds.lifetime_filter_bound = life.bound
-            ds.lifetime_filter_params = life.params.to_dict() if life.params is not None else None
-            st.lifetime = life
+            _store_lifetime(ds, st, allocation_filter(kind, st.lifetime.budget, None, allowed))
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
 
@@ -492,6 +481,11 @@ def _set_lifetime(ds: Dataset, st: state.DatasetState, change: dict[str, float])
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
     ds.lifetime_budget_epsilon, ds.lifetime_budget_delta = budget.epsilon, budget.delta
+    _store_lifetime(ds, st, flt)
+
+
+def _store_lifetime(ds: Dataset, st: state.DatasetState, flt: Filter) -> None:
+    """``flt`` becomes the lifetime budget's filter: its row columns and the state's."""
     ds.lifetime_filter_bound = flt.bound
     ds.lifetime_filter_params = flt.params.to_dict() if flt.params is not None else None
     st.lifetime = flt
