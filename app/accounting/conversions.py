@@ -141,12 +141,29 @@ def zcdp_delta_cks(rho: float, epsilon: float) -> float:
     def deriv(a: float) -> float:
         return (2.0 * a - 1.0) * rho - epsilon + math.log1p(-1.0 / a)
 
-    lo = max(1.0 + 1e-9, (1.0 + epsilon / rho) / 2.0)
-    hi = (epsilon + 1.0) / (2.0 * rho) + 2.0
-    if deriv(lo) >= 0:
-        a_star = lo
+    # (both ends kept below 1e300: with rho near the least float they overflow, and any
+    # order bounds delta, so an end is used as it is when the root lies beyond it)
+    lo = min(max(1.0 + 1e-9, (1.0 + epsilon / rho) / 2.0), 1e300)
+    hi = min((epsilon + 1.0) / (2.0 * rho) + 2.0, 1e300)
+
+    # solved for t = log(alpha - 1): the bracket spans up to ~230 in t when rho is tiny
+    # (alpha* ~ 1 / sqrt(2 rho) ~ 7e49 at rho = 1e-100), where Brent's method on alpha itself
+    # ran out of iterations. Every alpha > 1 gives a valid bound, so the root's precision only
+    # decides tightness, and an end whose rounded derivative already has the root's sign is
+    # taken as it is.
+    def slope(t: float) -> float:
+        return deriv(1.0 + math.exp(t))
+
+    t_lo, t_hi = math.log(lo - 1.0), math.log(hi - 1.0)
+    if slope(t_lo) >= 0:
+        t_star = t_lo
+    elif slope(t_hi) <= 0:
+        t_star = t_hi
     else:
-        a_star = optimize.brentq(deriv, lo, hi, xtol=1e-14, rtol=4 * np.finfo(float).eps)
+        t_star = optimize.brentq(
+            slope, t_lo, t_hi, xtol=1e-13, rtol=4 * np.finfo(float).eps, maxiter=400
+        )
+    a_star = 1.0 + math.exp(t_star)
     log_d = log_delta(a_star)
     a = a_star
     err = (

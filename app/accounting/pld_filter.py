@@ -86,7 +86,13 @@ class PldFilter:
 
     def within(self, state: Pld, curve: PrivacyCurve) -> bool:
         """The ledger composing to ``state`` (its PLD) and ``curve`` is within budget: by its
-        PLD, delta(eps_B) <= delta_B, or by the curve rule."""
+        PLD, delta(eps_B) <= delta_B, or by the curve rule; never once the entries' own deltas,
+        added up (``curve.delta``), reach the budget delta, as under every other accounting
+        (DESIGN: "once they reach the budget delta alone, nothing more is admitted"). The PLD
+        composes them as 1 - prod(1 - delta_i), slightly less than their sum, and admitted two
+        charges of delta_B / 2 and more after them."""
+        if curve.delta >= self.budget.delta:
+            return False
         return self._pld_within(state) or self.curves.admits(curve)
 
     def spend_at(self, state: Pld, curve: PrivacyCurve, delta: float) -> Spend:

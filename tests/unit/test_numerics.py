@@ -200,6 +200,29 @@ def test_zcdp_conversions_are_never_below_their_infimum(rho: float, delta: float
     assert conv.zcdp_delta_cks(rho, eps) <= delta * (1 + 1e-9)
 
 
+@pytest.mark.parametrize(
+    ("rho", "epsilon"),
+    [(1e-100, 0.0), (1e-110, 0.0), (1e-151, 0.0), (1e-300, 0.0), (1e-100, 1e-80), (1e-60, 1e-31)],
+)
+def test_cks_delta_of_a_tiny_rho_is_found(rho: float, epsilon: float) -> None:
+    """A ledger of rho = 1e-100 asked for delta at eps = 0 was a 500: Brent's method on alpha
+    ran out of iterations on a bracket up to 5e99 (alpha* ~ 1 / sqrt(2 rho)). The answer lies
+    between the Gaussian's exact delta at mu = sqrt(2 rho) (a rho-zCDP mechanism, so no bound
+    for every rho-zCDP mechanism is below it) and the CKS infimum over alpha (mpmath)."""
+    r, e = mp.mpf(rho), mp.mpf(epsilon)
+    mu = mp.sqrt(2 * r)
+    gaussian = mp.ncdf(-e / mu + mu / 2) - mp.e**e * mp.ncdf(-e / mu - mu / 2)
+
+    def log_cks(t: mp.mpf) -> mp.mpf:
+        a = 1 + mp.e**t
+        return (a - 1) * (a * r - e) + a * mp.log1p(-1 / a) - mp.log(a - 1)
+
+    best_t = min((mp.mpf(t) / 4 for t in range(-40, 1500)), key=log_cks)
+    infimum = mp.e ** log_cks(best_t)
+    got = conv.zcdp_delta_cks(rho, epsilon)
+    assert gaussian <= got <= infimum * (1 + 1e-6)
+
+
 # --- the order grid -------------------------------------------------------------------------
 
 
