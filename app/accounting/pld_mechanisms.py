@@ -569,19 +569,46 @@ def for_mechanism(data: Mapping[str, Any], *, interval: float = BASE_INTERVAL) -
 
 MAX_DISTINCT = 8
 """Most distinct mechanisms (every field but ``count``) one request composes as privacy loss
-distributions: a construction costs up to about a second of CPU (a DP-SGD step on 2^18 grid
-points), so a request's work is bounded by counting them (422 beyond)."""
+distributions, counting a Poisson-subsampled Gaussian as ``SUBSAMPLED_WEIGHT``: a construction
+costs up to about a second of CPU (a DP-SGD one several), so a request's work is bounded by
+counting them (422 beyond)."""
+
+SUBSAMPLED_WEIGHT = 4
+"""What a Poisson-subsampled Gaussian (sample rate below 1) counts toward ``MAX_DISTINCT``: its
+PLD (both adjacency directions on up to 2^18 grid points, then self-composed over its steps) took
+0.6 s of CPU for one step and 2.5-4.3 s for 1,000 to 100,000 steps on a loaded 2-core machine,
+where eight of them in one request took 6.5 s idle (a helper's search). So at most two per
+request (with up to four other distinct mechanisms)."""
 
 
-def too_many_distinct(n: int) -> str | None:
-    """Why ``n`` distinct mechanisms are too many for one request (None when they are not)."""
-    if n <= MAX_DISTINCT:
+def construction_weight(entry: Mapping[str, Any]) -> int:
+    """What the PLD of mechanism object ``entry`` counts toward ``MAX_DISTINCT``."""
+    if entry.get("mechanism") == "subsampled_gaussian" and entry.get("sample_rate", 1.0) != 1.0:
+        return SUBSAMPLED_WEIGHT
+    return 1
+
+
+def too_many_distinct(entries: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why the distinct mechanism objects ``entries`` are too many for one request (None when
+    they are not)."""
+    weight = sum(construction_weight(e) for e in entries)
+    if weight <= MAX_DISTINCT:
         return None
     return (
-        f"pld accounting composes at most {MAX_DISTINCT} distinct mechanisms in one request "
-        f"(each distribution costs up to about a second of CPU to build), got {n}: send them "
-        "in parts, or use accounting 'rdp'"
+        f"pld accounting composes at most {MAX_DISTINCT} distinct mechanisms in one request, "
+        f"a Poisson-subsampled Gaussian counting as {SUBSAMPLED_WEIGHT} (each distribution "
+        f"costs up to about a second of CPU to build, a DP-SGD one several), got {len(entries)} "
+        f"counting {weight}: send them in parts, or use accounting 'rdp'"
     )
+
+
+def check_kinds(entries: Sequence[Mapping[str, Any]]) -> None:
+    """``NoPldError`` for the first entry of a kind without a PLD, before anything is built (a
+    compose of a costly RAPPOR and a zcdp entry built the first for 1.8 s, then answered 422)."""
+    for entry in entries:
+        kind = entry.get("mechanism")
+        if isinstance(kind, str) and kind in NO_PLD_KINDS:
+            raise NoPldError(kind, NO_PLD_KINDS[kind])
 
 
 def compose_all(entries: Sequence[Mapping[str, Any]], *, interval: float = BASE_INTERVAL) -> Pld:
@@ -592,8 +619,9 @@ def compose_all(entries: Sequence[Mapping[str, Any]], *, interval: float = BASE_
     for entry in entries:
         _check_count(entry.get("count", 1))
     groups = registry.merge_counts(entries)
-    if (why := too_many_distinct(len(groups))) is not None:
+    if (why := too_many_distinct(groups)) is not None:
         raise ValueError(why)
+    check_kinds(groups)
     total = Pld.identity(interval)
     for entry in groups:
         total = total.compose(for_mechanism(entry, interval=total.interval))
@@ -605,10 +633,13 @@ __all__ = [
     "MAX_DISTINCT",
     "NO_PLD_KINDS",
     "PLD_KINDS",
+    "SUBSAMPLED_WEIGHT",
     "CacheInfo",
     "NoPldError",
     "approx_dp",
     "bounded_range_delta",
+    "check_kinds",
+    "construction_weight",
     "cache_info",
     "clear_cache",
     "compose_all",

@@ -110,6 +110,7 @@ def charge(
             idempotency.remember(s, st.id, SCOPE, idempotency_key, req_hash, status, body)
         return outcome
 
+    admission.warm_pld(ref, [wire])  # a pld construction outside the lock
     outcome = admission.run_locked(db, ref, principal, work)
     if isinstance(outcome, BudgetExceeded):
         raise outcome  # the rejection is committed
@@ -212,7 +213,10 @@ def charge_dp_event(
             if first is not None:
                 return r.ChargeBatch.model_validate(first)
         admission.check_not_archived(st)
-        if st.is_pld and (why := pld_mechanisms.too_many_distinct(len(asks))) is not None:
+        if (
+            st.is_pld
+            and (why := pld_mechanisms.too_many_distinct([a.wire for a in asks])) is not None
+        ):
             raise Unprocessable(f"dp_event: {why}")
         admission.prepare(s, st, whole)  # 422 on a partitioned dataset (no blocks given)
         for a in asks:
@@ -252,6 +256,7 @@ def charge_dp_event(
             idempotency.remember(s, st.id, DP_EVENT_SCOPE, idempotency_key, req_hash, status, body)
         return outcome
 
+    admission.warm_pld(ref, [a.wire for a in asks])
     outcome = admission.run_locked(db, ref, principal, work)
     if isinstance(outcome, BudgetExceeded):
         raise outcome

@@ -137,6 +137,7 @@ def reserve(
             idempotency.remember(s, st.id, SCOPE, idempotency_key, req_hash, status, body)
         return outcome
 
+    admission.warm_pld(ref, [wire])  # a pld construction outside the lock
     outcome = admission.run_locked(db, ref, principal, work)
     if isinstance(outcome, BudgetExceeded):
         raise outcome  # the rejection is committed
