@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from app import observability
 from app import responses as r
 from app.accounting import pld_mechanisms, registry
+from app.accounting.kinds.subsampled_gaussian import too_many_runs
 from app.accounting.mechanisms import Mechanism
 from app.accounting.pld import Pld
 from app.accounting.pld_filter import PldFilter
@@ -145,6 +146,8 @@ def translate_dp_event(event: dict[str, Any]) -> list[Mechanism]:
         raise Unprocessable(
             f"dp_event: {len(mechanisms)} distinct mechanisms, at most {MAX_EVENT_PARTS}"
         )
+    if (why := too_many_runs(mechanisms)) is not None:
+        raise Unprocessable(f"dp_event: {why}")
     return mechanisms
 
 

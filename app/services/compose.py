@@ -8,6 +8,7 @@ from app import responses as r
 from app.accounting import pld_mechanisms
 from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import FilterKind, spend
+from app.accounting.kinds.subsampled_gaussian import too_many_runs
 from app.accounting.mechanisms import Mechanism
 from app.accounting.orders import ORDERS
 from app.accounting.pld_filter import least
@@ -30,6 +31,8 @@ def compose(
     fixed list. ``conversions`` lists every candidate.
     """
     authenticated(db, caller)
+    if (why := too_many_runs(mechanisms)) is not None:
+        raise Unprocessable(why)
     try:
         total = PrivacyCurve.zero()
         for m in mechanisms:

@@ -100,3 +100,51 @@ def test_a_pld_charge_builds_its_distribution_before_taking_the_lock(
     assert r.status_code == 201, r.text
     assert built_under_lock and sum(built_under_lock) == 0, built_under_lock
     assert pm.cache_info().misses >= 1  # built, outside the lock
+
+
+def test_distinct_dp_sgd_curves_per_request_are_bounded(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compose of 10,000 distinct subsampled Gaussians (under the 1 MiB body limit) cost
+    16.8 s of CPU, with a viewer key: at most MAX_DISTINCT_RUNS distinct (noise multiplier,
+    sample rate) pairs are computed per request, counted before any curve is."""
+    from app.accounting import subsampled_gaussian as sgm
+    from app.accounting.kinds import subsampled_gaussian as kind
+
+    computed: list[int] = []
+    real = sgm.rdp_batch
+
+    def counted(q: Any, sigma: Any, *args: Any, **kwargs: Any) -> Any:
+        computed.append(len(q))
+        return real(q, sigma, *args, **kwargs)
+
+    monkeypatch.setattr(kind, "rdp_batch", counted)
+    sgm.subsampled_gaussian_rdp.cache_clear()
+    n = kind.MAX_DISTINCT_RUNS + 1
+    runs = [
+        {"mechanism": "subsampled_gaussian", "sigma": 1.0 + i / 1000, "sample_rate": 0.01}
+        for i in range(n)
+    ]
+    r = client.post("/v1/accounting/compose", json={"mechanisms": runs, "delta": 1e-6})
+    assert r.status_code == 422 and f"at most {n - 1} distinct" in r.json()["detail"], r.text
+    event = {
+        "type": "ComposedDpEvent",
+        "events": [
+            {
+                "type": "PoissonSampledDpEvent",
+                "sampling_probability": 0.01,
+                "event": {"type": "GaussianDpEvent", "noise_multiplier": 1.0 + i / 1000},
+            }
+            for i in range(n)
+        ],
+    }
+    ds = new_dataset(client, "sgd-bound", budget=BUDGET, accounting="rdp", adaptive=False)
+    r = client.post(f"/v1/datasets/{ds['id']}/charges/dp_event", json={"dp_event": event})
+    assert r.status_code == 422 and f"at most {n - 1} distinct" in r.json()["detail"], r.text
+    assert sum(computed) == 0  # refused before any curve was computed
+    # the same pairs with other step counts, and a sample rate of 1, count once / not at all
+    same = [{**runs[0], "steps": 1 + i} for i in range(n)] + [{**runs[1], "sample_rate": 1.0}]
+    r = client.post("/v1/accounting/compose", json={"mechanisms": same, "delta": 1e-6})
+    assert r.status_code == 200, r.text
+    r = client.post("/v1/accounting/compose", json={"mechanisms": runs[: n - 1], "delta": 1e-6})
+    assert r.status_code == 200, r.text

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -26,6 +26,31 @@ from app.accounting.orders import ORDERS
 from app.accounting.subsampled_gaussian import Mask, rdp_batch
 
 MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER = 1e-3, 1e6
+
+
+MAX_DISTINCT_RUNS = 256
+"""Most distinct (noise multiplier, sample rate) pairs below sample rate 1 one request computes
+curves for (``too_many_runs``; 422 beyond): a curve costs 0.3-1 ms typically and up to about
+4-6 ms (sample rate 0.5, noise multiplier 1,000) on a loaded 2-core machine, so 256 stay near a
+second at worst, where the 10,000 entries a compose body may hold took 16.8 s (a helper's
+search). Steps and counts of one pair share its curve."""
+
+
+def too_many_runs(mechanisms: Iterable[Mechanism]) -> str | None:
+    """Why ``mechanisms`` hold too many distinct subsampled Gaussians for one request (None when
+    they do not)."""
+    pairs = {
+        (m.noise_multiplier, m.sample_rate)
+        for m in mechanisms
+        if isinstance(m, SubsampledGaussian) and m.sample_rate != 1.0
+    }
+    if len(pairs) <= MAX_DISTINCT_RUNS:
+        return None
+    return (
+        f"at most {MAX_DISTINCT_RUNS} distinct subsampled_gaussian (noise multiplier, sample "
+        f"rate) pairs in one request, got {len(pairs)} (each curve costs up to a few "
+        "milliseconds): send them in parts"
+    )
 
 
 @dataclass(frozen=True)
