@@ -70,6 +70,32 @@ def at_least_or_none(minimum: float, why: str) -> Callable[[float | None], float
 DELTA_FLOOR_WHY = "the smallest delta whose conversions stay finite and sound"
 
 
+def zero_or_at_least(minimum: float, why: str) -> Callable[[float | None], float | None]:
+    """``at_least_or_none`` that also takes 0 (a delta of 0 asks for the pure-DP sum)."""
+    check = at_least_or_none(minimum, why)
+
+    def check_zero(value: float | None) -> float | None:
+        return value if value == 0.0 else check(value)
+
+    return check_zero
+
+
+QueryDelta = Annotated[
+    float,
+    Field(
+        ge=0,
+        lt=1,
+        allow_inf_nan=False,
+        description=(
+            "0 (the pure-DP sum, for mechanisms that all have one), or at least the smallest "
+            "budget delta (2^-1022)"
+        ),
+    ),
+    AfterValidator(zero_or_at_least(MIN_BUDGET_DELTA, DELTA_FLOOR_WHY)),
+]
+"""A delta to convert at (not a budget): 0 asks for the pure-DP sum."""
+
+
 SampleRate = Annotated[
     float,
     Field(gt=0, le=1, allow_inf_nan=False, json_schema_extra={"minimum": MIN_SAMPLE_RATE}),
@@ -406,7 +432,7 @@ class ComposeIn(_Strict):
     """``POST /v1/accounting/compose``."""
 
     mechanisms: Annotated[list[MechanismIn], Field(min_length=1, max_length=10_000)]
-    delta: Delta
+    delta: QueryDelta
     accounting: Literal["rdp", "zcdp", "pld"] = "rdp"
 
 

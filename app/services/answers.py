@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from app import responses as r
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import DryRun, Filter, Spend
+from app.accounting.filters import DryRun, Filter, Spend, pure_spend
 from app.accounting.pld_filter import PldFilter
 from app.services import blocks as block_keys
 from app.services.state import DatasetState
@@ -78,8 +78,11 @@ def _plus_holds(
 def spend_at(st: DatasetState, delta: float) -> Spend:
     """The epsilon at ``delta`` the dataset reports, under ``totals_filter``: a ``pld``
     dataset's from its PLD (loaded: ``state.load_pld``) or its curve, the least; at the
-    budget delta, the filter's ``spend`` (capped at eps_B while admitted), as ``/budget``."""
+    budget delta, the filter's ``spend`` (capped at eps_B while admitted), as ``/budget``. At
+    delta = 0, the pure-DP sum (``pure_spend``; infinite when any entry has no pure bound)."""
     f = st.totals_filter
+    if delta == 0.0:
+        return pure_spend(st.committed)
     if st.pld is not None:
         pf = PldFilter(f)
         if delta == f.budget.delta:

@@ -7,7 +7,7 @@ import math
 from app import responses as r
 from app.accounting import pld_mechanisms
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import FilterKind, spend
+from app.accounting.filters import FilterKind, pure_spend, spend
 from app.accounting.kinds.subsampled_gaussian import too_many_runs
 from app.accounting.mechanisms import Mechanism
 from app.accounting.orders import ORDERS
@@ -28,7 +28,8 @@ def compose(
     conversions, the pure-DP sum and (Gaussian-only) the exact conversion; ``zcdp``: the zCDP
     conversions and, Gaussian-only, the exact one; ``pld``: the composed privacy loss
     distribution (``app.accounting.pld``) beside every ``rdp`` candidate, all valid for a
-    fixed list. ``conversions`` lists every candidate.
+    fixed list. ``conversions`` lists every candidate. At ``delta`` = 0, the pure-DP sum for
+    every accounting (422 when the mechanisms have none).
     """
     authenticated(db, caller)
     if (why := too_many_runs(mechanisms)) is not None:
@@ -37,14 +38,23 @@ def compose(
         total = PrivacyCurve.zero()
         for m in mechanisms:
             total = total + m.curve()
-        if total.delta >= delta:
+        if delta == 0.0:  # the pure-DP sum, whatever the accounting
+            sp = pure_spend(total)
+            if not math.isfinite(sp.epsilon):
+                raise ValueError(
+                    "at delta 0 only the pure-DP sum holds, and these mechanisms have none "
+                    "(a mechanism without a pure-DP bound, or an entry with its own delta): ask "
+                    "at a delta above 0"
+                )
+        elif total.delta >= delta:
             raise ValueError(
                 f"the mechanisms' own deltas add up to {total.delta:g}, which reaches the target "
                 f"delta {delta:g}: no epsilon holds at it (ask at a larger delta)"
             )
-        kind = FilterKind.ZCDP if accounting == "zcdp" else FilterKind.RDP
-        sp = spend(kind, total, delta)
-        if accounting == "pld":
+        else:
+            kind = FilterKind.ZCDP if accounting == "zcdp" else FilterKind.RDP
+            sp = spend(kind, total, delta)
+        if accounting == "pld" and delta > 0.0:
             eps = pld_mechanisms.compose_all([m.to_dict() for m in mechanisms]).epsilon(delta)
             sp = least(eps, sp)
     except pld_mechanisms.NoPldError as exc:

@@ -59,3 +59,57 @@ def test_own_deltas_that_add_up_to_the_budget_delta_admit_nothing_more(
     )
     budget = client.get(f"/v1/datasets/{ds['id']}/budget").json()
     assert budget["entries"] == 3 and budget["exhausted"] is False
+
+
+# FORMULAS 3.2: "Pure-DP totals: C4 10, C5 25, C6 20, C7 20 (delta = 0)"
+PURE_TOTALS = [
+    ([{"mechanism": "laplace", "epsilon": 0.1, "count": 100}], 10.0),
+    ([{"mechanism": "randomized_response", "epsilon": 0.5, "k": 2, "count": 50}], 25.0),
+    ([{"mechanism": "randomized_response", "epsilon": 1.0, "k": 4, "count": 20}], 20.0),
+    ([{"mechanism": "rappor", "epsilon": 2.0, "count": 10}], 20.0),
+]
+
+
+@pytest.mark.parametrize(("mechanisms", "total"), PURE_TOTALS)
+@pytest.mark.parametrize("accounting", ["rdp", "zcdp", "pld"])
+def test_compose_at_delta_zero_is_the_pure_dp_sum(
+    client: TestClient, mechanisms: list, total: float, accounting: str
+) -> None:
+    r = client.post(
+        "/v1/accounting/compose",
+        json={"mechanisms": mechanisms, "delta": 0, "accounting": accounting},
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["method"] == "pure_dp" and body["delta"] == 0.0
+    assert total <= body["epsilon"] <= total * (1 + 1e-12)
+
+
+def test_delta_zero_without_a_pure_bound_is_a_clear_422(client: TestClient) -> None:
+    for mechanisms in (
+        [{"mechanism": "gaussian", "sigma": 3.0}],
+        [{"mechanism": "approx_dp", "epsilon": 0.5, "delta": 1e-8}],
+    ):
+        r = client.post("/v1/accounting/compose", json={"mechanisms": mechanisms, "delta": 0})
+        assert r.status_code == 422 and "delta 0" in r.json()["detail"], r.text
+    # between 0 and the smallest delta: still refused, naming the floor
+    lap = [{"mechanism": "laplace", "epsilon": 0.1}]
+    r = client.post("/v1/accounting/compose", json={"mechanisms": lap, "delta": 1e-310})
+    assert r.status_code == 422, r.text
+
+
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_spend_at_delta_zero_is_the_pure_dp_sum(client: TestClient, adaptive: bool) -> None:
+    ds = new_dataset(client, budget={"epsilon": 5.0, "delta": 1e-6}, adaptive=adaptive)
+    url = f"/v1/datasets/{ds['id']}"
+    lap = {"mechanism": {"mechanism": "laplace", "epsilon": 0.1, "count": 5}}
+    assert client.post(f"{url}/charges", json=lap).status_code == 201
+    r = client.get(f"{url}/spend", params={"delta": 0})
+    assert r.status_code == 200, r.text
+    assert r.json()["method"] == "pure_dp" and 0.5 <= r.json()["epsilon"] <= 0.5 * (1 + 1e-12)
+    gauss = {"mechanism": {"mechanism": "gaussian", "sigma": 50.0}}
+    assert client.post(f"{url}/charges", json=gauss).status_code == 201
+    r = client.get(f"{url}/spend", params={"delta": 0})
+    assert r.status_code == 200 and r.json()["epsilon"] is None, r.text
+    r = client.get(f"{url}/spend", params={"delta": 1e-310})
+    assert r.status_code == 422, r.text

@@ -125,7 +125,8 @@ def test_bad_budgets_are_422(client: TestClient, budget: dict) -> None:
 @pytest.mark.parametrize(
     "query",
     [
-        "delta=0",
+        "delta=-0.1",
+        "delta=1e-310",
         "delta=1",
         "delta=nan",
         "delta=inf",

@@ -24,7 +24,7 @@ from app.api.schemas import (
     DatasetPatch,
     DpEventChargeIn,
     SampleRate,
-    at_least_or_none,
+    zero_or_at_least,
 )
 from app.db.models import MAX_BIGINT
 from app.errors import Unprocessable
@@ -303,13 +303,15 @@ def spend(
     delta: Annotated[
         float | None,
         Query(
-            gt=0,
+            ge=0,
             lt=1,
             allow_inf_nan=False,
-            description="at least the smallest budget delta (2^-1022)",
-            json_schema_extra={"minimum": MIN_BUDGET_DELTA},
+            description=(
+                "0 (the pure-DP sum: null when an entry has no pure bound), or at least the "
+                "smallest budget delta (2^-1022)"
+            ),
         ),
-        AfterValidator(at_least_or_none(MIN_BUDGET_DELTA, DELTA_FLOOR_WHY)),
+        AfterValidator(zero_or_at_least(MIN_BUDGET_DELTA, DELTA_FLOOR_WHY)),
     ] = None,
     epsilon: Annotated[
         float | None,
