@@ -102,12 +102,53 @@ def mechanisms_from_dp_event(event: Mapping[str, Any]) -> list[Mechanism]:
     return _translate(event, 0)
 
 
+_COMPOSITE_FIELDS = {
+    "ComposedDpEvent": frozenset({"type", "events"}),
+    "SelfComposedDpEvent": frozenset({"type", "event", "count"}),
+    "NoOpDpEvent": frozenset({"type"}),
+}
+
+
+class _Reads(Mapping[str, Any]):
+    """An event's fields, remembering which ones its translator read."""
+
+    def __init__(self, event: Mapping[str, Any]) -> None:
+        self._event = event
+        self.read: set[str] = {"type"}
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return self._event[key]
+
+    def __iter__(self) -> Any:
+        return iter(self._event)
+
+    def __len__(self) -> int:
+        return len(self._event)
+
+    def unread(self) -> list[str]:
+        return sorted(str(k) for k in self._event if k not in self.read)
+
+
+def _unknown_fields(kind: object, names: list[str]) -> ValueError:
+    return ValueError(
+        f"{kind}: unknown field(s) {', '.join(repr(n) for n in names)}: nothing is charged for an "
+        "event with fields this ledger does not read (a sensitivity or delta left out would "
+        "under-state its loss)"
+    )
+
+
 def _translate(event: Mapping[str, Any], depth: int) -> list[Mechanism]:
+    """An event's mechanisms; ValueError for a field no translation reads (a
+    ``GaussianDpEvent`` with a ``sensitivity`` of 10 was charged at sensitivity 1)."""
     if not isinstance(event, Mapping):
         raise ValueError(f"a DpEvent must be a JSON object with a 'type', got {event!r}")
     if depth > MAX_EVENT_DEPTH:
         raise ValueError(f"DpEvent nested deeper than {MAX_EVENT_DEPTH} levels")
     kind = event.get("type")
+    allowed = _COMPOSITE_FIELDS.get(kind) if isinstance(kind, str) else None
+    if allowed is not None and (extra := sorted(str(k) for k in event if k not in allowed)):
+        raise _unknown_fields(kind, extra)
     if kind == "ComposedDpEvent":
         events = event.get("events")
         if not isinstance(events, list):
@@ -126,7 +167,11 @@ def _translate(event: Mapping[str, Any], depth: int) -> list[Mechanism]:
     translate = _LEAVES.get(kind) if isinstance(kind, str) else None
     if translate is None:
         raise ValueError(f"{kind} has no translation to privacy-ledger mechanisms")
-    return translate(event, lambda e: _translate(e, depth + 1))
+    reads = _Reads(event)
+    mechanisms = translate(reads, lambda e: _translate(e, depth + 1))
+    if extra := reads.unread():
+        raise _unknown_fields(kind, extra)
+    return mechanisms
 
 
 __all__ = [

@@ -175,3 +175,31 @@ def test_nesting_is_bounded() -> None:
 
 def test_every_translated_type_is_listed() -> None:
     assert {"GaussianDpEvent", "LaplaceDpEvent", "PoissonSampledDpEvent"} <= set(dp_event_types())
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"type": "GaussianDpEvent", "noise_multiplier": 2.0, "sensitivity": 10},
+        {"type": "ZCDpEvent", "rho": 0.1, "delta": 1e-3},
+        {"type": "LaplaceDpEvent", "noise_multiplier": 2.0, "scale": 5.0},
+        {"type": "ComposedDpEvent", "events": [], "event": {"type": "GaussianDpEvent"}},
+        {"type": "SelfComposedDpEvent", "event": {"type": "NoOpDpEvent"}, "count": 2, "steps": 9},
+        {"type": "NoOpDpEvent", "epsilon": 1.0},
+        {
+            "type": "PoissonSampledDpEvent",
+            "sampling_probability": 0.01,
+            "event": {"type": "GaussianDpEvent", "noise_multiplier": 1.0, "sensitivity": 3},
+        },
+        {
+            "type": "ComposedDpEvent",
+            "events": [{"type": "EpsilonDeltaDpEvent", "epsilon": 1.0, "delta": 1e-6, "x": 0}],
+        },
+    ],
+)
+def test_an_event_with_a_field_no_translation_reads_is_refused(event: dict) -> None:
+    """A hand-written GaussianDpEvent with a sensitivity of 10 was charged at sensitivity 1
+    (epsilon 1.99 at 1e-5 instead of 33.1): every field must be one a translation reads (a
+    helper's search of the integrations)."""
+    with pytest.raises(ValueError, match="unknown field"):
+        mechanisms_from_dp_event(event)
