@@ -84,6 +84,24 @@ class BodySizeLimit:
         )
 
 
+class TrailingSlash:
+    """``/v1/datasets/`` is ``/v1/datasets``: API paths are routed without their trailing
+    slashes, where the router answered a 307 redirect with no body (which an HTTP client that
+    does not follow redirects took as the answer)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path.startswith("/v1/") and path.endswith("/"):
+            scope = {**scope, "path": path.rstrip("/")}
+            raw = scope.get("raw_path")
+            if isinstance(raw, bytes):
+                scope["raw_path"] = raw.rstrip(b"/")
+        await self.app(scope, receive, send)
+
+
 class _TooLarge(HTTPException):
     """A streamed (chunked) body passed the limit. An HTTPException, so that FastAPI's body
     reader lets it through (it turns any other error into 400 "not valid JSON") and the
@@ -174,6 +192,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ):
         app.include_router(r)
     app.mount("/static", web.static_files(), name="static")
+    app.add_middleware(TrailingSlash)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(observability.RequestContext)  # outermost: ids and latency for all
     return app
