@@ -15,7 +15,7 @@ from app.api.answer import send
 from app.api.dataset_names import NAME_MAX_LENGTH
 from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer, db_of
 from app.api.problems import responses
-from app.api.query_times import QueryTime, utc
+from app.api.query_times import QueryTime
 from app.api.safe_text import IdempotencyKey
 from app.api.schemas import (
     DELTA_FLOOR_WHY,
@@ -267,8 +267,8 @@ def ledger_(
         kind=kind,
         label=label,
         key=key if key is not None else key_id,
-        created_after=utc(created_after),
-        created_before=utc(created_before),
+        created_after=created_after,
+        created_before=created_before,
         allocation=allocation,
         block=block,
     )
