@@ -239,8 +239,13 @@ def ledger_(
     db: DbDep,
     caller: Viewer,
     settings: SettingsDep,
-    limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    limit: Annotated[
+        int | None, Query(ge=1, le=1000, description="JSON pages only (422 with an export)")
+    ] = None,
+    cursor: Annotated[
+        str | None,
+        Query(max_length=200, description="JSON pages only (422 with an export)"),
+    ] = None,
     kind: Annotated[str | None, Query(max_length=32, description="mechanism kind")] = None,
     label: Annotated[str | None, Query(max_length=200)] = None,
     key: Annotated[str | None, Query(max_length=200, description="key id or label")] = None,
@@ -260,9 +265,21 @@ def ledger_(
     ] = None,
     format: Annotated[
         Literal["json", "csv", "jsonl"],
-        Query(description="csv or jsonl: the whole (filtered) ledger, oldest first, streamed"),
+        Query(
+            description="csv or jsonl: the whole (filtered) ledger, oldest first, streamed; "
+            "it takes the filters, never limit or cursor"
+        ),
     ] = "json",
 ) -> Response:
+    if format != "json":
+        given = [name for name, v in (("limit", limit), ("cursor", cursor)) if v is not None]
+        if given:
+            raise Unprocessable(
+                f"{' and '.join(given)} {'page' if len(given) > 1 else 'pages'} the JSON "
+                f"ledger only: format={format} exports "
+                "every entry the filters keep (kind, label, key, created_after, "
+                "created_before, allocation, block), oldest first, in one stream"
+            )
     filters = ledger.EntryFilter(
         kind=kind,
         label=label,
