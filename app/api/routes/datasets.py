@@ -157,17 +157,9 @@ def get(dataset_id: str, db: DbDep, caller: Viewer) -> Response:
     summary="Change budget or description (admin, audited)",
 )
 def patch(dataset_id: str, body: DatasetPatch, db: DbDep, caller: Admin) -> Response:
+    # the members given (budgets: their members given); null only where a field may be null
+    # (description, allowed_mechanisms): the schema refuses it elsewhere
     changes = body.model_dump(exclude_unset=True)
-    # null means "no change" for fields that cannot be null; description and
-    # allowed_mechanisms (null = every kind) can be set to null
-    changes = {
-        k: v
-        for k, v in changes.items()
-        if v is not None or k in ("description", "allowed_mechanisms")
-    }
-    for budget in ("budget", "lifetime_budget"):
-        if budget in changes:
-            changes[budget] = {k: v for k, v in changes[budget].items() if v is not None}
     return send(datasets.update_dataset(db, caller, dataset_id, changes))
 
 
