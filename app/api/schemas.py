@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    ValidationInfo,
     create_model,
     field_validator,
     model_validator,
@@ -359,9 +360,57 @@ class BudgetIn(_Strict):
     delta: Delta
 
 
-class BudgetPatch(_Strict):
-    epsilon: Annotated[float, Field(gt=0, le=MAX_BUDGET_EPSILON, allow_inf_nan=False)] | None = None
-    delta: Delta | None = None
+LEFT_OUT: Any = None
+"""The default of a PATCH member that cannot be null (see ``_Patch``)."""
+
+
+def _refuse_null(value: Any, info: ValidationInfo) -> Any:
+    """A PATCH member given as ``null`` where null is no value of the field: 422, naming it
+    (it was read as "no change": a client that serialised a missing value as null got a 200
+    that changed nothing)."""
+    if value is None:
+        raise PydanticCustomError(
+            "null_not_allowed",
+            "{field} cannot be null: leave it out to keep its value",
+            {"field": info.field_name},
+        )
+    return value
+
+
+def _no_null_defaults(schema: dict[str, Any], model: type[Any]) -> None:
+    """The OpenAPI document shows no ``"default": null`` for a member that cannot be null."""
+    for name in model._NOT_NULL:
+        schema["properties"][name].pop("default", None)
+
+
+class _Patch(_Strict):
+    """A PATCH body: a member left out keeps its value. The members named in ``_NOT_NULL`` are
+    typed without ``None`` and default to ``None`` only when left out (that default is never
+    validated): an explicit ``null`` is a 422 naming the member (each subclass applies
+    ``_refuse_null`` to them), and the OpenAPI document shows neither null nor a default for
+    them. Read a PATCH body with ``model_dump(exclude_unset=True)`` (the members given), never
+    by attribute."""
+
+    model_config = ConfigDict(json_schema_extra=_no_null_defaults)
+    _NOT_NULL: ClassVar[tuple[str, ...]] = ()
+
+
+class BudgetPatch(_Patch):
+    """A budget change: epsilon, delta or both (a member left out keeps its value)."""
+
+    _NOT_NULL = ("epsilon", "delta")
+    epsilon: Annotated[float, Field(gt=0, le=MAX_BUDGET_EPSILON, allow_inf_nan=False)] = LEFT_OUT
+    delta: Delta = LEFT_OUT
+
+    _not_null = field_validator(*_NOT_NULL, mode="before")(_refuse_null)
+
+    @model_validator(mode="after")
+    def _something(self) -> BudgetPatch:
+        if not self.model_fields_set:
+            raise PydanticCustomError(
+                "empty_budget", "give epsilon, delta or both (an empty budget changes nothing)"
+            )
+        return self
 
 
 Name = DatasetName
@@ -394,38 +443,44 @@ class AllocationIn(_Strict):
     budget: BudgetIn
 
 
-class AllocationPatch(_Strict):
+class AllocationPatch(_Patch):
     """``PATCH /v1/datasets/{id}/allocations/{name}``: its budget."""
 
+    _NOT_NULL = ("budget",)
     budget: BudgetPatch
 
+    _not_null = field_validator(*_NOT_NULL, mode="before")(_refuse_null)
 
-class DatasetPatch(_Strict):
-    """``PATCH /v1/datasets/{id}``: budget and description (rules only before the first charge)."""
 
-    name: Name | None = None
-    budget: BudgetPatch | None = None
-    lifetime_budget: BudgetPatch | None = Field(
-        default=None,
+class DatasetPatch(_Patch):
+    """``PATCH /v1/datasets/{id}``: budget and description (rules only before the first charge).
+
+    A member left out keeps its value. ``description`` and ``allowed_mechanisms`` may be set to
+    ``null`` (no description; every kind allowed); every other member is 422 when ``null``."""
+
+    _NOT_NULL = ("name", "budget", "lifetime_budget", "accounting", "adaptive", "warning_threshold")
+    name: Name = LEFT_OUT
+    budget: BudgetPatch = LEFT_OUT
+    lifetime_budget: BudgetPatch = Field(
+        default=LEFT_OUT,
         description="partitioned datasets: set or change the lifetime budget (the cap on the "
         "composition of all charges); setting one where there was none needs epsilon and delta",
     )
     description: Description | None = None
-    accounting: Literal["rdp", "zcdp", "pld"] | None = None
-    adaptive: bool | None = None
+    accounting: Literal["rdp", "zcdp", "pld"] = LEFT_OUT
+    adaptive: bool = LEFT_OUT
     allowed_mechanisms: Annotated[list[Kind], Field(min_length=1, max_length=16)] | None = None
-    warning_threshold: (
-        Annotated[
-            float,
-            Field(
-                gt=0,
-                le=1,
-                allow_inf_nan=False,
-                description="fraction of the budget epsilon at which the state turns warning",
-            ),
-        ]
-        | None
-    ) = None
+    warning_threshold: Annotated[
+        float,
+        Field(
+            gt=0,
+            le=1,
+            allow_inf_nan=False,
+            description="fraction of the budget epsilon at which the state turns warning",
+        ),
+    ] = LEFT_OUT
+
+    _not_null = field_validator(*_NOT_NULL, mode="before")(_refuse_null)
 
 
 class ComposeIn(_Strict):

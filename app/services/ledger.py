@@ -228,21 +228,51 @@ def export_page(db: Database, dataset_id: str, filters: EntryFilter, after_seq: 
         return list(s.execute(q.order_by(_L.seq).limit(EXPORT_PAGE_SIZE)).all())
 
 
+CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""A text cell that begins with one of these is a formula to a spreadsheet program (OWASP, CSV
+injection; CWE-1236)."""
+
+
+def _csv_text(text: str) -> str:
+    """``text`` as a CSV cell that a spreadsheet shows as text: a leading single quote when it
+    would start a formula (a label ``=HYPERLINK(...)`` a pipeline key wrote)."""
+    return "'" + text if text.startswith(CSV_FORMULA_STARTS) else text
+
+
 def _csv_cell(value: Any) -> str:
+    """One CSV cell: numbers as written (``repr`` of a float, so ``-0.5`` stays a number), a
+    time as ISO 8601, text and JSON neutralised by ``_csv_text``."""
     if value is None:
         return ""
     if isinstance(value, float):
         return repr(value)
-    if isinstance(value, dict | list):
-        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    if isinstance(value, int):
+        return str(value)
     if isinstance(value, datetime):
         return value.isoformat().replace("+00:00", "Z")
-    return str(value)
+    if isinstance(value, dict | list):
+        return _csv_text(json.dumps(value, separators=(",", ":"), sort_keys=True))
+    return _csv_text(str(value))
+
+
+class _CsvRows:
+    """Rows ended by ``\\n``. Python's writer quotes a cell holding its line terminator but
+    not a bare ``\\r``, which spreadsheet programs and CSV readers take for the end of a row:
+    a label ``x\\r=1+1`` would end its row and start the next with a formula cell. A row with
+    a ``\\r`` in any cell is therefore written with every cell quoted."""
+
+    def __init__(self, out: io.StringIO) -> None:
+        self._plain = csv.writer(out, lineterminator="\n")
+        self._quoted = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_ALL)
+
+    def write(self, cells: list[str]) -> None:
+        writer = self._quoted if any("\r" in c for c in cells) else self._plain
+        writer.writerow(cells)
 
 
 def _csv_line(cells: list[str]) -> str:
     out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerow(cells)
+    _CsvRows(out).write(cells)
     return out.getvalue()
 
 
@@ -267,7 +297,7 @@ def export_entries(
         while True:
             rows = export_page(db, dataset_id, chosen, after)
             chunk = io.StringIO()  # one chunk per page: O(page) memory, few writes
-            writer = csv.writer(chunk, lineterminator="\n")
+            writer = _CsvRows(chunk)
             for row in rows:
                 e = answers.entry(row._mapping)
                 if fmt == "csv":
@@ -276,7 +306,7 @@ def export_entries(
                     span = e.blocks
                     values["block_from"] = span.from_ if span is not None else None
                     values["block_to"] = span.to if span is not None else None
-                    writer.writerow([_csv_cell(values[c]) for c in CSV_COLUMNS])
+                    writer.write([_csv_cell(values[c]) for c in CSV_COLUMNS])
                 else:
                     chunk.write(e.model_dump_json() + "\n")
             if rows:

@@ -198,3 +198,33 @@ def test_rejections_filter_by_label_and_time(client: TestClient) -> None:
     assert count() == 3 and count(label="a") == 2 and count(label="c") == 0
     assert count(created_after="2000-01-01T00:00:00Z") == 3
     assert count(created_before="2000-01-01T00:00:00") == 0
+
+
+def test_an_export_takes_no_limit_or_cursor(client: TestClient) -> None:
+    """An export is every entry the filters keep: ``limit`` or ``cursor`` (valid or garbage)
+    beside ``format=csv|jsonl`` is a 422 that says so, never a silently ignored parameter. The
+    JSON pages keep both, and refuse a garbage cursor as before."""
+    ds = new_dataset(client, budget={"epsilon": 10.0, "delta": 1e-5})
+    url = f"/v1/datasets/{ds['id']}/ledger"
+    for i in range(3):
+        body = {"mechanism": {"mechanism": "gaussian", "sigma": 900.0 + i}}
+        assert client.post(f"/v1/datasets/{ds['id']}/charges", json=body).status_code == 201
+    first = client.get(url, params={"limit": 1}).json()
+    assert len(first["entries"]) == 1 and first["next_cursor"]
+    assert client.get(url, params={"cursor": "garbage"}).status_code == 422
+    for fmt in ledger.EXPORT_FORMATS:
+        for paging in (
+            {"limit": 1},
+            {"cursor": "garbage"},
+            {"cursor": first["next_cursor"]},
+            {"limit": 2, "cursor": first["next_cursor"]},
+        ):
+            r = client.get(url, params={"format": fmt, **paging})
+            assert r.status_code == 422, (fmt, paging, r.text)
+            assert r.headers["content-type"].startswith("application/problem+json")
+            detail = r.json()["detail"]
+            assert all(name in detail for name in paging), detail
+            assert f"format={fmt}" in detail and "created_after" in detail, detail
+        whole = client.get(url, params={"format": fmt, "kind": "gaussian"})
+        assert whole.status_code == 200
+        assert len(whole.text.splitlines()) == 3 + (fmt == "csv")

@@ -10,7 +10,7 @@ from app import responses as r
 from app.api.answer import send
 from app.api.deps import DbDep, Viewer
 from app.api.problems import responses
-from app.api.query_times import QueryTime, utc
+from app.api.query_times import QueryTime
 from app.services import dashboard, ledger
 
 router = APIRouter(prefix="/v1/datasets", tags=["dashboard"])
@@ -64,7 +64,7 @@ def rejections(
         limit=limit,
         cursor=cursor,
         label=label,
-        since=utc(created_after),
-        until=utc(created_before),
+        since=created_after,
+        until=created_before,
     )
     return send(page)

@@ -15,7 +15,7 @@ from app.api.answer import send
 from app.api.dataset_names import NAME_MAX_LENGTH
 from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer, db_of
 from app.api.problems import responses
-from app.api.query_times import QueryTime, utc
+from app.api.query_times import QueryTime
 from app.api.safe_text import IdempotencyKey
 from app.api.schemas import (
     DELTA_FLOOR_WHY,
@@ -157,17 +157,9 @@ def get(dataset_id: str, db: DbDep, caller: Viewer) -> Response:
     summary="Change budget or description (admin, audited)",
 )
 def patch(dataset_id: str, body: DatasetPatch, db: DbDep, caller: Admin) -> Response:
+    # the members given (budgets: their members given); null only where a field may be null
+    # (description, allowed_mechanisms): the schema refuses it elsewhere
     changes = body.model_dump(exclude_unset=True)
-    # null means "no change" for fields that cannot be null; description and
-    # allowed_mechanisms (null = every kind) can be set to null
-    changes = {
-        k: v
-        for k, v in changes.items()
-        if v is not None or k in ("description", "allowed_mechanisms")
-    }
-    for budget in ("budget", "lifetime_budget"):
-        if budget in changes:
-            changes[budget] = {k: v for k, v in changes[budget].items() if v is not None}
     return send(datasets.update_dataset(db, caller, dataset_id, changes))
 
 
@@ -239,8 +231,13 @@ def ledger_(
     db: DbDep,
     caller: Viewer,
     settings: SettingsDep,
-    limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    limit: Annotated[
+        int | None, Query(ge=1, le=1000, description="JSON pages only (422 with an export)")
+    ] = None,
+    cursor: Annotated[
+        str | None,
+        Query(max_length=200, description="JSON pages only (422 with an export)"),
+    ] = None,
     kind: Annotated[str | None, Query(max_length=32, description="mechanism kind")] = None,
     label: Annotated[str | None, Query(max_length=200)] = None,
     key: Annotated[str | None, Query(max_length=200, description="key id or label")] = None,
@@ -260,15 +257,27 @@ def ledger_(
     ] = None,
     format: Annotated[
         Literal["json", "csv", "jsonl"],
-        Query(description="csv or jsonl: the whole (filtered) ledger, oldest first, streamed"),
+        Query(
+            description="csv or jsonl: the whole (filtered) ledger, oldest first, streamed; "
+            "it takes the filters, never limit or cursor"
+        ),
     ] = "json",
 ) -> Response:
+    if format != "json":
+        given = [name for name, v in (("limit", limit), ("cursor", cursor)) if v is not None]
+        if given:
+            raise Unprocessable(
+                f"{' and '.join(given)} {'page' if len(given) > 1 else 'pages'} the JSON "
+                f"ledger only: format={format} exports "
+                "every entry the filters keep (kind, label, key, created_after, "
+                "created_before, allocation, block), oldest first, in one stream"
+            )
     filters = ledger.EntryFilter(
         kind=kind,
         label=label,
         key=key if key is not None else key_id,
-        created_after=utc(created_after),
-        created_before=utc(created_before),
+        created_after=created_after,
+        created_before=created_before,
         allocation=allocation,
         block=block,
     )
