@@ -90,7 +90,10 @@ IdempotencyKey = Annotated[
     Header(
         alias="Idempotency-Key",
         pattern=IDEMPOTENCY_KEY_PATTERN,
-        description="Retry-safe key: 1-200 printable ASCII characters.",
+        description=(
+            "Retry-safe key, 1-200 printable ASCII characters: a request with the same key, "
+            "from the same API key, on the same dataset answers the first answer."
+        ),
     ),
 ]
 

@@ -60,7 +60,7 @@ def charge(
 
     def work(s: Session, st: DatasetState) -> r.Charge | r.DryRun | BudgetExceeded:
         if idempotency_key is not None and not dry_run:
-            first = idempotency.replay(s, st.id, SCOPE, idempotency_key, req_hash)
+            first = idempotency.replay(s, st.id, SCOPE, idempotency_key, req_hash, principal.key_id)
             if first is not None:
                 return r.Charge.model_validate(first)
         admission.check_not_archived(st)
@@ -107,7 +107,9 @@ def charge(
                 if isinstance(outcome, r.Charge)
                 else (409, outcome.to_problem())
             )
-            idempotency.remember(s, st.id, SCOPE, idempotency_key, req_hash, status, body)
+            idempotency.remember(
+                s, st.id, SCOPE, idempotency_key, req_hash, status, body, principal.key_id
+            )
         return outcome
 
     outcome = admission.run_locked(db, ref, principal, work)
@@ -208,7 +210,9 @@ def charge_dp_event(
 
     def work(s: Session, st: DatasetState) -> r.ChargeBatch | r.DryRun | BudgetExceeded:
         if idempotency_key is not None and not dry_run:
-            first = idempotency.replay(s, st.id, DP_EVENT_SCOPE, idempotency_key, req_hash)
+            first = idempotency.replay(
+                s, st.id, DP_EVENT_SCOPE, idempotency_key, req_hash, principal.key_id
+            )
             if first is not None:
                 return r.ChargeBatch.model_validate(first)
         admission.check_not_archived(st)
@@ -249,7 +253,9 @@ def charge_dp_event(
                 if isinstance(outcome, r.ChargeBatch)
                 else (409, outcome.to_problem())
             )
-            idempotency.remember(s, st.id, DP_EVENT_SCOPE, idempotency_key, req_hash, status, body)
+            idempotency.remember(
+                s, st.id, DP_EVENT_SCOPE, idempotency_key, req_hash, status, body, principal.key_id
+            )
         return outcome
 
     outcome = admission.run_locked(db, ref, principal, work)
