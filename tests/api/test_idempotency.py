@@ -5,11 +5,13 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from fastapi.testclient import TestClient
 
 from tests.conftest import new_dataset
 
 GAUSS = {"mechanism": {"mechanism": "gaussian", "sigma": 10.0}, "label": "count"}
+EVENT = {"dp_event": {"type": "GaussianDpEvent", "noise_multiplier": 10.0}}
 
 
 def test_replay_returns_first_answer_and_charges_once(client: TestClient) -> None:
@@ -146,7 +148,7 @@ def test_two_keys_with_the_same_idempotency_key_are_two_dp_event_charges(
     ds = new_dataset(client)
     url = f"/v1/datasets/{ds['id']}/charges/dp_event"
     (a_id, a), (b_id, b) = _pipeline_key(client, ds), _pipeline_key(client, ds)
-    body = {"dp_event": {"type": "GaussianDpEvent", "noise_multiplier": 10.0}}
+    body = EVENT
     ra = client.post(url, json=body, headers=_as(a, "event-1"))
     rb = client.post(url, json=body, headers=_as(b, "event-1"))
     assert ra.status_code == rb.status_code == 201
@@ -193,3 +195,53 @@ def test_two_keys_retrying_concurrently_charge_once_each(client: TestClient) -> 
         assert len(bodies) == n // 2 and all(b == bodies[0] for b in bodies)
         assert bodies[0]["entry"]["key_id"] == key_id
     assert client.get(f"/v1/datasets/{ds['id']}/budget").json()["entries"] == 2
+
+
+# --- one Idempotency-Key per request (h3 finding 12) -------------------------------------------
+
+
+TAKING_A_KEY = {"charges": GAUSS, "charges/dp_event": EVENT, "reservations": GAUSS}
+"""Every route that takes an Idempotency-Key, with a body it admits."""
+
+
+def test_every_route_taking_an_idempotency_key_is_tested(sqlite_client: TestClient) -> None:
+    paths = sqlite_client.get("/openapi.json").json()["paths"]
+    taking = {
+        path
+        for path, operations in paths.items()
+        for operation in operations.values()
+        if any(p["name"] == "Idempotency-Key" for p in operation.get("parameters", []))
+    }
+    assert taking == {f"/v1/datasets/{{dataset_id}}/{p}" for p in TAKING_A_KEY}
+
+
+@pytest.mark.parametrize("path", sorted(TAKING_A_KEY))
+@pytest.mark.parametrize("values", [("first", "second"), ("same", "same")])
+def test_a_repeated_idempotency_key_header_is_422(
+    client: TestClient, path: str, values: tuple[str, str]
+) -> None:
+    ds = new_dataset(client)
+    url, body = f"/v1/datasets/{ds['id']}/{path}", TAKING_A_KEY[path]
+    r = client.post(url, json=body, headers=[("Idempotency-Key", v) for v in values])
+    assert r.status_code == 422, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+    assert "Idempotency-Key" in r.json()["detail"] and "once" in r.json()["detail"]
+    budget = client.get(f"/v1/datasets/{ds['id']}/budget").json()
+    assert budget["entries"] == 0 and not budget["reserved"]
+    # neither value was stored: each, alone, is a new request
+    for v in dict.fromkeys(values):
+        assert client.post(url, json=body, headers={"Idempotency-Key": v}).status_code == 201
+
+
+def test_a_repeated_idempotency_key_without_a_key_is_401(client: TestClient) -> None:
+    ds = new_dataset(client)
+    r = client.post(
+        f"/v1/datasets/{ds['id']}/charges",
+        json=GAUSS,
+        headers=[
+            ("Authorization", "Bearer nope"),
+            ("Idempotency-Key", "a"),
+            ("Idempotency-Key", "b"),
+        ],
+    )
+    assert r.status_code == 401
