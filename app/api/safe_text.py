@@ -8,7 +8,8 @@ stores (labels, metadata keys and values at any depth, names, descriptions, key 
 anything is written, and a request carrying one is answered 422 naming the field.
 
 * :data:`SafeText` for string fields of request bodies, :func:`check_json_tree` for free-form
-  JSON (``metadata``), :data:`IdempotencyKey` for the header.
+  JSON (``metadata``), :data:`IdempotencyKey` for the header (given at most once:
+  :func:`one_idempotency_key`).
 * :func:`reject_unsafe_parameters`: an app-wide dependency over path and query parameters.
 * :func:`scrub`: problem bodies that echo the request (a field name, an unknown id) always
   render. Rows stored before this check were repaired by migration 0003.
@@ -90,9 +91,31 @@ IdempotencyKey = Annotated[
     Header(
         alias="Idempotency-Key",
         pattern=IDEMPOTENCY_KEY_PATTERN,
-        description="Retry-safe key: 1-200 printable ASCII characters.",
+        description=(
+            "Retry-safe key, 1-200 printable ASCII characters: a request with the same key, "
+            "from the same API key, on the same dataset answers the first answer."
+        ),
     ),
 ]
+
+
+def one_idempotency_key(request: Request) -> None:
+    """422 when ``Idempotency-Key`` is given more than once. FastAPI reads the first value of a
+    repeated header, and a proxy may fold them into one (``a, b``): the request names no one
+    retry key, so it is refused rather than remembered under either. Called by every route that
+    takes :data:`IdempotencyKey` (a plain call: a dependency would cost every charge a
+    dependency solve)."""
+    given = request.headers.getlist("idempotency-key")
+    if len(given) > 1:
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("header", "Idempotency-Key"),
+                    "msg": f"given {len(given)} times; send it once (one key per request)",
+                    "type": "repeated_header",
+                }
+            ]
+        )
 
 
 async def reject_unsafe_parameters(request: Request) -> None:
@@ -129,6 +152,7 @@ __all__ = [
     "SafeText",
     "check_json_tree",
     "find_unsafe",
+    "one_idempotency_key",
     "reject_unsafe_parameters",
     "scrub",
     "unsafe_reason",

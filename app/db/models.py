@@ -220,11 +220,15 @@ class LedgerEntry(Base):
 
 
 class IdempotencyRecord(Base):
-    """The first answer to a request carrying an ``Idempotency-Key`` (per dataset)."""
+    """The first answer to a request carrying an ``Idempotency-Key``, per dataset and per API
+    key (``app.services.idempotency``): the same header value sent by another API key is
+    another request."""
 
     __tablename__ = "idempotency_record"
     __table_args__ = (
-        UniqueConstraint("dataset_id", "key", name="uq_idempotency_record_dataset_key"),
+        UniqueConstraint(
+            "dataset_id", "key", "key_id", name="uq_idempotency_record_dataset_key_key_id"
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -232,6 +236,9 @@ class IdempotencyRecord(Base):
         String(32), ForeignKey("dataset.id", ondelete="CASCADE")
     )
     key: Mapped[str] = mapped_column(String(200))
+    # the API key that made the request (``idempotency.SYSTEM_OWNER`` for the service itself);
+    # None only on a record made before migration 0009 whose key could not be found
+    key_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     scope: Mapped[str] = mapped_column(String(32), default="charge")
     request_hash: Mapped[str] = mapped_column(String(64))
     status_code: Mapped[int] = mapped_column(Integer)

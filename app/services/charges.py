@@ -61,7 +61,7 @@ def charge(
 
     def work(s: Session, st: DatasetState) -> r.Charge | r.DryRun | BudgetExceeded:
         if idempotency_key is not None and not dry_run:
-            first = idempotency.replay(s, st.id, SCOPE, idempotency_key, req_hash)
+            first = idempotency.replay(s, st.id, SCOPE, idempotency_key, req_hash, principal.key_id)
             if first is not None:
                 return r.Charge.model_validate(first)
         admission.check_not_archived(st)
@@ -108,7 +108,9 @@ def charge(
                 if isinstance(outcome, r.Charge)
                 else (409, outcome.to_problem())
             )
-            idempotency.remember(s, st.id, SCOPE, idempotency_key, req_hash, status, body)
+            idempotency.remember(
+                s, st.id, SCOPE, idempotency_key, req_hash, status, body, principal.key_id
+            )
         return outcome
 
     admission.warm_pld(ref, [wire])  # a pld construction outside the lock
@@ -212,7 +214,9 @@ def charge_dp_event(
 
     def work(s: Session, st: DatasetState) -> r.ChargeBatch | r.DryRun | BudgetExceeded:
         if idempotency_key is not None and not dry_run:
-            first = idempotency.replay(s, st.id, DP_EVENT_SCOPE, idempotency_key, req_hash)
+            first = idempotency.replay(
+                s, st.id, DP_EVENT_SCOPE, idempotency_key, req_hash, principal.key_id
+            )
             if first is not None:
                 return r.ChargeBatch.model_validate(first)
         admission.check_not_archived(st)
@@ -256,7 +260,9 @@ def charge_dp_event(
                 if isinstance(outcome, r.ChargeBatch)
                 else (409, outcome.to_problem())
             )
-            idempotency.remember(s, st.id, DP_EVENT_SCOPE, idempotency_key, req_hash, status, body)
+            idempotency.remember(
+                s, st.id, DP_EVENT_SCOPE, idempotency_key, req_hash, status, body, principal.key_id
+            )
         return outcome
 
     admission.warm_pld(ref, [a.wire for a in asks])

@@ -1,10 +1,17 @@
 """Idempotency-Key: a retried request with the same key answers what the first one answered.
 
-A key names one request on one dataset, whatever the operation (``scope``: ``charge`` or
-``reservation``): reusing it for another body, or for a reservation after a charge, is 422.
-Records are written in the transaction that holds the dataset's lock, with the work they
+A key names one request of one API key on one dataset, whatever the operation (``scope``:
+``charge``, ``charge_dp_event`` or ``reservation``): reusing it for another body, or for a
+reservation after a charge, is 422. Another API key sending the same value makes another request,
+charged or refused on its own (as Stripe scopes keys to the account): two pipelines whose keys
+collide (a job name and a date) must not share an answer, or the second release would never be
+charged. Records are written in the transaction that holds the dataset's lock, with the work they
 describe, so concurrent retries wait for the first and replay it, and a retry after a crash
 either finds the answer or finds that nothing was done.
+
+A record made before migration 0009 (records per dataset only) whose API key could not be found
+has no ``key_id``: any key presenting its value is refused (422) rather than answered another
+key's answer or charged a second time.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import hashlib
 import json
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from app.db.models import IdempotencyRecord, utcnow
@@ -29,19 +36,43 @@ def request_hash(payload: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+SYSTEM_OWNER = "system"
+"""The ``key_id`` of records made by the service acting on its own behalf (``SYSTEM``, no API
+key); never an API key's id (those are ``key_<hex>``)."""
+
+
+def owner(key_id: str | None) -> str:
+    """Whose records a caller reads and writes: its API key's id (``SYSTEM_OWNER`` for none)."""
+    return SYSTEM_OWNER if key_id is None else key_id
+
+
 def replay(
-    session: Session, dataset_id: str, scope: str, key: str, req_hash: str
+    session: Session, dataset_id: str, scope: str, key: str, req_hash: str, key_id: str | None
 ) -> dict[str, Any] | None:
-    """The first answer given to ``key`` (None if there was none); raises the stored problem
-    when the first request was refused, 422 when the body differs."""
-    rec = session.scalars(
-        select(IdempotencyRecord).where(_T.dataset_id == dataset_id, _T.key == key)
-    ).first()
+    """The first answer given to ``key`` sent by API key ``key_id`` (None if there was none);
+    raises the stored problem when the first request was refused, 422 when the body differs
+    (or when the only record of ``key`` predates per-key records and its key is unknown)."""
+    mine = owner(key_id)
+    found = session.scalars(
+        select(IdempotencyRecord).where(
+            _T.dataset_id == dataset_id,
+            _T.key == key,
+            or_(_T.key_id == mine, _T.key_id.is_(None)),
+        )
+    ).all()
+    rec = next((r for r in found if r.key_id == mine), None)
     if rec is None:
+        if found:  # made before records were per API key, by a key no record names
+            raise Unprocessable(
+                "this Idempotency-Key was used on this dataset before answers were kept per "
+                "API key, and which key sent it is not known; send a new Idempotency-Key",
+                idempotency_key=key,
+            )
         return None
     if rec.scope != scope or rec.request_hash != req_hash:
         raise Unprocessable(
-            f"this Idempotency-Key was already used with a different request ({rec.scope})",
+            "this Idempotency-Key was already used by this API key with a different request "
+            f"({rec.scope})",
             idempotency_key=key,
         )
     if rec.status_code >= 400:
@@ -60,12 +91,14 @@ def remember(
     req_hash: str,
     status_code: int,
     response: dict[str, Any],
+    key_id: str | None,
 ) -> None:
-    """Store the answer to ``key`` in the current transaction."""
+    """Store the answer to ``key`` sent by API key ``key_id`` in the current transaction."""
     session.add(
         IdempotencyRecord(
             dataset_id=dataset_id,
             key=key,
+            key_id=owner(key_id),
             scope=scope,
             request_hash=req_hash,
             status_code=status_code,
@@ -75,4 +108,4 @@ def remember(
     )
 
 
-__all__ = ["remember", "replay", "request_hash"]
+__all__ = ["SYSTEM_OWNER", "owner", "remember", "replay", "request_hash"]

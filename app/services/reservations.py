@@ -107,7 +107,7 @@ def reserve(
 
     def work(s: Session, st: DatasetState) -> r.ReservationAnswer | BudgetExceeded:
         if idempotency_key is not None:
-            first = idempotency.replay(s, st.id, SCOPE, idempotency_key, req_hash)
+            first = idempotency.replay(s, st.id, SCOPE, idempotency_key, req_hash, principal.key_id)
             if first is not None:
                 return r.ReservationAnswer.model_validate(first)
         admission.check_not_archived(st)
@@ -134,7 +134,9 @@ def reserve(
                 if isinstance(outcome, r.ReservationAnswer)
                 else (409, outcome.to_problem())
             )
-            idempotency.remember(s, st.id, SCOPE, idempotency_key, req_hash, status, body)
+            idempotency.remember(
+                s, st.id, SCOPE, idempotency_key, req_hash, status, body, principal.key_id
+            )
         return outcome
 
     admission.warm_pld(ref, [wire])  # a pld construction outside the lock

@@ -16,7 +16,7 @@ from app.api.dataset_names import NAME_MAX_LENGTH
 from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer, db_of
 from app.api.problems import responses
 from app.api.query_times import QueryTime
-from app.api.safe_text import IdempotencyKey
+from app.api.safe_text import IdempotencyKey, one_idempotency_key
 from app.api.schemas import (
     DELTA_FLOOR_WHY,
     ChargeIn,
@@ -65,6 +65,7 @@ def charge(
     idempotency_key: IdemKey = None,
     dry_run: bool = False,
 ) -> Response:
+    one_idempotency_key(request)
     answer = charges.charge(
         db_of(request),
         caller,
@@ -193,11 +194,13 @@ def unarchive(dataset_id: str, db: DbDep, caller: Admin) -> Response:
 def charge_dp_event(
     dataset_id: str,
     body: DpEventChargeIn,
+    request: Request,
     db: DbDep,
     caller: Pipeline,
     idempotency_key: IdemKey = None,
     dry_run: bool = False,
 ) -> Response:
+    one_idempotency_key(request)
     answer = charges.charge_dp_event(
         db,
         caller,

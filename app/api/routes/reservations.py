@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 
 from app import responses as r
 from app.api.answer import send
 from app.api.deps import DbDep, Pipeline, SettingsDep, Viewer
 from app.api.problems import responses
-from app.api.safe_text import IdempotencyKey
+from app.api.safe_text import IdempotencyKey, one_idempotency_key
 from app.api.schemas import ReservationIn
 from app.services import reservations
 
@@ -27,11 +27,13 @@ router = APIRouter(tags=["reservations"])
 def reserve(
     dataset_id: str,
     body: ReservationIn,
+    request: Request,
     db: DbDep,
     caller: Pipeline,
     settings: SettingsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    one_idempotency_key(request)
     answer = reservations.reserve(
         db,
         caller,
