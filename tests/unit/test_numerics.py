@@ -248,6 +248,43 @@ def test_cks_delta_of_a_tiny_rho_is_found(rho: float, epsilon: float) -> None:
     assert gaussian <= got <= infimum * (1 + 1e-6)
 
 
+@pytest.mark.parametrize(
+    ("rho", "epsilon"),
+    [
+        (132.56933555880545, 119.31240200292491),
+        (1e6, 1e6),
+        (132.57, 119.313),
+        (132.5, 119.2),
+        (1e3, 990.0),
+        (1e4, 9990.0),
+        (10.0, 0.0),
+        (10.0, 1.0),
+        (10.0, 8.0),
+    ],
+)
+def test_cks_delta_near_one_is_never_below_the_infimum(rho: float, epsilon: float) -> None:
+    """Where delta is near 1 the best order is within 1e-6 of 1: log1p(-1 / alpha) from the
+    rounded alpha was off by u / (alpha - 1) and cancelled against log(alpha - 1), and delta was
+    9.4e-12 below the CKS infimum (rho = 132.57, eps = 119.31, alpha* = 1 + 1.7e-6). The
+    infimum here: the root of the increasing derivative by bisection in 60 digits."""
+    with mp.workdps(60):
+        r, e = mp.mpf(rho), mp.mpf(epsilon)
+
+        def deriv(a: mp.mpf) -> mp.mpf:
+            return (2 * a - 1) * r - e + mp.log1p(-1 / a)
+
+        lo, hi = 1 + mp.mpf(10) ** -50, (e + 1) / (2 * r) + 2
+        for _ in range(400):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if deriv(mid) < 0 else (lo, mid)
+        a = (lo + hi) / 2
+        log_cks = (a - 1) * (a * r - e) + a * mp.log1p(-1 / a) - mp.log(a - 1)
+        infimum = min(mp.e**log_cks, mp.sqrt(-mp.expm1(-r)), mp.mpf(1))
+    got = conv.zcdp_delta_cks(rho, epsilon)
+    assert got >= infimum, float((got - infimum) / infimum)
+    assert got <= infimum * (1 + 1e-12)
+
+
 # --- the order grid -------------------------------------------------------------------------
 
 
