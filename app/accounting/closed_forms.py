@@ -278,24 +278,33 @@ def discrete_laplace_rdp(
     e^{(a-1) eps(a)} = (e^{(a-1) e} + e^{-a e}) / (1 + e^{-t})
                        + tanh(t/2) e^{(a-1) e} s (1 - s^{Delta-1}) / (1 - s),  s = e^{-(2a-1) t}.
     Delta = 1 is binary RR with parameter eps (the loss takes only the values +-eps).
-    The log-space sum loses absolute precision ~1e-16 in (a-1) eps(a); a margin of 8e-16 / (a-1)
-    is added so that the value stays an upper bound.
+    (a-1) eps(a) = log(e^F + e^S) with F, S the logs of the two parts, each a sum of logs that
+    errs by a few ulps of the terms' magnitudes, not of the sum: where t is tiny,
+    log tanh(t/2) and -log(1 - s) (-16.8 and +16.1 at t = 1e-7) cancel. The log-sum-exp
+    passes on w_F dF + w_S dS (w the parts' shares), so (a-1) eps(a) errs by at most
+    8e-16 + 4 u (w_F |F|_terms + w_S |S|_terms), u = 2^-53, |.|_terms the sum of the terms'
+    magnitudes; that margin, divided by (a-1), is added so the value stays an upper bound.
     """
     a = np.asarray(alpha, dtype=np.float64)
     if sensitivity == 1:
         return rr_rdp(a, eps, 2)
     t = eps / sensitivity
-    log_first = np.logaddexp((a - 1.0) * eps, -a * eps) - math.log1p(math.exp(-t))
+    x = (a - 1.0) * eps
+    log_first = np.logaddexp(x, -a * eps) - math.log1p(math.exp(-t))
     log_s = -(2.0 * a - 1.0) * t
-    log_second = (
-        math.log(math.tanh(t / 2.0))
-        + (a - 1.0) * eps
-        + log_s
-        + np.log(-np.expm1((sensitivity - 1) * log_s))
-        - np.log(-np.expm1(log_s))
-    )
+    log_tanh = math.log(math.tanh(t / 2.0))
+    log_rest = np.log(-np.expm1((sensitivity - 1) * log_s))
+    log_gap = np.log(-np.expm1(log_s))
+    log_second = log_tanh + x + log_s + log_rest - log_gap
     value = np.logaddexp(log_first, log_second) / (a - 1.0)
-    return value + 8e-16 / (a - 1.0) if margin else value
+    if not margin:
+        return value
+    size_first = np.abs(x) + np.abs(log_first) + t
+    size_second = abs(log_tanh) + np.abs(x) + np.abs(log_s) + np.abs(log_rest) + np.abs(log_gap)
+    w_second: Vector = special.expit(log_second - log_first)
+    size = (1.0 - w_second) * size_first + w_second * size_second
+    out: Vector = value + (8e-16 + 4.0 * ULP_HALF * size) / (a - 1.0)
+    return out
 
 
 def discrete_laplace_kl(eps: float, sensitivity: int) -> float:

@@ -556,7 +556,17 @@ def _moments(a: Vector, work: Work) -> tuple[Vector, Vector]:
     are lower bounds, and since k! c_{n,k} <= (k (k-1))^n (evaluate at j = k) the tail after N is
     at most b^{N+1} / (N+1)! / (1 - b / (N+2)), b = a k (k-1). Rows where this series would be
     long (a K^2 large) get the direct alternating sum with its rounding bound instead.
+
+    ``a`` is the float 0.5 / sigma**2, within 2 u of the true 1 / (2 sigma^2) either way; M_k is
+    increasing in a, so the lower bounds are those at a (1 - 4 u) and the upper bounds those at
+    a (1 + 4 u), which bracket the true a.
     """
+    lo, hi = _moment_bounds(np.concatenate([a * (1.0 - 4.0 * U), a * (1.0 + 4.0 * U)]), work)
+    return lo[: a.size], hi[a.size :]
+
+
+def _moment_bounds(a: Vector, work: Work) -> tuple[Vector, Vector]:
+    """``_moments`` at exactly this float a."""
     k = np.arange(TAYLOR_K + 1, dtype=np.float64)
     rows = a.size
     lo = np.full((rows, k.size), -np.inf)
@@ -660,7 +670,13 @@ def _taylor_log_am1(
     +inf where no truncation order gives a positive bound; and whether the bound is tight to
     1e-12 (the K-th term and the moments' spread are that small), so that nothing can improve
     it (the signed series is then skipped). ``moments``: per row, or (with ``row_in``, which
-    row of them each row uses) per distinct sigma."""
+    row of them each row uses) per distinct sigma.
+
+    Rounding: each term's log errs by a few ulps of its parts (``eta``) and of its distance to
+    the scale; the terms are summed relative to the largest term up to the smallest one (no
+    overflow or subnormal there; a bound past an overflowing term is infinite, never chosen;
+    64 TINY covers terms that underflow); the log of the sum and the scale add a few ulps of
+    both to the result."""
     m_lo_r, m_hi_r = moments
     if row_in is None:
         row_in = np.arange(alpha.size)
@@ -683,22 +699,41 @@ def _taylor_log_am1(
         )
     )
     # remainder term at K: C(alpha, K) q^K (1 - q)^{alpha - K} M_K when C(alpha, K) > 0
-    log_rem = log_c + k * lq[:, None] + (alpha[:, None] - k) * l1q[:, None] + m_hi
-    scale = np.max(np.where(np.isfinite(log_t), log_t, -np.inf), axis=1)
+    l1q_k = (alpha[:, None] - k) * l1q[:, None]
+    log_rem = log_c + k * lq[:, None] + l1q_k + m_hi
+    # the scale: the largest term up to the smallest one, where the (divergent) series is best
+    # cut. The largest of all terms was e^554 (q = 1e-6, sigma = 0.7) to e^718 (sigma = 0.65)
+    # times A - 1: scale + log(best) then cancelled (~600 - 578) and the leading terms were
+    # subnormal, 1.5 % below A - 1. Terms past it that overflow give an infinite bound at their
+    # K, never chosen; terms that underflow are covered by the 64 TINY added to every bound.
+    finite = np.isfinite(log_t)
+    smallest = np.argmin(np.where(finite, log_t, np.inf), axis=1)
+    upto = finite & (k[None, :] <= smallest[:, None])
+    scale = np.max(np.where(upto, log_t, -np.inf), axis=1)
     scale = np.where(np.isfinite(scale), scale, 0.0)
     with np.errstate(over="ignore", invalid="ignore"):
-        scaled = np.exp(log_t - scale[:, None])  # (once: the terms, the bound and the gap)
-        pos = np.where(positive, scaled * (1.0 + eta), 0.0)
-        neg = np.where(~positive, scaled * (1.0 - eta), 0.0)
-        rem = np.where(positive, np.exp(log_rem - scale[:, None]) * (1.0 + eta), 0.0)
-    pos = np.nan_to_num(pos, copy=False, nan=np.inf)
-    neg = np.nan_to_num(neg, copy=False, nan=0.0)
-    rem = np.nan_to_num(rem, copy=False, nan=np.inf)
-    # partial sums over k < K for every K, plus the remainder at K
-    cum_pos = np.cumsum(pos, axis=1) - pos
-    cum_neg = np.cumsum(neg, axis=1) - neg
+        # exp(log_t - scale) errs by an ulp of the difference, relatively
+        d_t = log_t - scale[:, None]
+        d_rem = log_rem - scale[:, None]
+        eta_t = eta + 2.0 * U * np.where(np.isfinite(d_t), np.abs(d_t), 0.0)
+        eta_rem = eta + 2.0 * U * (np.where(np.isfinite(d_rem), np.abs(d_rem), 0.0) + np.abs(l1q_k))
+        scaled = np.exp(d_t)  # (once: the terms, the bound and the gap)
+        pos = np.where(positive, scaled * (1.0 + eta_t), 0.0)
+        neg = np.where(~positive, scaled * (1.0 - eta_t), 0.0)
+        rem = np.where(positive, np.exp(d_rem) * (1.0 + eta_rem), 0.0)
+    # a term that overflows stays infinite (not the largest float, which could cancel), so no
+    # K past it gives a finite bound
+    pos = np.nan_to_num(pos, copy=False, nan=np.inf, posinf=np.inf)
+    neg = np.nan_to_num(neg, copy=False, nan=0.0, posinf=np.inf)
+    rem = np.nan_to_num(rem, copy=False, nan=np.inf, posinf=np.inf)
+    # partial sums over k < K for every K (summed, not a sum less its last term, which loses the
+    # rest where that term is large), plus the remainder at K
+    cum_pos = np.zeros_like(pos)
+    cum_neg = np.zeros_like(neg)
+    np.cumsum(pos[:, :-1], axis=1, out=cum_pos[:, 1:])
+    np.cumsum(neg[:, :-1], axis=1, out=cum_neg[:, 1:])
     with np.errstate(invalid="ignore"):
-        bound = cum_pos + rem - cum_neg
+        bound = cum_pos + rem - cum_neg + 64.0 * TINY
     allowed = (k[None, :] % 2 == 0) & (k[None, :] > alpha[:, None])
     bound = np.where(allowed & (bound > 0), bound, np.inf)
     best_k = np.argmin(bound, axis=1)
@@ -714,8 +749,12 @@ def _taylor_log_am1(
             axis=1,
         )
     tight = np.isfinite(best) & (gap <= 1e-12 * best)
-    with np.errstate(divide="ignore"):
-        return np.where(np.isfinite(best), scale + np.log(best), np.inf), tight
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_best = np.log(best)
+        # log(best) errs by an ulp of itself and the sum by one of the result: a few ulps of
+        # both parts, not of the result (they could cancel)
+        log_am1 = scale + log_best + 4.0 * U * (np.abs(scale) + np.abs(log_best))
+        return np.where(np.isfinite(best), log_am1, np.inf), tight
 
 
 # --- the curve ---------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from app.accounting.compose import compose_arrays, compose_many
 from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import Budget, Filter, FilterKind, filter_bound, spend
 from app.accounting.kinds._spec import UnitCurves
-from app.accounting.mechanisms import Gaussian, Laplace
+from app.accounting.mechanisms import DiscreteLaplace, Gaussian, Laplace
 from app.accounting.orders import DPACC_DEFAULT_ORDERS, NEAR_ONE, ORDERS, ORDERS_VERSION
 from app.accounting.rounding import TINY, exp_up, up
 
@@ -142,6 +142,31 @@ def test_randomized_response_margin_scales_with_the_magnitude(eps: float, k: int
         assert got[j] <= exact * (1 + 1e-11)
 
 
+def _discrete_laplace_exact(alpha: float, eps: float, sens: int) -> mp.mpf:
+    """docs/formulas.md §1.3 closed form at 60 digits (the float terms' cancellation is gone)."""
+    with mp.workdps(60):
+        a, e = mp.mpf(alpha), mp.mpf(eps)
+        t = e / sens
+        s = mp.e ** (-(2 * a - 1) * t)
+        total = (mp.e ** ((a - 1) * e) + mp.e ** (-a * e)) / (1 + mp.e ** (-t))
+        total += mp.tanh(t / 2) * mp.e ** ((a - 1) * e) * s * (1 - s ** (sens - 1)) / (1 - s)
+        return mp.log(total) / (a - 1)
+
+
+@pytest.mark.parametrize("sens", [3 * 10**6, 10**7, 10**8, 10**9])
+@pytest.mark.parametrize("eps", [0.3, 1.0, 3.0, 10.0])
+def test_discrete_laplace_margin_scales_with_the_cancelling_logs(eps: float, sens: int) -> None:
+    """At Delta = 1e7, eps = 1, alpha = 1.02 the curve was 1.1e-13 below the exact value: for
+    t = eps / Delta tiny, log tanh(t/2) (-16.8) and -log(1 - e^{-(2a-1)t}) (+16.1) cancel,
+    each a few ulps of 17 off, against a fixed margin of 8e-16 / (alpha - 1)."""
+    rdp = DiscreteLaplace(epsilon=eps, sensitivity=sens).curve().rdp
+    for j in [*range(0, 40), *range(40, ORDERS.size, 10)]:
+        alpha = float(ORDERS[j])
+        exact = _discrete_laplace_exact(alpha, eps, sens)
+        assert rdp[j] >= exact, (alpha, float((rdp[j] - exact) / exact))
+        assert rdp[j] <= exact * (1 + 1e-11), alpha
+
+
 @pytest.mark.parametrize("eps", [1e-9, 1e-4, 0.0999, 0.1, 0.1001, 1.0, 30.0])
 def test_tight_rho_values_are_never_below(eps: float) -> None:
     e = mp.mpf(eps)
@@ -221,6 +246,43 @@ def test_cks_delta_of_a_tiny_rho_is_found(rho: float, epsilon: float) -> None:
     infimum = mp.e ** log_cks(best_t)
     got = conv.zcdp_delta_cks(rho, epsilon)
     assert gaussian <= got <= infimum * (1 + 1e-6)
+
+
+@pytest.mark.parametrize(
+    ("rho", "epsilon"),
+    [
+        (132.56933555880545, 119.31240200292491),
+        (1e6, 1e6),
+        (132.57, 119.313),
+        (132.5, 119.2),
+        (1e3, 990.0),
+        (1e4, 9990.0),
+        (10.0, 0.0),
+        (10.0, 1.0),
+        (10.0, 8.0),
+    ],
+)
+def test_cks_delta_near_one_is_never_below_the_infimum(rho: float, epsilon: float) -> None:
+    """Where delta is near 1 the best order is within 1e-6 of 1: log1p(-1 / alpha) from the
+    rounded alpha was off by u / (alpha - 1) and cancelled against log(alpha - 1), and delta was
+    9.4e-12 below the CKS infimum (rho = 132.57, eps = 119.31, alpha* = 1 + 1.7e-6). The
+    infimum here: the root of the increasing derivative by bisection in 60 digits."""
+    with mp.workdps(60):
+        r, e = mp.mpf(rho), mp.mpf(epsilon)
+
+        def deriv(a: mp.mpf) -> mp.mpf:
+            return (2 * a - 1) * r - e + mp.log1p(-1 / a)
+
+        lo, hi = 1 + mp.mpf(10) ** -50, (e + 1) / (2 * r) + 2
+        for _ in range(400):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if deriv(mid) < 0 else (lo, mid)
+        a = (lo + hi) / 2
+        log_cks = (a - 1) * (a * r - e) + a * mp.log1p(-1 / a) - mp.log(a - 1)
+        infimum = min(mp.e**log_cks, mp.sqrt(-mp.expm1(-r)), mp.mpf(1))
+    got = conv.zcdp_delta_cks(rho, epsilon)
+    assert got >= infimum, float((got - infimum) / infimum)
+    assert got <= infimum * (1 + 1e-12)
 
 
 # --- the order grid -------------------------------------------------------------------------

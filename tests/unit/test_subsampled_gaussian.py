@@ -63,6 +63,39 @@ def test_never_below_the_50_digit_value(q: float, sigma: float) -> None:
         assert curve[j] <= exact * (1 + 1e-6), (q, sigma, alpha)  # and tight
 
 
+def _exact_small_q(q: float, sigma: float, alpha: float) -> mp.mpf:
+    """eps(alpha) from A - 1 = E_{x ~ N(0,1)}[(1 + q (L - 1))^alpha - 1], L = e^{x/sigma -
+    1/(2 sigma^2)}, by 50-digit quadrature on unit pieces of [-40, 60] (expm1 and log1p keep the
+    integrand's digits where q is tiny; the quadrature error is below 1e-35 of A - 1 here)."""
+    qq, s, a = mp.mpf(q), mp.mpf(sigma), mp.mpf(alpha)
+    shift = 1 / (2 * s * s)
+
+    def integrand(x: mp.mpf) -> mp.mpf:
+        return mp.npdf(x) * mp.expm1(a * mp.log1p(qq * mp.expm1(x / s - shift)))
+
+    cuts = [mp.mpf(c) for c in range(-40, 61, 2)]
+    am1, err = mp.quad(integrand, [-mp.inf, *cuts, mp.inf], error=True)
+    assert err < am1 * mp.mpf(10) ** -35
+    return mp.log1p(am1) / (a - 1)
+
+
+@pytest.mark.parametrize(
+    ("q", "sigma"), [(1e-6, 0.7), (1e-6, 0.65), (1e-6, 0.68), (1e-6, 0.72), (1e-9, 0.5)]
+)
+def test_taylor_bound_at_small_sample_rates_is_never_below(q: float, sigma: float) -> None:
+    """The Taylor bound summed its terms relative to the largest of all 32, e^554 (q = 1e-6,
+    sigma = 0.7) to e^718 (sigma = 0.65) times A - 1: scale + log(sum) cancelled to -23.7 with
+    no margin (3.6e-14 below at order 4.5), and at sigma = 0.65 the leading terms were
+    subnormal, 1.5 % below. It now scales by the largest term up to the smallest and adds a few
+    ulps of both parts; the moments bracket the rounded 1 / (2 sigma^2)."""
+    curve = sg.subsampled_gaussian_rdp(q, sigma)
+    for alpha in (1.5, 3.4, 4.5, 6.2):
+        j = int(np.flatnonzero(ORDERS == alpha)[0])
+        exact = _exact_small_q(q, sigma, alpha)
+        assert curve[j] >= exact, (alpha, float((curve[j] - exact) / exact))
+        assert curve[j] <= exact * (1 + 1e-11), (alpha, float((curve[j] - exact) / exact))
+
+
 @pytest.mark.parametrize(
     ("q", "sigma", "alpha"), [(0.5, 15.9, 1015), (0.01, 3.17, 1015), (0.05, 40.0, 4665)]
 )

@@ -68,7 +68,7 @@ class DiscreteLaplace(Mechanism):
             # eps is small the scan's rounding noise (about 1e-16 / (alpha - 1) in eps(alpha))
             # exceeds the divergence itself, and alone it gave up to 10^6 times eps^2 / 2
             rho = min(rho_from_curve(curve, kl, eps, 1e-4), binary_rr_rho(eps))
-        # likewise the closed form's margin of 8e-16 / (alpha - 1) against binary RR's curve
+        # likewise the closed form's rounding margin (8e-16 / (alpha - 1) or more) against RR's
         rdp = np.minimum(discrete_laplace_rdp(ORDERS, eps, delta_1), rr_rdp(ORDERS, eps, 2))
         # eps(alpha) <= eps for an eps-DP mechanism; the cap keeps the margin from exceeding it
         cap = eps / (1.0 + RDP_EVAL_MARGIN)
