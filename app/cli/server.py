@@ -67,7 +67,7 @@ def serve(
     host: Annotated[str, typer.Option(help="Network interface (IP address) to bind.")] = (
         "127.0.0.1"
     ),
-    port: Annotated[int, typer.Option(help="TCP port number.")] = 8000,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port number (1-65535).")] = 8000,
     workers: Annotated[
         int,
         typer.Option(
