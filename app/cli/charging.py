@@ -22,6 +22,8 @@ from app.cli.common import (
     connect,
     console,
     fail,
+    finite,
+    load_json,
     num,
     print_json,
 )
@@ -84,10 +86,7 @@ def _mechanism(kind: str, raw: str | None, flags: dict[str, str | None]) -> dict
     if raw is not None:
         if any(v is not None for v in flags.values()):
             fail("give --mechanism-json or mechanism flags, not both")
-        try:
-            parsed = json.loads(raw)
-        except ValueError as exc:
-            raise typer.BadParameter(f"--mechanism-json is not JSON: {exc}") from None
+        parsed = load_json(raw, "--mechanism-json")
         if not isinstance(parsed, dict):
             raise typer.BadParameter("--mechanism-json must be a JSON object")
         return parsed
@@ -97,10 +96,7 @@ def _mechanism(kind: str, raw: str | None, flags: dict[str, str | None]) -> dict
 def _metadata(raw: str | None) -> dict[str, Any] | None:
     if raw is None:
         return None
-    try:
-        parsed = json.loads(raw)
-    except ValueError as exc:
-        raise typer.BadParameter(f"--metadata is not JSON: {exc}") from None
+    parsed = load_json(raw, "--metadata")
     if not isinstance(parsed, dict):
         raise typer.BadParameter("--metadata must be a JSON object")
     return parsed
@@ -340,9 +336,9 @@ def _plan(file: Path) -> list[dict[str, Any]]:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         fail(f"cannot read the plan {name}: {reason}")
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        fail(f"{name} is not JSON: {exc}")
+        data = load_json(text, name)
+    except typer.BadParameter as exc:
+        fail(exc.message)
     mechanisms = data.get("mechanisms") if isinstance(data, dict) else data
     if not isinstance(mechanisms, list):
         fail(
@@ -369,7 +365,9 @@ def compose(
             metavar="FILE",
         ),
     ],
-    delta: Annotated[float, typer.Option(help="Target delta [probability].")] = 1e-6,
+    delta: Annotated[
+        float, typer.Option(parser=finite, metavar="NUMBER", help="Target delta [probability].")
+    ] = 1e-6,
     accounting: Annotated[
         Literal["rdp", "zcdp", "pld"],
         typer.Option(

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 import typer.main
-from fastapi.testclient import TestClient
 from privacy_ledger_client import _calls as client_calls
 from typer.testing import CliRunner, Result
 
@@ -26,7 +25,7 @@ from app.accounting.registry import kind_names, mechanism_from_dict, spec
 from app.cli import cli, common, reading
 from app.cli.mechanism_flags import FLAG_NAMES, mechanism_from_flags
 from app.services import ledger as ledger_service
-from tests.conftest import ADMIN_KEY
+from tests.cli.conftest import Cli
 
 # flags for one invocation of every kind; integer parameters given as integers
 KIND_FLAGS: dict[str, list[str]] = {
@@ -47,35 +46,6 @@ KIND_FLAGS: dict[str, list[str]] = {
 def _flags(args: list[str]) -> dict[str, str | None]:
     given = dict(zip(args[::2], args[1::2], strict=True))
     return {n: given.get("--" + n.replace("_", "-")) for n in FLAG_NAMES}
-
-
-class Cli:
-    """Runs the command with the admin key (or another) against the TestClient's app."""
-
-    def __init__(self, client: TestClient) -> None:
-        self.client = client
-        self.runner = CliRunner()
-
-    def __call__(self, *args: str, key: str | None = ADMIN_KEY, code: int | None = 0) -> Result:
-        env = {"PRIVACY_LEDGER_URL": "http://testserver", "COLUMNS": "200"}
-        env["PRIVACY_LEDGER_API_KEY"] = key or ""
-        result = self.runner.invoke(cli, list(args), env=env)
-        if code is not None:
-            assert result.exit_code == code, (result.stdout, result.stderr, result.exception)
-        return result
-
-    def json(self, *args: str, key: str | None = ADMIN_KEY) -> Any:
-        return json.loads(self(*args, "--json", key=key).stdout)
-
-
-@pytest.fixture
-def run(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cli]:
-    monkeypatch.setattr(common, "TRANSPORT", client._transport)
-    # tables as wide as the env's COLUMNS says: rich fixes a console's width when it is created
-    # if COLUMNS is set then (pytest-xdist workers set COLUMNS=80), so set it here
-    monkeypatch.setattr(common.console, "width", 200)
-    monkeypatch.setattr(common.err_console, "width", 200)
-    yield Cli(client)
 
 
 def _dataset(run: Cli, name: str = "census", *extra: str) -> dict[str, Any]:
