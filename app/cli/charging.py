@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from app.accounting.calibration import refused_input
 from app.accounting.registry import calibration_parameters, kind_names
 from app.cli.common import (
     DEFAULT_URL,
@@ -296,9 +297,11 @@ def calibrate(
     if target not in solvable:
         fail(f"{mechanism} cannot be calibrated for {target} (it can: {', '.join(solvable)})")
     body = mechanism_from_flags(mechanism, flags, solve_for=target)
-    if target in body:
-        fail(f"--{str(target).replace('_', '-')} is what calibrate solves for; do not give it")
     fixed = {k: v for k, v in body.items() if k != "mechanism"}
+    for name in sorted(fixed):  # the flags the server would refuse (422), refused here
+        refused = refused_input(mechanism, str(target), name, ask="--parameter {}".format)
+        if refused is not None:
+            fail(f"--{name.replace('_', '-')}: {refused}")
     with connect(url, api_key) as s:
         answer = s.call(
             lambda c: c.calibrate(

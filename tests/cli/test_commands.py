@@ -177,7 +177,55 @@ def test_calibrate_gives_the_least_sigma_that_fits(run: Cli) -> None:
     text = run("calibrate", "census", "-m", "gaussian", "--sensitivity", "1").stdout
     assert "sigma =" in text and "least that fits" in text
     r = run("calibrate", "census", "-m", "gaussian", "--sigma", "3", code=1)
-    assert "what calibrate solves for" in r.stderr
+    assert "--sigma: 'sigma' is the parameter calibration solves for" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["-m", "laplace", "--sensitivity", "2"], "--sensitivity: 'sensitivity' belongs to the "
+         "scale + sensitivity form of laplace, and calibrating epsilon answers in its epsilon "
+         "form: leave sensitivity out, or ask --parameter scale, which answers with this "
+         "sensitivity"),
+        (["-m", "laplace", "--scale", "2"], "--scale: 'scale' belongs to the scale + "
+         "sensitivity form"),
+        (["-m", "laplace", "--parameter", "scale", "--epsilon", "1"], "--epsilon: 'epsilon' "
+         "belongs to the epsilon form of laplace"),
+        (["-m", "subsampled_gaussian", "--sample-rate", "0.01", "--sigma", "1.1"], "--sigma: "
+         "'sigma' is the parameter calibration solves for: leave it out, or ask --parameter "
+         "steps to solve for steps with sigma fixed"),
+        (["-m", "subsampled_gaussian", "--parameter", "steps", "--sample-rate", "0.01",
+          "--sigma", "1.1", "--steps", "5"], "--steps: 'steps' is the parameter calibration "
+         "solves for"),
+        (["-m", "zcdp", "--rho", "0.1"], "--rho: 'rho' is the parameter calibration solves"),
+    ],
+    ids=["laplace-sensitivity", "laplace-scale", "scale-epsilon", "dp-sgd-sigma",
+         "dp-sgd-steps", "zcdp-rho"],
+)  # fmt: skip
+def test_calibrate_refuses_a_flag_the_answer_would_not_hold(
+    run: Cli, flags: list[str], says: str
+) -> None:
+    """The server answered without such a flag (it dropped it, h3 finding 8); it now refuses
+    it (422), and the CLI says so, as the server would, before asking."""
+    _dataset(run)
+    r = run("calibrate", "census", *flags, code=1)
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and says in last, r.stderr
+
+
+def test_calibrate_answers_with_the_flags_it_holds(run: Cli) -> None:
+    """What the flags fix is in the answer: a Laplace scale for a sensitivity, DP-SGD steps
+    for a sigma."""
+    _dataset(run)
+    lap = run.json("calibrate", "census", "-m", "laplace", "--parameter", "scale",
+                   "--sensitivity", "2")  # fmt: skip
+    assert lap["mechanism"] == {"mechanism": "laplace", "scale": lap["value"], "sensitivity": 2.0,
+                                "count": 1}  # fmt: skip
+    sgd = run.json("calibrate", "census", "-m", "subsampled_gaussian", "--parameter", "steps",
+                   "--sample-rate", "0.01", "--sigma", "2")  # fmt: skip
+    assert sgd["mechanism"]["sigma"] == 2.0 and sgd["mechanism"]["steps"] == sgd["value"] >= 1
+    eps = run.json("calibrate", "census", "-m", "laplace")
+    assert eps["parameter"] == "epsilon" and "sensitivity" not in eps["mechanism"]
 
 
 def test_compose_labels_candidates_and_marks_the_answer(run: Cli, tmp_path: Any) -> None:
