@@ -75,20 +75,68 @@ def default_parameter(kind: str) -> str:
     return next(iter(PARAMETERS[kind]))
 
 
+def _form(kind: str, name: str) -> tuple[str, ...] | None:
+    """The group of ``KindSpec.one_of`` (a form of the mechanism object) holding ``name``."""
+    return next((g for g in registry.spec(kind).one_of if name in g), None)
+
+
+def refused_input(
+    kind: str, parameter: str, name: str, ask: Callable[[str], str] = "parameter={}".format
+) -> str | None:
+    """Why ``name`` may not be given when calibrating ``parameter`` of ``kind`` (None: it may,
+    as a fixed parameter of the answer); ``ask(p)`` says how to ask for parameter ``p``.
+    Calibration used to drop such a value and answer without it:
+
+    * ``parameter`` itself: it is what the search chooses (a gaussian ``sigma=3`` was ignored;
+      a DP-SGD ``sigma``, which asks for the most ``steps``, got a sigma for one step);
+    * a field the kind does not have;
+    * a field of another form of the mechanism (``KindSpec.one_of``): a Laplace calibrated by
+      epsilon answers an epsilon, which holds for any sensitivity (a given ``sensitivity`` was
+      dropped; ``scale`` calibrates with it), and a Laplace ``scale`` fixes its epsilon."""
+    others = [q for q in PARAMETERS[kind] if q != parameter]
+    if name == parameter:
+        alternative = next((q for q in others if refused_input(kind, q, name) is None), None)
+        return f"{name!r} is the parameter calibration solves for: leave it out" + (
+            f", or ask {ask(alternative)} to solve for {alternative} with {name} fixed"
+            if alternative is not None
+            else ""
+        )
+    fields = [p.name for p in registry.spec(kind).params]
+    if name not in fields:
+        return f"{kind} has no parameter {name!r} (its parameters: {', '.join(fields)})"
+    mine, theirs = _form(kind, parameter), _form(kind, name)
+    if mine is not None and theirs is not None and mine != theirs:
+        if name in PARAMETERS[kind]:
+            instead = f", or ask {ask(name)} to calibrate {name}"
+        else:
+            q = next((q for q in PARAMETERS[kind] if q in theirs), None)
+            instead = f", or ask {ask(q)}, which answers with this {name}" if q else ""
+        return (
+            f"{name!r} belongs to the {' + '.join(theirs)} form of {kind}, and calibrating "
+            f"{parameter} answers in its {' + '.join(mine)} form: leave {name} out{instead}"
+        )
+    return None
+
+
 def _build(kind: str, params: dict[str, Any], parameter: str, value: float) -> mech.Mechanism:
     return mech.mechanism_from_dict({"mechanism": kind, **params, parameter: value})
 
 
 def calibrate(kind: str, params: dict[str, Any], parameter: str, fits: Fits) -> Calibration | None:
     """The extreme value of ``parameter`` for mechanism ``kind`` with the other ``params`` that
-    still ``fits``; None when no value in the allowed range fits (budget exhausted)."""
+    still ``fits``; None when no value in the allowed range fits (budget exhausted). A value in
+    ``params`` the answer would not hold is a ``ValueError`` saying why (``refused_input``)."""
     if kind not in PARAMETERS:
         raise ValueError(f"unknown mechanism {kind!r}")
     if parameter not in PARAMETERS[kind]:
         raise ValueError(
             f"{kind}: can calibrate {', '.join(sorted(PARAMETERS[kind]))}, not {parameter!r}"
         )
-    params = {k: v for k, v in params.items() if k not in ("mechanism", parameter)}
+    params = {k: v for k, v in params.items() if k != "mechanism"}
+    for name in sorted(params):
+        refused = refused_input(kind, parameter, name)
+        if refused is not None:
+            raise ValueError(refused)
     if parameter == "steps":
         return _most_steps(params, fits)
     if kind == "subsampled_gaussian":
@@ -578,4 +626,5 @@ __all__ = [
     "default_parameter",
     "filter_fits",
     "fits_under",
+    "refused_input",
 ]

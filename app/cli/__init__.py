@@ -18,20 +18,46 @@ usage error.
 
 from __future__ import annotations
 
+import traceback
 from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from privacy_ledger_client import __version__ as client_version
+from typer.core import TyperGroup
 
 from app.cli import charging, datasets, keys, reading, server, structures
+from app.cli.common import err_console, fail
+
+
+class Commands(TyperGroup):
+    """The root command group: an exception that escapes a command is a bug of the CLI (the
+    user's input ends in an ``error:`` line where it is read: typer's checks of options, the
+    client's refusals, ``Session.call``, ``database.opened``), so it is shown, as the Python
+    traceback it is (without local variables, which hold the API key), followed by an
+    ``error:`` line that says so."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (typer.TyperException, typer.Exit, typer.Abort, BrokenPipeError):
+            raise  # usage errors, exits, aborts, output piped to `head`: typer reports them
+        except Exception as exc:
+            err_console.print(traceback.format_exc(), markup=False, highlight=False, end="")
+            fail(
+                f"internal error ({type(exc).__name__}: {exc}). This is a bug in privacy-ledger, "
+                "not in what you typed: please report it with the command and the traceback above"
+            )
+
 
 cli = typer.Typer(
     name="privacy-ledger",
+    cls=Commands,
     help="A stateful privacy-budget accountant: serve it, migrate it, and talk to it.",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,  # plain help: no "<bool>" beside flags, no box drawing to parse
+    pretty_exceptions_show_locals=False,  # a traceback's locals would show the API key
 )
 
 

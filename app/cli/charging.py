@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from app.accounting.calibration import refused_input
 from app.accounting.registry import calibration_parameters, kind_names
 from app.cli.common import (
     DEFAULT_URL,
@@ -22,6 +23,8 @@ from app.cli.common import (
     connect,
     console,
     fail,
+    finite,
+    load_json,
     num,
     print_json,
 )
@@ -84,10 +87,7 @@ def _mechanism(kind: str, raw: str | None, flags: dict[str, str | None]) -> dict
     if raw is not None:
         if any(v is not None for v in flags.values()):
             fail("give --mechanism-json or mechanism flags, not both")
-        try:
-            parsed = json.loads(raw)
-        except ValueError as exc:
-            raise typer.BadParameter(f"--mechanism-json is not JSON: {exc}") from None
+        parsed = load_json(raw, "--mechanism-json")
         if not isinstance(parsed, dict):
             raise typer.BadParameter("--mechanism-json must be a JSON object")
         return parsed
@@ -97,10 +97,7 @@ def _mechanism(kind: str, raw: str | None, flags: dict[str, str | None]) -> dict
 def _metadata(raw: str | None) -> dict[str, Any] | None:
     if raw is None:
         return None
-    try:
-        parsed = json.loads(raw)
-    except ValueError as exc:
-        raise typer.BadParameter(f"--metadata is not JSON: {exc}") from None
+    parsed = load_json(raw, "--metadata")
     if not isinstance(parsed, dict):
         raise typer.BadParameter("--metadata must be a JSON object")
     return parsed
@@ -300,9 +297,11 @@ def calibrate(
     if target not in solvable:
         fail(f"{mechanism} cannot be calibrated for {target} (it can: {', '.join(solvable)})")
     body = mechanism_from_flags(mechanism, flags, solve_for=target)
-    if target in body:
-        fail(f"--{str(target).replace('_', '-')} is what calibrate solves for; do not give it")
     fixed = {k: v for k, v in body.items() if k != "mechanism"}
+    for name in sorted(fixed):  # the flags the server would refuse (422), refused here
+        refused = refused_input(mechanism, str(target), name, ask="--parameter {}".format)
+        if refused is not None:
+            fail(f"--{name.replace('_', '-')}: {refused}")
     with connect(url, api_key) as s:
         answer = s.call(
             lambda c: c.calibrate(
@@ -340,9 +339,9 @@ def _plan(file: Path) -> list[dict[str, Any]]:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         fail(f"cannot read the plan {name}: {reason}")
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        fail(f"{name} is not JSON: {exc}")
+        data = load_json(text, name)
+    except typer.BadParameter as exc:
+        fail(exc.message)
     mechanisms = data.get("mechanisms") if isinstance(data, dict) else data
     if not isinstance(mechanisms, list):
         fail(
@@ -369,7 +368,9 @@ def compose(
             metavar="FILE",
         ),
     ],
-    delta: Annotated[float, typer.Option(help="Target delta [probability].")] = 1e-6,
+    delta: Annotated[
+        float, typer.Option(parser=finite, metavar="NUMBER", help="Target delta [probability].")
+    ] = 1e-6,
     accounting: Annotated[
         Literal["rdp", "zcdp", "pld"],
         typer.Option(

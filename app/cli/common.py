@@ -30,6 +30,7 @@ from rich import table as rich_table
 from rich.console import Console
 
 from app.accounting.filters import RHO_FILTERS
+from app.api.safe_text import find_unsafe
 
 URL_ENV = "PRIVACY_LEDGER_URL"
 KEY_ENV = "PRIVACY_LEDGER_API_KEY"
@@ -94,6 +95,70 @@ def choice(values: list[str], what: str) -> Callable[[str], str]:
     return parse
 
 
+def finite(value: str | float) -> float:
+    """A typer ``parser`` for a number option: a finite float. ``nan``, ``inf`` and numbers
+    beyond the float range (``1e400``) are refused before anything is sent: no JSON number
+    holds them, so the client could not send them (it failed with a traceback)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a number") from None
+    if not math.isfinite(number):
+        raise typer.BadParameter(f"must be a finite number, got {value!r}")
+    return number
+
+
+def load_json(text: str, what: str) -> Any:
+    """``text`` parsed as JSON the server can be sent, else ``typer.BadParameter`` naming
+    ``what`` (the option) and why: not JSON; ``NaN``, ``Infinity`` or a number beyond the float
+    range (``1e400``), which JSON has no number for; nesting deeper than the parser goes; a
+    string that is not text (a lone surrogate such as ``"\\ud800"``, bytes that were not UTF-8,
+    or NUL, which the server refuses in stored text)."""
+
+    def constant(name: str) -> float:
+        raise ValueError(f"{name} is not a JSON number")
+
+    def number(literal: str) -> float:
+        value = float(literal)
+        if not math.isfinite(value):
+            raise ValueError(f"{literal} is beyond the range of a JSON number (a float)")
+        return value
+
+    try:
+        data = json.loads(text, parse_constant=constant, parse_float=number)
+    except RecursionError:
+        raise typer.BadParameter(f"{what} is nested too deeply to be read") from None
+    except ValueError as exc:
+        raise typer.BadParameter(f"{what} is not JSON: {exc}") from None
+    unsafe = find_unsafe(data, "$")
+    if unsafe:
+        raise typer.BadParameter(f"{what}: {unsafe}")
+    return data
+
+
+def characters(text: str) -> str:
+    """Characters for a message: ``U+00E9 'é'``, or ``byte 0xff`` for a byte of an argument that
+    was not UTF-8 (Python keeps it as a lone surrogate, U+DC80-U+DCFF)."""
+    return ", ".join(
+        f"byte 0x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else f"U+{ord(c):04X} {c!r}"
+        for c in dict.fromkeys(text)
+    )
+
+
+def unsendable(exc: UnicodeEncodeError) -> str:
+    """Why a request could not be made of the text given (the command's arguments)."""
+    bad = characters(exc.object[exc.start : exc.end])
+    if exc.encoding == "ascii":  # a header: the API key is checked before, so the other one
+        return (
+            f"--idempotency-key holds {bad}: it is sent as an HTTP header, which takes "
+            "printable ASCII only"
+        )
+    return (
+        f"an argument is not UTF-8 text (it holds {bad}): names, ids, labels and other text "
+        "sent to the server must be UTF-8"
+    )
+
+
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
     """Print ``error: message`` on stderr and exit with ``code``."""
     err_console.print(f"error: {message}", markup=False, soft_wrap=True)
@@ -109,9 +174,19 @@ def connect(url: str, api_key: str | None, timeout: float = 30.0) -> Iterator[Se
             f"no API key: set {KEY_ENV}=<key> or pass --api-key. An admin creates keys with "
             "`privacy-ledger keys create`; a new server prints its first admin key at start-up."
         )
-    with LedgerClient(
-        url or DEFAULT_URL, api_key, timeout=timeout, retries=2, transport=TRANSPORT
-    ) as client:
+    odd = [c for c in api_key if not (c.isascii() and c.isprintable())]
+    if odd:  # (only the odd characters are named: the key is a secret)
+        fail(
+            f"the API key in {KEY_ENV} / --api-key holds {characters(''.join(odd))}, which no "
+            "key has (keys are printable ASCII): check its value"
+        )
+    try:
+        client = LedgerClient(
+            url or DEFAULT_URL, api_key, timeout=timeout, retries=2, transport=TRANSPORT
+        )
+    except (httpx.InvalidURL, UnicodeError) as exc:
+        fail(f"{url!r} is not a server URL ({exc}); check {URL_ENV} or --url")
+    with client:
         yield Session(client)
 
 
@@ -124,11 +199,20 @@ class Session:
     def call(
         self, fn: Callable[Concatenate[LedgerClient, P], T], *args: P.args, **kwargs: P.kwargs
     ) -> T:
-        """``fn(client, *args, **kwargs)``; a failure exits with a message."""
+        """``fn(client, *args, **kwargs)``; a failure exits with a message: the server's
+        refusal, or a request that cannot be made of the arguments given (a URL too long for
+        httpx, text that is not UTF-8 or a header that is not ASCII)."""
         try:
             return fn(self.client, *args, **kwargs)
         except LedgerError as exc:
             explain(exc, self.client.url)
+        except httpx.InvalidURL as exc:
+            fail(
+                f"the request's URL is not valid ({exc}): check the names and ids given, and "
+                f"{URL_ENV} or --url"
+            )
+        except UnicodeEncodeError as exc:
+            fail(unsendable(exc))
 
     def dataset_id(self, ref: str) -> str:
         """The id of a dataset given by name or id."""
@@ -323,6 +407,7 @@ __all__ = [
     "URL_ENV",
     "Session",
     "budget_text",
+    "characters",
     "choice",
     "connect",
     "console",
@@ -330,10 +415,13 @@ __all__ = [
     "err_console",
     "explain",
     "fail",
+    "finite",
+    "load_json",
     "num",
     "over_budget",
     "print_json",
     "state_label",
+    "unsendable",
     "uses_rho",
     "when",
 ]

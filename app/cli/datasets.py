@@ -18,6 +18,7 @@ from app.cli.common import (
     connect,
     console,
     fail,
+    finite,
     num,
     print_json,
     state_label,
@@ -99,10 +100,20 @@ def datasets_create(
         str, typer.Argument(help="Dataset name (unique; usable wherever an id is).", metavar="NAME")
     ],
     epsilon: Annotated[
-        float, typer.Option(help="Budget epsilon [nats]: the total privacy loss allowed.")
+        float,
+        typer.Option(
+            parser=finite,
+            metavar="NUMBER",
+            help="Budget epsilon [nats]: the total privacy loss allowed.",
+        ),
     ],
     delta: Annotated[
-        float, typer.Option(help="Budget delta [probability]: the total failure probability.")
+        float,
+        typer.Option(
+            parser=finite,
+            metavar="NUMBER",
+            help="Budget delta [probability]: the total failure probability.",
+        ),
     ],
     accounting: Annotated[Accounting, typer.Option(help=ACCOUNTING_HELP)] = "rdp",
     adaptive: Annotated[bool, typer.Option("--adaptive/--no-adaptive", help=ADAPTIVE_HELP)] = True,
@@ -124,6 +135,8 @@ def datasets_create(
     lifetime_epsilon: Annotated[
         float | None,
         typer.Option(
+            parser=finite,
+            metavar="NUMBER",
             help="Partitioned datasets: a cap [nats] on the composition of all charges, which "
             "protects a person present in many blocks (with --lifetime-delta).",
             show_default=False,
@@ -132,6 +145,8 @@ def datasets_create(
     lifetime_delta: Annotated[
         float | None,
         typer.Option(
+            parser=finite,
+            metavar="NUMBER",
             help="Partitioned datasets: the lifetime cap's delta [probability].",
             show_default=False,
         ),
@@ -168,10 +183,19 @@ def datasets_create(
 def datasets_update(
     dataset: Annotated[str, typer.Argument(help="Dataset name or id.", metavar="DATASET")],
     epsilon: Annotated[
-        float | None, typer.Option(help="New budget epsilon [nats].", show_default=False)
+        float | None,
+        typer.Option(
+            parser=finite, metavar="NUMBER", help="New budget epsilon [nats].", show_default=False
+        ),
     ] = None,
     delta: Annotated[
-        float | None, typer.Option(help="New budget delta [probability].", show_default=False)
+        float | None,
+        typer.Option(
+            parser=finite,
+            metavar="NUMBER",
+            help="New budget delta [probability].",
+            show_default=False,
+        ),
     ] = None,
     name: Annotated[str | None, typer.Option(help="New name.", show_default=False)] = None,
     description: Annotated[
@@ -208,6 +232,8 @@ def datasets_update(
     lifetime_epsilon: Annotated[
         float | None,
         typer.Option(
+            parser=finite,
+            metavar="NUMBER",
             help="Partitioned datasets: new lifetime budget epsilon [nats] (a new lifetime "
             "budget needs --lifetime-delta too).",
             show_default=False,
@@ -215,7 +241,12 @@ def datasets_update(
     ] = None,
     lifetime_delta: Annotated[
         float | None,
-        typer.Option(help="New lifetime budget delta [probability].", show_default=False),
+        typer.Option(
+            parser=finite,
+            metavar="NUMBER",
+            help="New lifetime budget delta [probability].",
+            show_default=False,
+        ),
     ] = None,
     url: URL = DEFAULT_URL,
     api_key: KEY = None,

@@ -18,6 +18,7 @@ from app.cli.common import (
     fail,
     print_json,
 )
+from app.cli.database import opened
 from app.config import get_settings
 from app.db.engine import Database
 from app.errors import ProblemError
@@ -74,17 +75,19 @@ def keys_create(
     """Create a key; its secret is printed once and stored only as a salted digest."""
     refs = list(dataset or [])
     if local:
-        db = Database(get_settings().database_url)
-        try:
-            ids = [dataset_service.get_dataset(db, SYSTEM, ref).id for ref in refs]
-            if allocation:
-                fail("--allocation needs the API (drop --local)")
-            created = key_service.create_key(db, SYSTEM, Role(role), ids or None, label)
-            answer = created.model_dump(mode="json")
-        except ProblemError as exc:
-            fail(exc.detail)
-        finally:
-            db.dispose()
+        if allocation:
+            fail("--allocation needs the API (drop --local)")
+        database_url = get_settings().database_url
+        with opened(database_url, "create a key in"):
+            db = Database(database_url)
+            try:
+                ids = [dataset_service.get_dataset(db, SYSTEM, ref).id for ref in refs]
+                created = key_service.create_key(db, SYSTEM, Role(role), ids or None, label)
+                answer = created.model_dump(mode="json")
+            except ProblemError as exc:
+                fail(exc.detail)
+            finally:
+                db.dispose()
     else:
         with connect(url, api_key) as s:
             ids = [s.dataset_id(ref) for ref in refs]

@@ -12,25 +12,15 @@ import typer
 import uvicorn
 from alembic.util import CommandError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from app.cli.common import DEFAULT_URL, JSON_OUT, KEY, URL, connect, console, err_console, fail
+from app.cli.database import DATABASE_URL, opened, redact
 from app.config import get_settings
 from app.db import migrate as m
 from app.db.engine import Database
 from app.principal import SYSTEM, Principal
 from app.services import datasets as dataset_service
 from app.services.ledger import verify as run_verify
-
-DATABASE_URL = Annotated[
-    str | None,
-    typer.Option(
-        "--database-url",
-        help="SQLAlchemy database URL (default: PRIVACY_LEDGER_DATABASE_URL, else "
-        "sqlite:///./privacy_ledger.db).",
-        show_default=False,
-    ),
-]
 
 
 def migrate(
@@ -52,14 +42,15 @@ def migrate(
 ) -> None:
     """Bring the database schema to the latest Alembic revision (or --downgrade it)."""
     url = database_url or get_settings().database_url
-    if downgrade is None:
-        m.upgrade(url)
-        typer.echo(f"schema at head: {redact(url)}")
-        return
-    try:
-        m.downgrade(url, downgrade, force=force)
-    except CommandError as exc:
-        fail(str(exc))
+    with opened(url, "migrate"):
+        if downgrade is None:
+            m.upgrade(url)
+            typer.echo(f"schema at head: {redact(url)}")
+            return
+        try:
+            m.downgrade(url, downgrade, force=force)
+        except CommandError as exc:
+            fail(str(exc))
     typer.echo(f"schema at {downgrade}: {redact(url)}")
 
 
@@ -67,7 +58,7 @@ def serve(
     host: Annotated[str, typer.Option(help="Network interface (IP address) to bind.")] = (
         "127.0.0.1"
     ),
-    port: Annotated[int, typer.Option(help="TCP port number.")] = 8000,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port number (1-65535).")] = 8000,
     workers: Annotated[
         int,
         typer.Option(
@@ -130,14 +121,8 @@ def verify(
         report = _verify_on_server(url, api_key, rebuild, quiet=as_json)
     else:
         target = database_url or get_settings().database_url
-        try:
+        with opened(target, "verify", hint=", and run `privacy-ledger migrate`"):
             report = _verify_here(target, rebuild, as_json)
-        except SQLAlchemyError as exc:
-            fail(
-                f"cannot verify the database at {redact(target)}: {type(exc).__name__}: "
-                f"{str(exc.orig if isinstance(exc, DBAPIError) else exc).splitlines()[0]}. Set "
-                "PRIVACY_LEDGER_DATABASE_URL (or --database-url) and run `privacy-ledger migrate`."
-            )
     if as_json:
         typer.echo(json.dumps(report, indent=2))
     else:
@@ -210,16 +195,6 @@ def _verify_on_server(url: str, api_key: str | None, rebuild: bool, quiet: bool)
 
 VERIFY_TIMEOUT = 3600.0
 """Seconds to wait for the server's verify answer (it reads every ledger once)."""
-
-
-def redact(url: str) -> str:
-    """Hide a password in a database URL."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        user = creds.split(":", 1)[0]
-        return f"{scheme}://{user}:***@{host}" if ":" in creds else url
-    return url
 
 
 __all__ = ["migrate", "redact", "serve", "verify"]

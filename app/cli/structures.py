@@ -16,6 +16,7 @@ from app.cli.common import (
     connect,
     console,
     fail,
+    finite,
     num,
     print_json,
 )
@@ -51,8 +52,18 @@ def _table(rows: list[dict[str, Any]]) -> Table:
 def allocations_create(
     dataset: DATASET,
     name: NAME,
-    epsilon: Annotated[float, typer.Option(help="The allocation's budget epsilon [nats].")],
-    delta: Annotated[float, typer.Option(help="The allocation's budget delta [probability].")],
+    epsilon: Annotated[
+        float,
+        typer.Option(
+            parser=finite, metavar="NUMBER", help="The allocation's budget epsilon [nats]."
+        ),
+    ],
+    delta: Annotated[
+        float,
+        typer.Option(
+            parser=finite, metavar="NUMBER", help="The allocation's budget delta [probability]."
+        ),
+    ],
     url: URL = DEFAULT_URL,
     api_key: KEY = None,
     as_json: JSON_OUT = False,
@@ -107,10 +118,19 @@ def allocations_set_budget(
     dataset: DATASET,
     name: NAME,
     epsilon: Annotated[
-        float | None, typer.Option(help="New budget epsilon [nats].", show_default=False)
+        float | None,
+        typer.Option(
+            parser=finite, metavar="NUMBER", help="New budget epsilon [nats].", show_default=False
+        ),
     ] = None,
     delta: Annotated[
-        float | None, typer.Option(help="New budget delta [probability].", show_default=False)
+        float | None,
+        typer.Option(
+            parser=finite,
+            metavar="NUMBER",
+            help="New budget delta [probability].",
+            show_default=False,
+        ),
     ] = None,
     url: URL = DEFAULT_URL,
     api_key: KEY = None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from app import responses as r
@@ -16,6 +17,7 @@ from app.accounting.calibration import (
     envelope,
     fits_under,
     further,
+    refused_input,
 )
 from app.accounting.curve import PrivacyCurve
 from app.accounting.pld_filter import PldFilter, with_new_entry
@@ -25,11 +27,6 @@ from app.principal import Caller
 from app.services import admission, answers, state
 from app.services.auth import authenticated
 from app.services.state import DatasetState
-
-
-def _fields(kind: str) -> set[str]:
-    """The fields of ``kind`` a calibration may fix (its parameters, from the registry)."""
-    return {p.name for p in registry.spec(kind).params}
 
 
 def _required(kind: str) -> set[str]:
@@ -184,11 +181,18 @@ def calibrate_next(
     fixed: dict[str, Any],
     allocation: str | None = None,
     blocks: tuple[str, str] | None = None,
+    unread: Collection[str] = (),
 ) -> r.Calibration:
     """Calibrate the next invocation of ``kind`` against the dataset's remaining budget
     (active reservations count as spent), under the dataset's filter; with an ``allocation``
     and (on a partitioned dataset, required) the ``blocks`` the invocation reads, against
     every limit a charge with them must fit.
+
+    ``fixed``: the other parameters of the invocation. Each is checked to be one the answer
+    holds (``refused_input``): the parameter solved for, a field ``kind`` does not have or one
+    of another form of its mechanism object is a 422 naming it, as is each of ``unread``
+    (query parameters the route does not read: ``epsilon``, ``scale``, ``rho``, a typo), which
+    were dropped before.
 
     A ``pld`` dataset admits by its PLD or by its curve rule (``pld_filter``): the search runs
     on the curve rule (fast), so its answer is admitted, then moves on as far as the PLD admits
@@ -196,19 +200,18 @@ def calibrate_next(
     parameter = parameter or default_parameter(kind)
     if parameter not in PARAMETERS[kind]:
         raise Unprocessable(f"{kind}: can calibrate {sorted(PARAMETERS[kind])}, not {parameter!r}")
-    fixed = {k: v for k, v in fixed.items() if k != parameter}
-    if kind == "subsampled_gaussian" and "sample_rate" not in fixed:
-        raise Unprocessable("subsampled_gaussian needs sample_rate (and steps or sigma)")
-    if kind == "subsampled_gaussian" and parameter == "steps" and "sigma" not in fixed:
-        raise Unprocessable("calibrating steps needs sigma")
-    extra = sorted(set(fixed) - _fields(kind))
-    if extra:
-        raise Unprocessable(f"{kind} does not take {extra}")
+    # nothing given is dropped: the parameter solved for, a field the kind does not have, one
+    # of another form of the mechanism, or a query parameter the route does not read
+    for name in sorted({*fixed, *unread}):
+        refused = refused_input(kind, parameter, name)
+        if refused is None and name in unread:  # a field the route has no query parameter for
+            refused = f"{name!r} cannot be given to calibrate"
+        if refused is not None:
+            raise Unprocessable(refused)
+    fixed = dict(fixed)
     missing = sorted(_required(kind) - set(fixed) - {parameter})
     if missing:
         raise Unprocessable(f"calibrating {kind} {parameter} needs {missing}")
-    if kind == "laplace" and parameter == "epsilon":
-        fixed.pop("sensitivity", None)
     if kind == "discrete_laplace" and "sensitivity" in fixed:
         s = fixed["sensitivity"]
         if float(s) != int(s):

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 import typer.main
-from fastapi.testclient import TestClient
 from privacy_ledger_client import _calls as client_calls
 from typer.testing import CliRunner, Result
 
@@ -26,7 +25,7 @@ from app.accounting.registry import kind_names, mechanism_from_dict, spec
 from app.cli import cli, common, reading
 from app.cli.mechanism_flags import FLAG_NAMES, mechanism_from_flags
 from app.services import ledger as ledger_service
-from tests.conftest import ADMIN_KEY
+from tests.cli.conftest import Cli
 
 # flags for one invocation of every kind; integer parameters given as integers
 KIND_FLAGS: dict[str, list[str]] = {
@@ -47,35 +46,6 @@ KIND_FLAGS: dict[str, list[str]] = {
 def _flags(args: list[str]) -> dict[str, str | None]:
     given = dict(zip(args[::2], args[1::2], strict=True))
     return {n: given.get("--" + n.replace("_", "-")) for n in FLAG_NAMES}
-
-
-class Cli:
-    """Runs the command with the admin key (or another) against the TestClient's app."""
-
-    def __init__(self, client: TestClient) -> None:
-        self.client = client
-        self.runner = CliRunner()
-
-    def __call__(self, *args: str, key: str | None = ADMIN_KEY, code: int | None = 0) -> Result:
-        env = {"PRIVACY_LEDGER_URL": "http://testserver", "COLUMNS": "200"}
-        env["PRIVACY_LEDGER_API_KEY"] = key or ""
-        result = self.runner.invoke(cli, list(args), env=env)
-        if code is not None:
-            assert result.exit_code == code, (result.stdout, result.stderr, result.exception)
-        return result
-
-    def json(self, *args: str, key: str | None = ADMIN_KEY) -> Any:
-        return json.loads(self(*args, "--json", key=key).stdout)
-
-
-@pytest.fixture
-def run(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cli]:
-    monkeypatch.setattr(common, "TRANSPORT", client._transport)
-    # tables as wide as the env's COLUMNS says: rich fixes a console's width when it is created
-    # if COLUMNS is set then (pytest-xdist workers set COLUMNS=80), so set it here
-    monkeypatch.setattr(common.console, "width", 200)
-    monkeypatch.setattr(common.err_console, "width", 200)
-    yield Cli(client)
 
 
 def _dataset(run: Cli, name: str = "census", *extra: str) -> dict[str, Any]:
@@ -207,7 +177,55 @@ def test_calibrate_gives_the_least_sigma_that_fits(run: Cli) -> None:
     text = run("calibrate", "census", "-m", "gaussian", "--sensitivity", "1").stdout
     assert "sigma =" in text and "least that fits" in text
     r = run("calibrate", "census", "-m", "gaussian", "--sigma", "3", code=1)
-    assert "what calibrate solves for" in r.stderr
+    assert "--sigma: 'sigma' is the parameter calibration solves for" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["-m", "laplace", "--sensitivity", "2"], "--sensitivity: 'sensitivity' belongs to the "
+         "scale + sensitivity form of laplace, and calibrating epsilon answers in its epsilon "
+         "form: leave sensitivity out, or ask --parameter scale, which answers with this "
+         "sensitivity"),
+        (["-m", "laplace", "--scale", "2"], "--scale: 'scale' belongs to the scale + "
+         "sensitivity form"),
+        (["-m", "laplace", "--parameter", "scale", "--epsilon", "1"], "--epsilon: 'epsilon' "
+         "belongs to the epsilon form of laplace"),
+        (["-m", "subsampled_gaussian", "--sample-rate", "0.01", "--sigma", "1.1"], "--sigma: "
+         "'sigma' is the parameter calibration solves for: leave it out, or ask --parameter "
+         "steps to solve for steps with sigma fixed"),
+        (["-m", "subsampled_gaussian", "--parameter", "steps", "--sample-rate", "0.01",
+          "--sigma", "1.1", "--steps", "5"], "--steps: 'steps' is the parameter calibration "
+         "solves for"),
+        (["-m", "zcdp", "--rho", "0.1"], "--rho: 'rho' is the parameter calibration solves"),
+    ],
+    ids=["laplace-sensitivity", "laplace-scale", "scale-epsilon", "dp-sgd-sigma",
+         "dp-sgd-steps", "zcdp-rho"],
+)  # fmt: skip
+def test_calibrate_refuses_a_flag_the_answer_would_not_hold(
+    run: Cli, flags: list[str], says: str
+) -> None:
+    """The server answered without such a flag (it dropped it, h3 finding 8); it now refuses
+    it (422), and the CLI says so, as the server would, before asking."""
+    _dataset(run)
+    r = run("calibrate", "census", *flags, code=1)
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and says in last, r.stderr
+
+
+def test_calibrate_answers_with_the_flags_it_holds(run: Cli) -> None:
+    """What the flags fix is in the answer: a Laplace scale for a sensitivity, DP-SGD steps
+    for a sigma."""
+    _dataset(run)
+    lap = run.json("calibrate", "census", "-m", "laplace", "--parameter", "scale",
+                   "--sensitivity", "2")  # fmt: skip
+    assert lap["mechanism"] == {"mechanism": "laplace", "scale": lap["value"], "sensitivity": 2.0,
+                                "count": 1}  # fmt: skip
+    sgd = run.json("calibrate", "census", "-m", "subsampled_gaussian", "--parameter", "steps",
+                   "--sample-rate", "0.01", "--sigma", "2")  # fmt: skip
+    assert sgd["mechanism"]["sigma"] == 2.0 and sgd["mechanism"]["steps"] == sgd["value"] >= 1
+    eps = run.json("calibrate", "census", "-m", "laplace")
+    assert eps["parameter"] == "epsilon" and "sensitivity" not in eps["mechanism"]
 
 
 def test_compose_labels_candidates_and_marks_the_answer(run: Cli, tmp_path: Any) -> None:

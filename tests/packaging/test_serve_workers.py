@@ -48,3 +48,30 @@ def test_a_bad_web_concurrency_is_refused(started: list[dict[str, Any]]) -> None
     result = CliRunner().invoke(cli, ["serve"], env={"WEB_CONCURRENCY": "0"})
     assert result.exit_code == 2 and not started
     assert "Invalid value for '--workers'" in result.output
+
+
+@pytest.mark.parametrize(
+    ("port", "bound"),
+    [
+        ("99999", "less than or equal to 65535"),
+        ("65536", "less than or equal to 65535"),
+        ("0", "greater than or equal to 1"),
+        ("-1", "greater than or equal to 1"),
+    ],
+)
+def test_a_port_out_of_range_is_refused(
+    started: list[dict[str, Any]], port: str, bound: str
+) -> None:
+    """uvicorn took 99999 (announced as such) and listened on 99999 mod 65536 = 34463; 0 was
+    announced as :0 and bound a port chosen by the system."""
+    result = CliRunner().invoke(cli, ["serve", "--port", port])
+    assert result.exit_code == 2 and not started, result.output
+    assert "Invalid value for '--port'" in result.output and bound in result.output
+
+
+@pytest.mark.parametrize("port", ["1", "65535"])
+def test_the_ends_of_the_port_range_are_served(started: list[dict[str, Any]], port: str) -> None:
+    result = CliRunner().invoke(cli, ["serve", "--port", port])
+    assert result.exit_code == 0, result.output
+    assert [c["port"] for c in started] == [int(port)]
+    assert f"http://127.0.0.1:{port} " in result.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import pytest
 
@@ -433,3 +434,30 @@ def test_extend_tries_a_guess_first() -> None:
     got = extend(ok, 4.0, 100.0, True, evaluations=12, guess=9.0)
     assert calls[0] == 9.0 and got <= 7.0 and abs(math.log(got / 7.0)) < 0.01
     assert extend(ok, 4.0, 100.0, True, evaluations=12, guess=3.0) <= 7.0  # behind: ignored
+
+
+@pytest.mark.parametrize(
+    ("mech", "params", "parameter", "named"),
+    [
+        ("gaussian", {"sigma": 3.0}, "sigma", "'sigma' is the parameter calibration solves for"),
+        ("subsampled_gaussian", {"sample_rate": 0.01, "sigma": 1.1}, "sigma", "parameter=steps"),
+        (
+            "subsampled_gaussian",
+            {"sample_rate": 0.01, "sigma": 1.1, "steps": 3},
+            "steps",
+            "'steps' is the parameter",
+        ),  # fmt: skip
+        ("laplace", {"sensitivity": 2.0}, "epsilon", "'sensitivity' belongs to the scale"),
+        ("laplace", {"scale": 2.0}, "epsilon", "'scale' belongs to the scale + sensitivity"),
+        ("laplace", {"epsilon": 0.5}, "scale", "'epsilon' belongs to the epsilon form"),
+        ("gaussian", {"k": 3}, "sigma", "gaussian has no parameter 'k'"),
+    ],
+)
+def test_a_parameter_the_answer_would_not_hold_is_value_error(
+    mech: str, params: dict, parameter: str, named: str
+) -> None:
+    """The core dropped the parameter it solves for (and the service a Laplace sensitivity)
+    and answered without it."""
+    fits = _fits_for(FilterKind.RDP, PrivacyCurve.zero())
+    with pytest.raises(ValueError, match=re.escape(named)):
+        calibrate(mech, params, parameter, fits)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
@@ -346,6 +347,7 @@ def spend(
 )
 def calibrate(
     dataset_id: str,
+    request: Request,
     db: DbDep,
     caller: Viewer,
     mechanism: KindQuery,
@@ -382,6 +384,11 @@ def calibrate(
         Query(min_length=1, max_length=16, description="The last block read (inclusive)."),
     ] = None,
 ) -> Response:
+    """The other parameters of the invocation are fixed by the query. Nothing given is
+    ignored: the parameter solved for, a parameter the kind does not have, one of another
+    form of the mechanism object (a Laplace calibrated by `epsilon` takes no `sensitivity`:
+    `parameter=scale` answers with it) and any query parameter not listed here are a 422
+    naming it."""
     if (block_from is None) != (block_to is None):
         raise Unprocessable("give both block_from and block_to (an inclusive range), or neither")
     fixed = {
@@ -403,5 +410,15 @@ def calibrate(
         {n: v for n, v in fixed.items() if v is not None},
         allocation=allocation,
         blocks=(block_from, block_to) if block_from is not None and block_to is not None else None,
+        unread=sorted(set(request.query_params) - _CALIBRATE_QUERY),
     )
     return send(answer)
+
+
+_CALIBRATE_QUERY = frozenset(inspect.signature(calibrate).parameters) - {
+    "dataset_id",
+    "request",
+    "db",
+    "caller",
+}
+"""The query parameters ``calibrate`` reads (any other is refused, not dropped)."""

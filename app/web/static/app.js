@@ -243,10 +243,12 @@
   }
 
   // "what can the next query be": one calibration per kind the dataset allows. The fixed
-  // parameters are stated in each row (sensitivity 1, k = 2, DP-SGD at rate 0.01 and σ = 1)
+  // parameters are stated in each row (sensitivity 1, k = 2, DP-SGD at rate 0.01 and σ = 1).
+  // A Laplace ε holds for any sensitivity (scale = sensitivity / ε): /calibrate refuses a
+  // sensitivity with it (it answered ε and dropped the sensitivity)
   const CALIBRATE = {
     gaussian: { q: "sensitivity=1", fixed: "sensitivity 1" },
-    laplace: { q: "sensitivity=1", fixed: "sensitivity 1" },
+    laplace: { q: "", fixed: "any sensitivity (scale = sensitivity / ε)" },
     discrete_laplace: { q: "sensitivity=1", fixed: "sensitivity 1" },
     randomized_response: { q: "k=2", fixed: "k = 2 answers" },
     rappor: { q: "", fixed: "one report" },

@@ -1,0 +1,88 @@
+"""What the commands that open the database (``migrate``, ``verify``, ``keys create --local``)
+share: the ``--database-url`` option, a URL without its password for messages, and ``opened``,
+which turns a database the URL does not name, cannot reach or cannot open into one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+from sqlalchemy import make_url
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from app.cli.common import fail
+
+DATABASE_ENV = "PRIVACY_LEDGER_DATABASE_URL"
+
+DATABASE_URL = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        help=f"SQLAlchemy database URL (default: {DATABASE_ENV}, else "
+        "sqlite:///./privacy_ledger.db).",
+        show_default=False,
+    ),
+]
+
+EXAMPLES = "e.g. sqlite:///./privacy_ledger.db or postgresql+psycopg://user@host/db"
+
+
+def redact(url: str) -> str:
+    """Hide a password in a database URL."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+    return url
+
+
+def _driver(url: str) -> None:
+    """Fail unless ``url`` is a database URL whose driver is installed (``mysql://`` asked for
+    MySQLdb, which ends in a ModuleNotFoundError deep inside SQLAlchemy)."""
+    try:
+        dialect = make_url(url).get_dialect()
+    except SQLAlchemyError as exc:  # not a URL, or a dialect SQLAlchemy does not know
+        fail(
+            f"{redact(url)!r} is not a database URL ({exc}); set {DATABASE_ENV} or "
+            f"--database-url, {EXAMPLES}"
+        )
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        fail(
+            f"{redact(url)!r} needs the database driver {exc.name or dialect.driver!r}, which "
+            f"is not installed; privacy-ledger runs on SQLite and PostgreSQL ({EXAMPLES})"
+        )
+
+
+@contextmanager
+def opened(url: str, doing: str, hint: str = "") -> Iterator[None]:
+    """Run database work for a command (``doing``: "migrate", "verify", ...); a URL that is not
+    a database URL, names a driver that is not installed, or a database that cannot be reached
+    or read (refused connection, not a database file, a directory that does not exist) ends
+    the command with ``error: cannot <doing> the database at <url>: <why>`` and the setting to
+    check. Errors of any other kind are not the database's and pass through."""
+    _driver(url)
+    where = redact(url)
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        why = str(exc.orig if isinstance(exc, DBAPIError) else exc).strip().splitlines()
+        fail(
+            f"cannot {doing} the database at {where}: {type(exc).__name__}: "
+            f"{why[0] if why else ''}. Check {DATABASE_ENV} or --database-url{hint}."
+        )
+    except OSError as exc:  # a SQLite file (or its lock file) in a directory that is not there
+        if exc.filename is None:
+            raise
+        fail(
+            f"cannot {doing} the database at {where}: {exc.strerror or exc}: {exc.filename}. "
+            f"Check {DATABASE_ENV} or --database-url{hint}."
+        )
+
+
+__all__ = ["DATABASE_ENV", "DATABASE_URL", "opened", "redact"]
