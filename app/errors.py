@@ -15,6 +15,7 @@ Services raise these; one handler (``app.api.problems``) renders them as
     +-- PayloadTooLarge (413)
     +-- Unprocessable (422)
     +-- DatabaseUnavailable (503, Retry-After)
+    +-- ServerBusy (503, Retry-After: too many unknown API keys being checked at once)
 """
 
 from __future__ import annotations
@@ -137,6 +138,14 @@ class DatabaseUnavailable(ProblemError):
     description = "the database is unavailable; retry (charges: with the same Idempotency-Key)"
 
 
+class ServerBusy(ProblemError):
+    status, slug, title = 503, "server-busy", "Server busy"
+    description = (
+        "too many API keys the server has not seen yet are being checked at once; retry after "
+        "Retry-After seconds"
+    )
+
+
 __all__ = [
     "json_finite",
     "PROBLEM_BASE",
@@ -149,6 +158,7 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "ProblemError",
+    "ServerBusy",
     "Unauthorized",
     "Unprocessable",
     "problem_body",

@@ -83,6 +83,8 @@ def responses(*statuses: int, budget: bool = False) -> dict[int | str, dict[str,
         cls = _BY_STATUS[status]
         schema: dict[str, Any] = Problem.model_json_schema()
         description = cls.description
+        if status == 503:  # the database, or too many unknown keys being checked at once
+            description = f"{description}; or {errors.ServerBusy.description}"
         if status == 409 and budget:
             # over budget (spent, budget, ...), or the dataset is archived (a plain problem)
             schema = {"anyOf": [BudgetProblem.model_json_schema(), schema]}

@@ -496,10 +496,27 @@ class KeyIn(_Strict):
 
     role: Literal["admin", "pipeline", "viewer"]
     datasets: (
-        Annotated[list[Annotated[SafeText, Field(max_length=64)]], Field(max_length=1000)] | None
-    ) = None
+        Annotated[
+            list[Annotated[SafeText, Field(max_length=64)]], Field(min_length=1, max_length=1000)
+        ]
+        | None
+    ) = Field(
+        None,
+        description="the datasets (ids or names) the key reaches; null or absent: every dataset",
+    )
     label: Annotated[SafeText, Field(max_length=MAX_LABEL)] | None = None
     allocations: Annotated[list[AllocationName], Field(min_length=1, max_length=1000)] | None = None
+
+    @field_validator("datasets", mode="before")
+    @classmethod
+    def _datasets_not_empty(cls, value: Any) -> Any:
+        # before the list's own min_length: this reason rather than "at least 1 item"
+        if isinstance(value, list) and not value:
+            raise ValueError(
+                "an empty list reaches no dataset: name at least one, or leave 'datasets' out "
+                "(or null) for every dataset"
+            )
+        return value
 
 
 __all__ = [

@@ -73,8 +73,11 @@ def list_events(
     limit: int = 100,
     before_id: int | None = None,
 ) -> r.AuditPage:
-    """Audit events, newest first. A scoped caller sees the events of its datasets and of the
-    keys it covers (``Principal.covers``), nothing else."""
+    """Audit events, newest first. A key scoped to datasets or limited to allocations sees the
+    events of the datasets it can read (all of them for a key limited to allocations only: such
+    a key reads every dataset, their allocations, ledgers and rejections, as any unscoped key
+    does) and the key events of the keys it covers (``Principal.covers``: those it may list and
+    revoke), nothing else (every event without a dataset is a key's)."""
     principal = authenticated(db, caller)
     q = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit)
     if dataset_id is not None:
@@ -88,15 +91,15 @@ def list_events(
     if before_id is not None:
         q = q.where(AuditEvent.id < before_id)
     with db.read() as s:
-        if principal.dataset_ids is not None:
+        if principal.dataset_ids is not None or principal.allocations is not None:
             keys = s.execute(select(ApiKey.id, ApiKey.dataset_ids, ApiKey.allocations)).all()
             own_keys = [k for k, scope, limit in keys if principal.covers(scope, limit)]
-            q = q.where(
-                or_(
-                    AuditEvent.dataset_id.in_(principal.dataset_ids),
-                    AuditEvent.target_id.in_(own_keys),
-                )
+            datasets = (
+                AuditEvent.dataset_id.is_not(None)
+                if principal.dataset_ids is None
+                else AuditEvent.dataset_id.in_(principal.dataset_ids)
             )
+            q = q.where(or_(datasets, AuditEvent.target_id.in_(own_keys)))
         return r.AuditPage(events=[event_answer(e) for e in s.scalars(q)])
 
 

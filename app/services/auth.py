@@ -2,9 +2,11 @@
 work it guards (one thread hop per request), before that work opens its transaction.
 
 Keys are found by their slow salted lookup digest (``key_digest``: one scrypt per key and
-process, then a dictionary lookup and one indexed query). A row stored the old way (unsalted
-SHA-256 lookup) is verified with its salted hash and rewritten to the scrypt digest on its first
-successful use, in a short write transaction of its own.
+process, then a dictionary lookup and one indexed query; a key this process has not seen waits
+for a scrypt slot in a short bounded queue, or is refused at once with 503 when that queue is
+full, so that a flood of random keys never holds more than a few worker threads). A row stored
+the old way (unsalted SHA-256 lookup) is verified with its salted hash and rewritten to the
+scrypt digest on its first successful use, in a short write transaction of its own.
 
 A key found active is remembered for ``KEY_CACHE_SECONDS`` per ``Database`` (process): the
 requests that follow within that window skip the key's query (a charge then costs one round
@@ -91,21 +93,24 @@ def forget_keys(db: Database) -> None:
 def find_key(db: Database, key: str) -> ApiKey | None:
     """The row of ``key``: by its scrypt digest, or a legacy row by its SHA-256 lookup (verified
     with its salted hash, then upgraded to the scrypt digest: once per legacy key)."""
-    digest = key_digest.digester(db).digest(key)
+    digester = key_digest.digester(db)
+    digest = digester.digest(key)
     with db.read() as s:
         row = s.scalars(select(ApiKey).where(_K.lookup == digest)).first()
         if row is None:  # unknown, or stored the old way: one more indexed query
             legacy = key_digest.legacy_lookup(key)
             row = s.scalars(select(ApiKey).where(_K.lookup == legacy)).first()
-    if row is None or not key_digest.is_legacy(row):
-        return row
-    if not key_digest.legacy_verifies(row, key):
+    if row is None:
         return None
-    with db.write() as s:
-        stored = s.get(ApiKey, row.id)
-        if stored is not None and key_digest.is_legacy(stored):
-            stored.lookup, stored.salt, stored.key_hash = digest, None, None
-    row.lookup, row.salt, row.key_hash = digest, None, None
+    if key_digest.is_legacy(row):
+        if not key_digest.legacy_verifies(row, key):
+            return None
+        with db.write() as s:
+            stored = s.get(ApiKey, row.id)
+            if stored is not None and key_digest.is_legacy(stored):
+                stored.lookup, stored.salt, stored.key_hash = digest, None, None
+        row.lookup, row.salt, row.key_hash = digest, None, None
+    digester.known(key, digest)
     return row
 
 
@@ -120,7 +125,8 @@ def require_role(principal: Principal, role: Role) -> None:
 def _steady(db: Database, session: Session | Connection | None, key: str) -> Any:
     """The key's row by its scrypt digest: remembered (an active key, found less than
     ``KEY_CACHE_SECONDS`` ago), or one prebuilt indexed query, in ``session`` if given."""
-    digest = key_digest.digester(db).digest(key)
+    digester = key_digest.digester(db)
+    digest = digester.digest(key)  # ServerBusy when the KDF queue is full (an unseen key)
     recent = _recent_keys(db)
     row = recent.get(digest)
     if row is not None:
@@ -132,15 +138,18 @@ def _steady(db: Database, session: Session | Connection | None, key: str) -> Any
     else:
         with db.read() as s:
             row = s.connection().execute(_BY_DIGEST, params).first()
-    if row is not None and row.revoked_at is None:
-        recent.put(digest, row, generation)
+    if row is not None:
+        digester.known(key, digest)  # a flood of unknown keys never evicts its digest
+        if row.revoked_at is None:
+            recent.put(digest, row, generation)
     return row
 
 
 def authenticated(
     db: Database, caller: Caller, session: Session | Connection | None = None
 ) -> Principal:
-    """The principal for the caller's key (401 missing, unknown or revoked; 403 role too low).
+    """The principal for the caller's key (401 missing, unknown or revoked; 403 role too low;
+    503 ``ServerBusy`` when the key's digest is not remembered and the KDF queue is full).
 
     A ``Principal`` (the service itself, a CLI command on the server) is trusted as given. The
     lookup runs in ``session`` (a Session or a ``read_core`` connection) when the caller reads

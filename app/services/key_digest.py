@@ -8,11 +8,25 @@ against a dump costs one scrypt (about 16 MiB and tens of milliseconds), instead
 generated keys (256 random bits) were never guessable, and this keeps a weak-ish operator key
 (``PRIVACY_LEDGER_ADMIN_KEY``, at least 32 characters) out of reach as well.
 
-Authentication is on every request's path, so each process remembers the digests it computed
-in a bounded LRU keyed by a BLAKE2b MAC of the key under a per-process random key (the key
-itself is not kept): a key costs one scrypt per process, then a dictionary lookup. At most
-``MAX_CONCURRENT_KDF`` scrypt computations run at once, so a flood of unknown keys queues there
-instead of taking every core from requests whose keys are already known.
+Authentication is on every request's path, so each process remembers the digests it computed,
+keyed by a BLAKE2b MAC of the key under a per-process random key (the key itself is not kept):
+a key costs one scrypt per process, then a dictionary lookup. Two bounded LRUs keep them: the
+digests of *known* keys (a row was found for them, or they were minted here) and, apart, those
+of the other keys presented lately, so that a flood of random keys only ever evicts its own
+kind and a known key stays one dictionary lookup away (a key presented again and again with no
+row, say a pipeline with a mistyped key, is also one lookup: its digest, not a verdict, is
+kept, so a key created later is found).
+
+A digest not remembered is computed by one scrypt at a time per process
+(``MAX_CONCURRENT_KDF``: at most one core, however many keys are presented), with at most
+``MAX_KDF_WAITING`` more presented keys waiting for the slot. Each computation runs in the
+request's worker thread, and the worker pool is shared by every request (every route is a sync
+``def``), so a presented key that finds the slot and the queue taken is refused at once with
+``ServerBusy`` (503 with ``Retry-After``) rather than wait: a flood of unknown keys holds at
+most ``MAX_CONCURRENT_KDF + MAX_KDF_WAITING`` threads, the other requests keep the rest of the
+pool, and a request whose key is remembered never waits for the slot. Keys being minted
+(``mint``) are never refused: only an admin (or the server itself, at start-up) mints, and it
+waits for the slot.
 
 Rows written before this scheme (``lookup`` = unsalted SHA-256 hex, with a per-key salted
 SHA-256 in ``key_hash``) are still found by that digest, verified, and rewritten to the scrypt
@@ -33,13 +47,18 @@ from sqlalchemy.exc import IntegrityError
 
 from app.db.engine import Database
 from app.db.models import ApiKey, AppSetting
+from app.errors import ServerBusy
 
 SCRYPT_N, SCRYPT_R, SCRYPT_P, DIGEST_BYTES = 2**14, 8, 1, 32
 DIGEST_PREFIX = "s1$"
 """Marks the scrypt digest with the parameters above (a legacy SHA-256 lookup is 64 hex chars)."""
 SALT_SETTING = "key_digest_salt"
 CACHE_SIZE = 4096
-MAX_CONCURRENT_KDF = 2
+"""Digests of known keys remembered per process (and, apart, of other keys presented)."""
+MAX_CONCURRENT_KDF = 1
+"""scrypt computations running at once per process: a flood of unknown keys takes one core."""
+MAX_KDF_WAITING = 8
+"""Presented keys waiting for the KDF beyond those computing; one more is refused (503)."""
 
 _PROCESS_MAC_KEY = secrets.token_bytes(32)
 
@@ -79,30 +98,96 @@ def is_legacy(row: ApiKey) -> bool:
     return not row.lookup.startswith(DIGEST_PREFIX)
 
 
+class _Lru:
+    """Digests by MAC tag, the least recently used dropped beyond ``size`` (not thread-safe:
+    ``KeyDigester`` holds its lock)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[bytes, str] = OrderedDict()
+
+    def get(self, tag: bytes) -> str | None:
+        found = self._items.get(tag)
+        if found is not None:
+            self._items.move_to_end(tag)
+        return found
+
+    def put(self, tag: bytes, value: str) -> None:
+        self._items[tag] = value
+        self._items.move_to_end(tag)
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+    def pop(self, tag: bytes) -> str | None:
+        return self._items.pop(tag, None)
+
+
 class KeyDigester:
     """Lookup digests under one installation salt, remembered per process."""
 
     def __init__(self, salt: bytes) -> None:
         self.salt = salt
-        self._cache: OrderedDict[bytes, str] = OrderedDict()
+        self._known = _Lru(CACHE_SIZE)  # keys with a row (found, or minted here)
+        self._presented = _Lru(CACHE_SIZE)  # other keys presented: unknown, or not yet found
         self._lock = threading.Lock()
         self._kdf_slots = threading.BoundedSemaphore(MAX_CONCURRENT_KDF)
+        self.admitted = 0
+        """Presented keys computing or waiting for a KDF slot now (at most
+        ``MAX_CONCURRENT_KDF + MAX_KDF_WAITING``)."""
+
+    @staticmethod
+    def _tag(key: str) -> bytes:
+        return hashlib.blake2b(_bytes(key), key=_PROCESS_MAC_KEY, digest_size=32).digest()
+
+    def _remembered(self, tag: bytes) -> str | None:
+        with self._lock:
+            found = self._known.get(tag)
+            return found if found is not None else self._presented.get(tag)
 
     def digest(self, key: str) -> str:
-        """``scrypt_digest(key, salt)``, computed once per process for a given key."""
-        tag = hashlib.blake2b(_bytes(key), key=_PROCESS_MAC_KEY, digest_size=32).digest()
+        """``scrypt_digest(key, salt)`` of a presented key, computed once per process (until
+        evicted). ``ServerBusy`` at once, computing nothing, when ``MAX_CONCURRENT_KDF`` keys
+        are being digested and ``MAX_KDF_WAITING`` more wait for a slot."""
+        tag = self._tag(key)
+        found = self._remembered(tag)
+        if found is not None:
+            return found
         with self._lock:
-            found = self._cache.get(tag)
-            if found is not None:
-                self._cache.move_to_end(tag)
-                return found
-        with self._kdf_slots:
-            value = scrypt_digest(key, self.salt)
+            if self.admitted >= MAX_CONCURRENT_KDF + MAX_KDF_WAITING:
+                raise ServerBusy(
+                    "too many API keys this server has not seen yet are being checked at once; "
+                    "retry shortly (keys it knows are not affected)"
+                )
+            self.admitted += 1
+        try:
+            with self._kdf_slots:
+                value = scrypt_digest(key, self.salt)
+        finally:
+            with self._lock:
+                self.admitted -= 1
         with self._lock:
-            self._cache[tag] = value
-            while len(self._cache) > CACHE_SIZE:
-                self._cache.popitem(last=False)
+            if self._known.get(tag) is None:
+                self._presented.put(tag, value)
         return value
+
+    def known(self, key: str, value: str) -> None:
+        """Remember ``value``, the digest of ``key``, as a known key's: a row was found for it.
+        Known keys are evicted only by other known keys, never by a flood of unknown ones."""
+        tag = self._tag(key)
+        with self._lock:
+            self._presented.pop(tag)
+            self._known.put(tag, value)
+
+    def mint(self, key: str) -> str:
+        """The digest of a key about to be stored (remembered as known). Never refused: it
+        waits for a KDF slot however many presented keys do."""
+        tag = self._tag(key)
+        found = self._remembered(tag)
+        if found is None:
+            with self._kdf_slots:
+                found = scrypt_digest(key, self.salt)
+        self.known(key, found)
+        return found
 
 
 _digesters: weakref.WeakKeyDictionary[Database, KeyDigester] = weakref.WeakKeyDictionary()

@@ -100,7 +100,7 @@ def create_key(
             f"'allocations' (a subset of {list(actor.allocations)})"
         )
     key = _new_key(role)
-    digest = key_digest.digester(db).digest(key)
+    digest = key_digest.digester(db).mint(key)
     with db.write() as s:
         if dataset_ids is not None:
             dataset_ids = _resolve_datasets(s, list(dict.fromkeys(dataset_ids)), actor)
@@ -207,7 +207,7 @@ def ensure_admin_key(db: Database, key: str) -> str:
             "PRIVACY_LEDGER_ADMIN_KEY matches a revoked, scoped or non-admin key; choose another "
             "value"
         )
-    digest = key_digest.digester(db).digest(key)
+    digest = key_digest.digester(db).mint(key)
     try:
         with db.write() as s:
             row = _insert_key(
@@ -230,7 +230,7 @@ def ensure_admin_key(db: Database, key: str) -> str:
 def bootstrap_first_key(db: Database) -> str | None:
     """On an installation without any key, create one admin key and return it (once, ever)."""
     key = _new_key(Role.ADMIN)
-    digest = key_digest.digester(db).digest(key)
+    digest = key_digest.digester(db).mint(key)
     try:
         with db.write() as s:
             if s.get(AppSetting, "bootstrap_admin") is not None:

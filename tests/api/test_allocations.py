@@ -258,6 +258,72 @@ def test_a_key_limited_to_allocations_revokes_only_keys_within_them(client: Test
     )
 
 
+def test_a_key_limited_to_allocations_reads_the_audit_of_the_keys_it_covers_only(
+    client: TestClient,
+) -> None:
+    """An allocation-limited admin read the whole audit trail, key events included: the
+    creation, role, scope and label of keys it can neither list nor revoke (h3 finding 6). It
+    now sees the events of the datasets it can read (as everywhere else: every dataset for a
+    key not scoped to datasets, their allocations' events included) and the key events of
+    the keys it lists, nothing else; one also scoped to a dataset sees that dataset's."""
+    ds = new_dataset(client)["id"]
+    other_ds = new_dataset(client, "without-team-a")["id"]
+    _alloc(client, ds, "team-a", 0.5)
+    _alloc(client, ds, "team-b", 0.4)
+    assert client.patch(f"/v1/datasets/{other_ds}", json={"description": "x"}).status_code == 200
+    limited = client.post("/v1/keys", json={"role": "admin", "allocations": ["team-a"]}).json()
+    in_ds = client.post(
+        "/v1/keys", json={"role": "admin", "datasets": [ds], "allocations": ["team-a"]}
+    ).json()
+    hidden = [
+        client.post("/v1/keys", json={"role": "admin", "label": "break-glass"}).json()["id"],
+        client.post("/v1/keys", json={"role": "pipeline", "allocations": ["team-b"]}).json()["id"],
+        client.post("/v1/keys", json={"role": "viewer", "datasets": [ds]}).json()["id"],
+    ]
+    headers = {"Authorization": f"Bearer {limited['key']}"}
+    mine = client.post(
+        "/v1/keys", json={"role": "pipeline", "allocations": ["team-a"]}, headers=headers
+    ).json()
+    assert client.delete(f"/v1/keys/{mine['id']}", headers=headers).status_code == 200
+    everything = client.get("/v1/audit", params={"limit": 1000}).json()["events"]
+    assert {e["target_id"] for e in everything} >= set(hidden)  # the full admin sees them
+
+    def trail(key: dict[str, Any], **params: Any) -> list[dict[str, Any]]:
+        h = {"Authorization": f"Bearer {key['key']}"}
+        r = client.get("/v1/audit", params={"limit": 1000, **params}, headers=h)
+        assert r.status_code == 200, r.text
+        return list(r.json()["events"])
+
+    def listed(key: dict[str, Any]) -> set[str]:
+        h = {"Authorization": f"Bearer {key['key']}"}
+        return {k["id"] for k in client.get("/v1/keys", headers=h).json()["keys"]}
+
+    seen = trail(limited)
+    key_events = [e for e in seen if e["dataset_id"] is None]
+    covered = {limited["id"], in_ds["id"], mine["id"]}  # limited to team-a, any datasets
+    assert {e["target_id"] for e in key_events} == listed(limited) == covered
+    assert sorted(e["action"] for e in key_events) == ["key.created"] * 3 + ["key.revoked"]
+    assert not {e["target_id"] for e in seen} & set(hidden)
+    # dataset events: those of every dataset it reads (GET /v1/datasets/{id} answers 200)
+    assert client.get(f"/v1/datasets/{other_ds}", headers=headers).status_code == 200
+    of_datasets = [e["id"] for e in everything if e["dataset_id"] is not None]
+    assert [e["id"] for e in seen if e["dataset_id"] is not None] == of_datasets
+    assert {e["action"] for e in seen} >= {"dataset.created", "dataset.changed"}
+    assert {e["details"].get("name") for e in seen if e["action"] == "allocation.created"} == {
+        "team-a",
+        "team-b",
+    }
+    assert [e["id"] for e in trail(limited, dataset=other_ds)] == [
+        e["id"] for e in everything if e["dataset_id"] == other_ds
+    ]
+    # also scoped to the dataset: that dataset's events and the keys it covers (itself)
+    seen = trail(in_ds)
+    assert {e["dataset_id"] for e in seen} == {ds, None}
+    assert {e["target_id"] for e in seen if e["dataset_id"] is None} == listed(in_ds)
+    assert listed(in_ds) == {in_ds["id"]}
+    assert trail(in_ds, dataset=other_ds) == []
+
+
 def test_reservations_idempotency_and_dry_runs_with_allocations(client: TestClient) -> None:
     ds = new_dataset(client, budget={"epsilon": 5.0, "delta": 1e-6}, adaptive=False)["id"]
     _alloc(client, ds, "team-a", 0.65)

@@ -290,7 +290,8 @@ def test_calibrate_refuses_what_cannot_be_charged(client: TestClient) -> None:
 
 
 def test_the_mechanism_catalogue_is_the_registry(client: TestClient) -> None:
-    viewer = client.post("/v1/keys", json={"role": "viewer", "datasets": []}).json()["key"]
+    scope = [new_dataset(client)["id"]]  # any key reads it, one scoped to a dataset too
+    viewer = client.post("/v1/keys", json={"role": "viewer", "datasets": scope}).json()["key"]
     assert client.get("/v1/mechanisms", headers={"Authorization": ""}).status_code == 401
     r = client.get("/v1/mechanisms", headers={"Authorization": f"Bearer {viewer}"})
     assert r.status_code == 200, r.text

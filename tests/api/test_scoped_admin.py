@@ -84,6 +84,30 @@ def test_cannot_mint_a_key_beyond_its_datasets(w: World, which: str) -> None:
     assert w.key_ids() == before
 
 
+@pytest.mark.parametrize("as_scoped", [False, True])
+def test_an_empty_datasets_list_is_refused_not_a_key_that_reaches_nothing(
+    w: World, as_scoped: bool
+) -> None:
+    """``"datasets": []`` made a key that reached no dataset (201, a useless secret shown once),
+    which every scoped admin then covered; it is a 422 as ``"allocations": []`` is, with the
+    reason. Null or absent keeps meaning every dataset."""
+    headers = w.me if as_scoped else ADMIN
+    before = w.key_ids()
+    for body in (
+        {"role": "pipeline", "datasets": []},
+        {"role": "pipeline", "datasets": [], "allocations": ["team"]},
+    ):
+        r = w.c.post("/v1/keys", json=body, headers=headers)
+        assert r.status_code == 422, r.text
+        problem = r.json()
+        assert "datasets" in problem["detail"] and "reaches no dataset" in problem["detail"]
+        assert [e["loc"] for e in problem["errors"]] == [["datasets"]]
+    assert w.key_ids() == before
+    if not as_scoped:
+        for body in ({"role": "viewer", "datasets": None}, {"role": "viewer"}):
+            assert w.mint(body)["datasets"] is None
+
+
 def test_keys_name_datasets_by_id_or_name(w: World) -> None:
     """``datasets`` takes ids or names, as every dataset route does (names were 'unknown
     dataset ids'); the key stores ids. A name the scoped admin cannot see is unknown to it."""

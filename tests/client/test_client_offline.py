@@ -19,6 +19,7 @@ from privacy_ledger_client import (
     BudgetExceeded,
     Dataset,
     DecodingError,
+    InvalidRequest,
     LedgerClient,
     NotFound,
     RetryPolicy,
@@ -159,6 +160,21 @@ def test_non_idempotent_requests_are_repeated_only_when_surely_unsent(
     ):
         operation(c)
     assert len(refused.requests) == 2
+
+
+def test_an_empty_datasets_list_is_sent_as_such_never_as_every_dataset() -> None:
+    """``create_key(role, datasets=[])`` (say, a filter that matched nothing) sent
+    ``"datasets": null``, which means every dataset: an unscoped key. The empty list goes to
+    the server, which refuses it (422)."""
+    created = {"id": "key_1", "role": "viewer", "datasets": None, "key": "pl_v_x"}
+    problem = {"status": 422, "detail": "datasets: an empty list reaches no dataset"}
+    script = Script(_json(422, problem), _json(201, created))
+    with _client(script) as c:
+        with pytest.raises(InvalidRequest, match="reaches no dataset"):
+            c.create_key("viewer", datasets=[])
+        c.create_key("viewer")
+    sent = [json.loads(r.content)["datasets"] for r in script.requests]
+    assert sent == [[], None]
 
 
 def test_budget_exceeded_is_typed() -> None:

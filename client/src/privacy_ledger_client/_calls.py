@@ -364,7 +364,9 @@ def create_key(
 ) -> Call[NewApiKey]:
     body: dict[str, Any] = {
         "role": role,
-        "datasets": list(datasets) if datasets else None,
+        # an empty list is sent as such (the server refuses it, 422): never widened to None,
+        # which means every dataset
+        "datasets": list(datasets) if datasets is not None else None,
         "label": label,
     }
     if allocations is not None:
