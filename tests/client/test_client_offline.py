@@ -383,3 +383,35 @@ def test_datasets_paging_retries_a_page_and_lists_a_shifted_dataset_once() -> No
         got = c.datasets()
     assert [d.id for d in got] == [d["id"] for d in first] + ["ds_new"]
     assert [r.url.params["offset"] for r in script.requests] == ["0", "1000", "1000"]
+
+
+BUSY = {
+    "type": "https://privacy-ledger.dev/problems/server-busy",
+    "title": "Server busy",
+    "status": 503,
+    "detail": "too many unknown keys are waiting for their check",
+}
+
+
+@pytest.mark.parametrize(
+    "operation",
+    [
+        lambda c: c.reserve("census", laplace(0.1)),
+        lambda c: c.create_dataset("census", 1.0, 1e-6),
+        lambda c: c.create_key("viewer"),
+    ],
+)
+def test_a_server_busy_503_is_repeated_for_every_call(
+    operation: Callable[[LedgerClient], object],
+) -> None:
+    """The server answers 503 server-busy before it reads the request (a flood of unknown keys
+    fills the queue for their check), so even a call that must not be sent twice repeats it;
+    another 503 on such a call is not repeated (test above)."""
+    script = Script(
+        _json(503, BUSY, **{"Retry-After": "0"}), _json(422, {"detail": "the second answer"})
+    )
+    with _client(script) as c, pytest.raises(Exception, match="the second answer") as info:
+        operation(c)
+    assert not isinstance(info.value, ServerError)
+    assert len(script.requests) == 2
+    assert script.requests[0].content == script.requests[1].content

@@ -17,8 +17,9 @@ fields a newer server adds are ignored (and kept in ``.raw``), missing optional 
 Retries: connection failures and transient answers (429, 502, 503, 504) are retried with
 exponential back-off. A charge carries one ``Idempotency-Key`` for all its attempts, so a retry
 after a lost answer charges once; reservation commit and release are idempotent on the server.
-Creating a dataset, a key or a reservation is repeated only when it surely never reached the
-server (a lost reservation answer would leave a hold that expires and is charged).
+Creating a dataset, a key or a reservation is repeated only when the server surely never read
+it (a refused connection, a 503 ``server-busy``): a lost reservation answer would leave a hold
+that expires and is charged.
 
 Exceptions (each carries ``status``, ``type``, ``title``, ``detail`` and the whole ``problem``)::
 

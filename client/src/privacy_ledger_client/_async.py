@@ -117,7 +117,7 @@ class AsyncLedgerClient:
                 if response.status_code in call.ok:
                     answer: T = read_answer(call, response)
                     return answer
-                if not self.retry.after_status(call, response.status_code, attempt):
+                if not self.retry.after_status(call, response, attempt):
                     raise self._endpoint.error(response)
             await asyncio.sleep(self.retry.delay(attempt, response))
             attempt += 1
@@ -148,7 +148,7 @@ class AsyncLedgerClient:
                             written += len(chunk)
                         return written
                     await response.aread()
-                    if not self.retry.after_status(call, response.status_code, attempt):
+                    if not self.retry.after_status(call, response, attempt):
                         raise self._endpoint.error(response)
             except httpx.TransportError as exc:
                 if written or not self.retry.after_error(call, exc, attempt):

@@ -14,6 +14,21 @@ TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
 
 _UNSENT = (httpx.ConnectError, httpx.ConnectTimeout)
 
+SERVER_BUSY = "/problems/server-busy"
+"""The problem type (its path) of a 503 answered before the request was read."""
+
+
+def _unread(response: httpx.Response) -> bool:
+    """A 503 ``server-busy`` problem: the server refused the request before reading it."""
+    if response.status_code != 503:
+        return False
+    try:
+        problem = response.json()
+    except ValueError:
+        return False
+    kind = problem.get("type") if isinstance(problem, dict) else None
+    return isinstance(kind, str) and kind.endswith(SERVER_BUSY)
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -35,14 +50,14 @@ class RetryPolicy:
             return False
         return call.delivery is Delivery.SAFE or isinstance(exc, _UNSENT)
 
-    def after_status(self, call: Call[Any], status: int, attempt: int) -> bool:
-        """Send again after a transient error answer (safe calls only: a 503 may come after the
-        database committed, and repeating a reservation would leave a second hold)."""
-        return (
-            attempt < self.retries
-            and status in TRANSIENT_STATUSES
-            and call.delivery is Delivery.SAFE
-        )
+    def after_status(self, call: Call[Any], response: httpx.Response, attempt: int) -> bool:
+        """Send again after a transient error answer: safe calls only (a 503 may come after the
+        database committed, and repeating a reservation would leave a second hold), except a
+        503 ``server-busy``, which the server answers before it reads the request (too many
+        unknown keys waiting for their check): every call may repeat it."""
+        if attempt >= self.retries or response.status_code not in TRANSIENT_STATUSES:
+            return False
+        return call.delivery is Delivery.SAFE or _unread(response)
 
     def delay(self, attempt: int, response: httpx.Response | None) -> float:
         """Seconds to wait before attempt ``attempt + 1``."""

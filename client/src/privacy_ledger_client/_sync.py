@@ -121,7 +121,7 @@ class LedgerClient:
                 if response.status_code in call.ok:
                     answer: T = read_answer(call, response)
                     return answer
-                if not self.retry.after_status(call, response.status_code, attempt):
+                if not self.retry.after_status(call, response, attempt):
                     raise self._endpoint.error(response)
             time.sleep(self.retry.delay(attempt, response))
             attempt += 1
@@ -155,7 +155,7 @@ class LedgerClient:
                             written += len(chunk)
                         return written
                     response.read()
-                    if not self.retry.after_status(call, response.status_code, attempt):
+                    if not self.retry.after_status(call, response, attempt):
                         raise self._endpoint.error(response)
             except httpx.TransportError as exc:
                 if written or not self.retry.after_error(call, exc, attempt):
