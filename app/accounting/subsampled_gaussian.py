@@ -17,9 +17,14 @@ On a piece where lambda decreases the terms are unimodal, where it increases the
 quasi-convex (largest at the ends). Each piece is summed exactly on windows around its peak
 (or from its ends) until the terms drop by ``DROP`` nats, and the terms left out are bounded by
 their count times the largest of them, which monotonicity puts next to the window. A few terms
-around x1 and x2 are summed exactly. So the sum is exact up to a factor 1 + alpha e^-DROP
-(< 1 + 1e-14), its work is O(window) per order instead of O(alpha) (about ``WINDOW_BUDGET``
-terms per curve at most), and no term is ever dropped unbounded.
+around x1 and x2 are summed exactly. So the sum is exact up to alpha e^-DROP (< 1e-14) of the
+largest e^{f(i)}, i >= 0, its work is O(window) per order instead of O(alpha) (about
+``WINDOW_BUDGET`` terms per curve at most), and no term is ever dropped unbounded. That is
+relative to A, not to A - 1: where A - 1 is tiny (small q, large sigma) every term that matters
+may lie DROP below the i = 0 term and be bounded by e^{f(i)}, not summed, and e^{f(i)} exceeds the
+term w_i expm1(a (i^2 - i)) by about 1 / (a (i^2 - i)). Sound but loose there: +1.9 % at
+q = 1e-9, sigma = 30 (order 256), +25 % at q = 1e-11 and up to +1,120 % at q = 1e-12 (order 20)
+after the other bounds have capped it (an audit at stop 25; not yet tightened).
 
 Fractional orders (all below 11) take the least of four upper bounds:
 
