@@ -21,10 +21,12 @@ around x1 and x2 are summed exactly. So the sum is exact up to alpha e^-DROP (< 
 largest e^{f(i)}, i >= 0, its work is O(window) per order instead of O(alpha) (about
 ``WINDOW_BUDGET`` terms per curve at most), and no term is ever dropped unbounded. That is
 relative to A, not to A - 1: where A - 1 is tiny (small q, large sigma) every term that matters
-may lie DROP below the i = 0 term and be bounded by e^{f(i)}, not summed, and e^{f(i)} exceeds the
-term w_i expm1(a (i^2 - i)) by about 1 / (a (i^2 - i)). Sound but loose there: +1.9 % at
-q = 1e-9, sigma = 30 (order 256), +25 % at q = 1e-11 and up to +1,120 % at q = 1e-12 (order 20)
-after the other bounds have capped it (an audit at stop 25; not yet tightened).
+may lie DROP below the i = 0 term and be bounded, not summed. A left-out term w_i expm1(a (i^2 -
+i)) is bounded by e^{f(i)} min(1, a (top^2 - top)), top the largest index left out (expm1(x) <=
+min(1, x) e^x): without that factor the order-2 value at q = 1e-10, sigma = 30 was 900 times the
+exact A - 1, now 1 + 6e-4 times. Still loose there by the count of left-out terms and the spread
+of a (i^2 - i) over them: +1.9 % at q = 1e-9, sigma = 30 (order 256), +25 % at q = 1e-11 and
++1,120 % at q = 1e-12 (order 20) after the other bounds have capped it (an audit at stop 25).
 
 Fractional orders (all below 11) take the least of four upper bounds:
 
@@ -244,8 +246,20 @@ class _Windows:
         self.first.append(first[keep])
         self.last.append(last[keep])
 
-    def remainder(self, owner: IntVector, count: IntVector, log_edge: Vector) -> None:
-        keep = count > 0
+    def remainder(
+        self, owner: IntVector, count: IntVector, log_edge: Vector, a: Vector, top: IntVector
+    ) -> None:
+        """``count`` left-out terms of rows ``owner``, indices up to ``top``, each at most
+        e^{f(i)} <= e^``log_edge``. The term itself is w_i expm1(a (i^2 - i)), and expm1(x) <=
+        min(1, x) e^x for x >= 0, with a (i^2 - i) increasing in i: so each is at most
+        e^``log_edge`` min(1, a (top^2 - top)) (rounded up). Without that factor a bounded term
+        could stand for 1 / (a (i^2 - i)) times itself: 900 times the exact A - 1 at q = 1e-10,
+        sigma = 30, order 2."""
+        t = top.astype(np.float64)
+        with np.errstate(divide="ignore"):
+            share = np.log(np.minimum(1.0, a * (t * t - t) * (1.0 + 8.0 * U)))
+        log_edge = log_edge + share
+        keep = (count > 0) & (share > -np.inf)
         self.rem_owner.append(owner[keep])
         with np.errstate(divide="ignore"):
             self.rem_log.append(np.log(count[keep].astype(np.float64)) + log_edge[keep])
@@ -279,9 +293,9 @@ def _unimodal(
     out.window(idx, first, last)
     work.evaluations += 2 * idx.size
     left = first - s
-    out.remainder(idx, left, sub.f(np.maximum(first - 1, 0)))
+    out.remainder(idx, left, sub.f(np.maximum(first - 1, 0)), sub.a, first - 1)
     right = e - last
-    out.remainder(idx, right, sub.f(np.minimum(last + 1, sub.alpha)))
+    out.remainder(idx, right, sub.f(np.minimum(last + 1, sub.alpha)), sub.a, e)
 
 
 def _quasi_convex(
@@ -317,7 +331,7 @@ def _quasi_convex(
     inner_first, inner_last = left_last[sep] + 1, right_first[sep] - 1
     work.evaluations += 2 * int(sep.sum())
     edge = np.maximum(rows.f(inner_first, idx[sep]), rows.f(inner_last, idx[sep]))
-    out.remainder(idx[sep], inner_last - inner_first + 1, edge)
+    out.remainder(idx[sep], inner_last - inner_first + 1, edge, rows.a[idx[sep]], inner_last)
 
 
 def _windows(rows: _Rows, work: Work, width: IntVector) -> _Windows:
