@@ -108,6 +108,22 @@ def finite(value: str | float) -> float:
     return number
 
 
+NEW_EPSILON = Annotated[
+    float | None,
+    typer.Option(
+        parser=finite, metavar="NUMBER", help="New budget epsilon [nats].", show_default=False
+    ),
+]
+"""``--epsilon`` of a command that changes a budget (a dataset's, an allocation's)."""
+NEW_DELTA = Annotated[
+    float | None,
+    typer.Option(
+        parser=finite, metavar="NUMBER", help="New budget delta [probability].", show_default=False
+    ),
+]
+"""``--delta`` of a command that changes a budget."""
+
+
 def load_json(text: str, what: str) -> Any:
     """``text`` parsed as JSON the server can be sent, else ``typer.BadParameter`` naming
     ``what`` (the option) and why: not JSON; ``NaN``, ``Infinity`` or a number beyond the float

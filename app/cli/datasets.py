@@ -11,6 +11,8 @@ from app.cli.common import (
     DEFAULT_URL,
     JSON_OUT,
     KEY,
+    NEW_DELTA,
+    NEW_EPSILON,
     URL,
     Table,
     budget_text,
@@ -182,21 +184,8 @@ def datasets_create(
 @app.command("update")
 def datasets_update(
     dataset: Annotated[str, typer.Argument(help="Dataset name or id.", metavar="DATASET")],
-    epsilon: Annotated[
-        float | None,
-        typer.Option(
-            parser=finite, metavar="NUMBER", help="New budget epsilon [nats].", show_default=False
-        ),
-    ] = None,
-    delta: Annotated[
-        float | None,
-        typer.Option(
-            parser=finite,
-            metavar="NUMBER",
-            help="New budget delta [probability].",
-            show_default=False,
-        ),
-    ] = None,
+    epsilon: NEW_EPSILON = None,
+    delta: NEW_DELTA = None,
     name: Annotated[str | None, typer.Option(help="New name.", show_default=False)] = None,
     description: Annotated[
         str | None, typer.Option(help="New description ('' clears it).", show_default=False)

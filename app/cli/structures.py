@@ -11,6 +11,8 @@ from app.cli.common import (
     DEFAULT_URL,
     JSON_OUT,
     KEY,
+    NEW_DELTA,
+    NEW_EPSILON,
     URL,
     Table,
     connect,
@@ -117,21 +119,8 @@ def allocations_show(
 def allocations_set_budget(
     dataset: DATASET,
     name: NAME,
-    epsilon: Annotated[
-        float | None,
-        typer.Option(
-            parser=finite, metavar="NUMBER", help="New budget epsilon [nats].", show_default=False
-        ),
-    ] = None,
-    delta: Annotated[
-        float | None,
-        typer.Option(
-            parser=finite,
-            metavar="NUMBER",
-            help="New budget delta [probability].",
-            show_default=False,
-        ),
-    ] = None,
+    epsilon: NEW_EPSILON = None,
+    delta: NEW_DELTA = None,
     url: URL = DEFAULT_URL,
     api_key: KEY = None,
     as_json: JSON_OUT = False,
