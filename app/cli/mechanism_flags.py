@@ -11,7 +11,6 @@ have, a missing required one, or a value of the wrong type is refused before any
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -19,7 +18,7 @@ import typer
 
 from app.accounting.kinds import Param
 from app.accounting.registry import kind_names, spec
-from app.cli.common import choice
+from app.cli.common import choice, finite
 
 _UNITLESS = {
     "epsilon": "nats (natural-log privacy loss)",
@@ -141,12 +140,9 @@ def _typed(kind: str, p: Param, raw: str) -> Any:
 
     def number(text: str) -> float:
         try:
-            v = float(text)
-        except ValueError:
-            raise typer.BadParameter(f"{flag} takes a number for {kind}, got {text!r}") from None
-        if not math.isfinite(v):
-            raise typer.BadParameter(f"{flag} must be finite, got {text!r}")
-        return v
+            return finite(text)
+        except typer.BadParameter as exc:
+            raise typer.BadParameter(f"{flag} for {kind}: {exc.message}") from None
 
     if p.type == "int":
         v = number(raw)
