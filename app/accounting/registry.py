@@ -18,7 +18,14 @@ from types import MappingProxyType
 from typing import Any
 
 from app.accounting.kinds import KINDS
-from app.accounting.kinds._spec import Direction, DpEventTranslator, KindSpec, Mechanism
+from app.accounting.kinds._spec import (
+    Direction,
+    DpEventTranslator,
+    KindSpec,
+    Mechanism,
+    check_event_fields,
+    unknown_event_fields,
+)
 
 MECHANISMS: Mapping[str, type[Mechanism]] = MappingProxyType(
     {name: s.mechanism for name, s in KINDS.items()}
@@ -103,9 +110,9 @@ def mechanisms_from_dp_event(event: Mapping[str, Any]) -> list[Mechanism]:
 
 
 _COMPOSITE_FIELDS = {
-    "ComposedDpEvent": frozenset({"type", "events"}),
-    "SelfComposedDpEvent": frozenset({"type", "event", "count"}),
-    "NoOpDpEvent": frozenset({"type"}),
+    "ComposedDpEvent": frozenset({"events"}),
+    "SelfComposedDpEvent": frozenset({"event", "count"}),
+    "NoOpDpEvent": frozenset(),
 }
 
 
@@ -130,14 +137,6 @@ class _Reads(Mapping[str, Any]):
         return sorted(str(k) for k in self._event if k not in self.read)
 
 
-def _unknown_fields(kind: object, names: list[str]) -> ValueError:
-    return ValueError(
-        f"{kind}: unknown field(s) {', '.join(repr(n) for n in names)}: nothing is charged for an "
-        "event with fields this ledger does not read (a sensitivity or delta left out would "
-        "under-state its loss)"
-    )
-
-
 def _translate(event: Mapping[str, Any], depth: int) -> list[Mechanism]:
     """An event's mechanisms; ValueError for a field no translation reads (a
     ``GaussianDpEvent`` with a ``sensitivity`` of 10 was charged at sensitivity 1)."""
@@ -147,8 +146,8 @@ def _translate(event: Mapping[str, Any], depth: int) -> list[Mechanism]:
         raise ValueError(f"DpEvent nested deeper than {MAX_EVENT_DEPTH} levels")
     kind = event.get("type")
     allowed = _COMPOSITE_FIELDS.get(kind) if isinstance(kind, str) else None
-    if allowed is not None and (extra := sorted(str(k) for k in event if k not in allowed)):
-        raise _unknown_fields(kind, extra)
+    if allowed is not None:
+        check_event_fields(event, allowed)
     if kind == "ComposedDpEvent":
         events = event.get("events")
         if not isinstance(events, list):
@@ -170,7 +169,7 @@ def _translate(event: Mapping[str, Any], depth: int) -> list[Mechanism]:
     reads = _Reads(event)
     mechanisms = translate(reads, lambda e: _translate(e, depth + 1))
     if extra := reads.unread():
-        raise _unknown_fields(kind, extra)
+        raise unknown_event_fields(kind, extra)
     return mechanisms
 
 

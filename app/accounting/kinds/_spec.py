@@ -14,7 +14,7 @@ import dataclasses
 import math
 import operator
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, ClassVar, Literal, Self
@@ -455,6 +455,24 @@ def event_number(event: Mapping[str, Any], name: str) -> float:
     return float(value)
 
 
+def unknown_event_fields(kind: object, names: Iterable[str]) -> ValueError:
+    """The error for DpEvent fields no translation reads: nothing is charged for such an
+    event (a ``GaussianDpEvent`` with a ``sensitivity`` of 10 was charged at sensitivity 1)."""
+    return ValueError(
+        f"{kind}: unknown field(s) {', '.join(repr(n) for n in names)}: nothing is charged for an "
+        "event with fields this ledger does not read (a sensitivity or delta left out would "
+        "under-state its loss)"
+    )
+
+
+def check_event_fields(event: Mapping[str, Any], allowed: Iterable[str]) -> None:
+    """``unknown_event_fields`` raised for the fields of ``event`` other than ``type`` and
+    ``allowed``."""
+    known = {"type", *allowed}
+    if extra := sorted(str(k) for k in event if k not in known):
+        raise unknown_event_fields(event.get("type"), extra)
+
+
 @dataclass(frozen=True)
 class KindSpec:
     """A mechanism kind in the registry.
@@ -497,6 +515,7 @@ class KindSpec:
 
 
 __all__ = [
+    "check_event_fields",
     "column",
     "MAX_COUNT",
     "MAX_EPSILON",
@@ -517,6 +536,7 @@ __all__ = [
     "Translate",
     "UnitCurves",
     "event_number",
+    "unknown_event_fields",
     "finish",
     "param",
     "params_of",

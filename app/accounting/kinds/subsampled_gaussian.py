@@ -18,6 +18,7 @@ from app.accounting.kinds._spec import (
     Mechanism,
     Translate,
     UnitCurves,
+    check_event_fields,
     event_number,
     finish,
     param,
@@ -154,11 +155,7 @@ def _from_poisson_event(event: Mapping[str, Any], translate: Translate) -> list[
     if inner_type != "GaussianDpEvent":
         raise ValueError(f"PoissonSampledDpEvent over {inner_type} has no translation")
     assert isinstance(inner, Mapping)
-    if extra := sorted(str(k) for k in inner if k not in ("type", "noise_multiplier")):
-        raise ValueError(
-            f"GaussianDpEvent: unknown field(s) {', '.join(repr(n) for n in extra)}: nothing is "
-            "charged for an event with fields this ledger does not read"
-        )
+    check_event_fields(inner, ("noise_multiplier",))
     nm = event_number(inner, "noise_multiplier")
     if q == 0:
         return []  # nothing is sampled: no privacy cost
