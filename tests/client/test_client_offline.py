@@ -128,14 +128,15 @@ def test_retries_stop_after_the_policy_allows() -> None:
     assert len(script.requests) == 3
 
 
-@pytest.mark.parametrize(
-    "operation",
-    [
-        lambda c: c.reserve("census", laplace(0.1)),
-        lambda c: c.create_dataset("census", 1.0, 1e-6),
-        lambda c: c.create_key("viewer"),
-    ],
-)
+NOT_REPEATABLE: list[Callable[[LedgerClient], object]] = [
+    lambda c: c.reserve("census", laplace(0.1)),
+    lambda c: c.create_dataset("census", 1.0, 1e-6),
+    lambda c: c.create_key("viewer"),
+]
+"""Calls the server must not see twice (a second reservation would hold budget again)."""
+
+
+@pytest.mark.parametrize("operation", NOT_REPEATABLE)
 def test_non_idempotent_requests_are_repeated_only_when_surely_unsent(
     operation: Callable[[LedgerClient], object],
 ) -> None:
@@ -393,14 +394,7 @@ BUSY = {
 }
 
 
-@pytest.mark.parametrize(
-    "operation",
-    [
-        lambda c: c.reserve("census", laplace(0.1)),
-        lambda c: c.create_dataset("census", 1.0, 1e-6),
-        lambda c: c.create_key("viewer"),
-    ],
-)
+@pytest.mark.parametrize("operation", NOT_REPEATABLE)
 def test_a_server_busy_503_is_repeated_for_every_call(
     operation: Callable[[LedgerClient], object],
 ) -> None:
