@@ -402,16 +402,13 @@ REFUSES_ENTRY_DELTA = "adaptive_filter_refuses_entry_delta"
 ENTRY_DELTAS_EXCEED = "entry_deltas_reach_delta"
 
 
-PURE_DP = "pure_dp"
-
-
 def pure_spend(total: PrivacyCurve) -> Spend:
     """The spend at delta = 0: the pure-DP sum when no entry has a delta of its own, else
     infinite. Basic composition holds pathwise, adaptive choices included (every step's loss is
     bounded by its epsilon on every outcome), so this holds for every filter [DR14 Thm 3.16;
     RRUV16]."""
     eps = total.pure_eps if total.delta == 0.0 else math.inf
-    return Spend(eps, 0.0, PURE_DP, None, {PURE_DP: eps})
+    return Spend(eps, 0.0, "pure_dp", None, {"pure_dp": eps})
 
 
 def _spend_at(rule: _Rule, total: PrivacyCurve, delta: float) -> Spend:
