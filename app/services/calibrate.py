@@ -91,13 +91,17 @@ def _further_by_pld(
     building at most ``PLD_WORK`` grid points, each check the one a charge of that mechanism
     meets (``PldFilter.admits``, as ``admission.decide``). Not for DP-SGD (a candidate's
     construction is up to seconds), more than ``PLD_MAX_COUNT`` repetitions, or a Gaussian on
-    a Gaussian ledger (its curve rule is the exact conversion already)."""
+    a Gaussian ledger with Gaussian holds (its curve rule is the exact conversion already; one
+    non-Gaussian hold makes it a bound, which answered 7.8 % more noise than the PLD needs)."""
     committed = st.pld
     if (
         committed is None
         or kind == "subsampled_gaussian"
         or result.mechanism.count > PLD_MAX_COUNT
-        or (result.curve.gaussian_only and st.committed.gaussian_only)  # exact already
+        or (
+            result.curve.gaussian_only
+            and _with_holds(st.committed, st.held_curve).gaussian_only
+        )  # exact already
     ):
         return result
 
