@@ -71,12 +71,13 @@ def _answer_mechanism(
     kind: str, fixed: dict[str, Any], parameter: str, value: float, m: Any
 ) -> dict[str, Any]:
     """The mechanism object an answer carries (what the pipeline will charge): the mechanism's
-    own, but a Laplace calibrated by ``scale`` keeps scale and sensitivity as asked."""
-    if kind == "laplace" and "sensitivity" in fixed and parameter == "scale":
+    own, but a Laplace calibrated by ``scale`` is in the scale form asked for, so that it holds
+    the value solved for (sensitivity 1 unless given; the epsilon form had no ``scale``)."""
+    if kind == "laplace" and parameter == "scale":
         return {
             "mechanism": "laplace",
             "scale": value,
-            "sensitivity": fixed["sensitivity"],
+            "sensitivity": fixed.get("sensitivity", 1.0),
             "count": m.count,
         }
     out: dict[str, Any] = m.to_dict()
