@@ -225,6 +225,7 @@ def calibrate_next(
     with db.read() as s:
         principal = authenticated(db, caller, s)
         st = state.load(s, ref, principal)
+        admission.check_not_archived(st)  # nothing fits: the 409 a charge gets
         if st.is_pld:
             state.load_pld(s, st)
         # the limits a charge with this allocation and these blocks would meet (without
