@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import replace
 from typing import Any
 
 from app import responses as r
@@ -13,6 +14,7 @@ from app.accounting.calibration import (
     Calibration,
     Fits,
     calibrate,
+    cheapest,
     default_parameter,
     envelope,
     fits_under,
@@ -100,8 +102,7 @@ def _further_by_pld(
         or kind == "subsampled_gaussian"
         or result.mechanism.count > PLD_MAX_COUNT
         or (
-            result.curve.gaussian_only
-            and _with_holds(st.committed, st.held_curve).gaussian_only
+            result.curve.gaussian_only and _with_holds(st.committed, st.held_curve).gaussian_only
         )  # exact already
     ):
         return result
@@ -177,6 +178,44 @@ def _structure_fits(st: DatasetState, ask: admission.Ask) -> Fits:
     return fits[0] if len(fits) == 1 else AllFit(tuple(fits))
 
 
+def _nothing_fits(
+    st: DatasetState, ask: admission.Ask, kind: str, fixed: dict[str, Any], parameter: str
+) -> BudgetExceeded:
+    """The 409 when no value fits: the problem a charge of the least costly invocation the
+    search tried gets (``admission.refusal``: spent, budget, requested, would_spend and, with
+    budget structures, the ``limit`` that refused it), its detail behind calibrate's own.
+    Where admission would take that invocation after all (the search errs toward refusing: a
+    ``pld`` dataset's RDP bound, the blocks' envelope), the dataset's spent and budget."""
+    head = f"no {parameter} in the allowed range fits the remaining budget of {st.name!r}"
+    least = cheapest(kind, fixed, parameter)
+    if least is not None:
+        wire = _answer_mechanism(kind, fixed, parameter, least.value, least.mechanism)
+        tried = replace(ask, kind=kind, count=least.mechanism.count, wire=wire, curve=least.curve)
+        dry = admission.decide(st, tried)
+        if not dry.admitted:
+            problem = admission.refusal(st, tried, dry)
+            extra = {k: v for k, v in problem.extra.items() if k != "dry_run"}
+            value = int(least.value) if parameter == "steps" else least.value
+            return BudgetExceeded(
+                f"{head}; even the least costly, {parameter} = {value:.6g}, is {problem.detail}",
+                **extra,
+            )
+    hint = (
+        " by its RDP bound, which the search uses; its PLD is tighter and may still admit "
+        "a charge (ask with dry_run=true)"
+        if st.is_pld
+        else ""
+    )
+    lifetime = answers.lifetime_budget(st)
+    return BudgetExceeded(
+        head + hint,
+        dataset_id=st.id,
+        spent=answers.spent(st).model_dump(mode="json"),
+        budget=answers.budget(st).model_dump(mode="json"),
+        **({"lifetime_budget": lifetime.model_dump(mode="json")} if lifetime else {}),
+    )
+
+
 def calibrate_next(
     db: Database,
     caller: Caller,
@@ -231,7 +270,8 @@ def calibrate_next(
         # the limits a charge with this allocation and these blocks would meet (without
         # either, on a dataset that is not partitioned: its own budget alone, no read)
         ask = admission.Ask(kind, 1, {}, PrivacyCurve.zero(), allocation=allocation, blocks=blocks)
-        fits = _structure_fits(st, admission.prepare(s, st, ask))
+        prepared = admission.prepare(s, st, ask)
+        fits = _structure_fits(st, prepared)
     if st.allowed_mechanisms is not None and kind not in st.allowed_mechanisms:
         raise Unprocessable(f"mechanism {kind!r} is not allowed on dataset {st.name!r}")
     admission.check_entry_delta(st, kind, float(fixed.get("delta", 0.0)))
@@ -243,17 +283,7 @@ def calibrate_next(
     if result is not None and st.is_pld:
         result = _further_by_pld(st, kind, fixed, result)
     if result is None:
-        hint = (
-            " by its RDP bound, which the search uses; its PLD is tighter and may still admit "
-            "a charge (ask with dry_run=true)"
-            if st.is_pld
-            else ""
-        )
-        raise BudgetExceeded(
-            f"no {parameter} in the allowed range fits the remaining budget of {st.name!r}{hint}",
-            dataset_id=st.id,
-            budget=answers.budget(st).model_dump(mode="json"),
-        )
+        raise _nothing_fits(st, prepared, kind, fixed, parameter)
     value: float | int = int(result.value) if parameter == "steps" else result.value
     mechanism = _answer_mechanism(kind, fixed, parameter, result.value, result.mechanism)
     after = st.committed + result.curve
