@@ -428,6 +428,42 @@ def _most_steps(params: dict[str, Any], fits: Fits) -> Calibration | None:
     )
 
 
+NOISE_MULTIPLIERS = (1e-3, 1e6)
+"""The range of DP-SGD noise multipliers (sigma / sensitivity) the sigma search covers."""
+
+
+def cheapest(kind: str, params: dict[str, Any], parameter: str) -> Calibration | None:
+    """The least costly invocation a calibration of ``parameter`` tries, the cheap end of its
+    search: one DP-SGD step, the most noise, the least epsilon that makes a valid mechanism with
+    the other ``params``. Where a calibration finds nothing that fits, this is what was
+    refused; None where no value makes a mechanism (the calibration is then a 422)."""
+    params = {k: v for k, v in params.items() if k not in ("mechanism", parameter)}
+    if parameter == "steps":
+        value = 1.0
+    elif kind == "subsampled_gaussian":
+        value = NOISE_MULTIPLIERS[1] * float(params.get("sensitivity", 1.0))
+    else:
+
+        def valid(v: float) -> bool:
+            try:
+                _build(kind, params, parameter, v)
+            except ValueError:
+                return False
+            return True
+
+        increasing_cost = PARAMETERS[kind][parameter] == "max"
+        lo, hi = _range(kind, parameter)
+        edges = _valid_range(valid, lo, hi, increasing_cost)
+        if edges is None:
+            return None
+        value = edges[0] if increasing_cost else edges[1]
+    try:
+        m = _build(kind, params, parameter, int(value) if parameter == "steps" else value)
+        return Calibration(mechanism=m, parameter=parameter, value=value, curve=m.curve())
+    except ValueError:
+        return None
+
+
 def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration | None:
     """Least noise multiplier for DP-SGD, searching on a window of orders.
 
@@ -459,7 +495,7 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
     coarse[:: max(1, ORDERS.size // 24)] = True
     coarse[-1] = True
     mask = coarse
-    lo_limit, hi_limit = 1e-3, 1e6
+    lo_limit, hi_limit = NOISE_MULTIPLIERS
 
     def on(window: np.ndarray) -> tuple[Callable[[float], bool], Callable[[float], float]]:
         """``fits`` and its margin for the noise multiplier, on the orders of ``window``."""
@@ -623,6 +659,7 @@ __all__ = [
     "FilterFit",
     "Fits",
     "calibrate",
+    "cheapest",
     "default_parameter",
     "filter_fits",
     "fits_under",

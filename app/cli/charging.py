@@ -26,6 +26,7 @@ from app.cli.common import (
     finite,
     load_json,
     num,
+    num_toward,
     print_json,
 )
 from app.cli.mechanism_flags import kind_option, mechanism_from_flags, with_mechanism_flags
@@ -317,9 +318,10 @@ def calibrate(
         print_json(answer)
         return
     after = answer.get("spent_after")
+    least = answer.get("direction") == "min"  # a noise: rounded up; an epsilon, steps: down
     console.print(
-        f"{answer['parameter']} = {num(answer['value'], 8)} "
-        f"({'least' if answer.get('direction') == 'min' else 'largest'} that fits)",
+        f"{answer['parameter']} = {num_toward(answer['value'], up=least)} "
+        f"({'least' if least else 'largest'} that fits)",
         markup=False,
     )
     console.print(f"mechanism: {json.dumps(answer['mechanism'])}", markup=False)

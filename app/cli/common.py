@@ -8,6 +8,7 @@ Client commands talk to a running server through ``privacy_ledger_client``. The 
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
 from collections.abc import Callable, Iterator
@@ -327,6 +328,23 @@ def num(x: float | int | None, digits: int = 6) -> str:
     return f"{x:.{digits}g}"
 
 
+def num_toward(x: float | int, up: bool, digits: int = 8) -> str:
+    """``x`` to ``digits`` significant figures rounded toward safety, for a calibrated value
+    a user may type back in: up (a noise, a scale) or down (an epsilon, steps), so that the
+    number printed, read as a float, is never on the costly side of ``x``. Rounding to
+    nearest printed sigma 6.9645235 for 6.964523520339923, which a charge refused."""
+    if isinstance(x, int) or not math.isfinite(x):
+        return num(x, digits)
+    nearest = f"{x:.{digits}g}"
+    if (float(nearest) >= x) if up else (float(nearest) <= x):
+        return nearest
+    # the decimal to ``digits`` figures on the safe side of x's exact value; the float it
+    # reads as is on that side too (x is a float between them)
+    rounding = decimal.ROUND_CEILING if up else decimal.ROUND_FLOOR
+    safe = decimal.Context(prec=digits, rounding=rounding).plus(decimal.Decimal(x))
+    return f"{float(safe):.{digits}g}"
+
+
 def uses_rho(filter_name: str | None) -> bool:
     """Whether the dataset's filter composes zCDP rho (so rho is what its accounting uses)."""
     return filter_name in {f.value for f in RHO_FILTERS}
@@ -434,6 +452,7 @@ __all__ = [
     "finite",
     "load_json",
     "num",
+    "num_toward",
     "over_budget",
     "print_json",
     "state_label",

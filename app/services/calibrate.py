@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import replace
 from typing import Any
 
 from app import responses as r
@@ -13,6 +14,7 @@ from app.accounting.calibration import (
     Calibration,
     Fits,
     calibrate,
+    cheapest,
     default_parameter,
     envelope,
     fits_under,
@@ -71,12 +73,13 @@ def _answer_mechanism(
     kind: str, fixed: dict[str, Any], parameter: str, value: float, m: Any
 ) -> dict[str, Any]:
     """The mechanism object an answer carries (what the pipeline will charge): the mechanism's
-    own, but a Laplace calibrated by ``scale`` keeps scale and sensitivity as asked."""
-    if kind == "laplace" and "sensitivity" in fixed and parameter == "scale":
+    own, but a Laplace calibrated by ``scale`` is in the scale form asked for, so that it holds
+    the value solved for (sensitivity 1 unless given; the epsilon form had no ``scale``)."""
+    if kind == "laplace" and parameter == "scale":
         return {
             "mechanism": "laplace",
             "scale": value,
-            "sensitivity": fixed["sensitivity"],
+            "sensitivity": fixed.get("sensitivity", 1.0),
             "count": m.count,
         }
     out: dict[str, Any] = m.to_dict()
@@ -91,13 +94,16 @@ def _further_by_pld(
     building at most ``PLD_WORK`` grid points, each check the one a charge of that mechanism
     meets (``PldFilter.admits``, as ``admission.decide``). Not for DP-SGD (a candidate's
     construction is up to seconds), more than ``PLD_MAX_COUNT`` repetitions, or a Gaussian on
-    a Gaussian ledger (its curve rule is the exact conversion already)."""
+    a Gaussian ledger with Gaussian holds (its curve rule is the exact conversion already; one
+    non-Gaussian hold makes it a bound, which answered 7.8 % more noise than the PLD needs)."""
     committed = st.pld
     if (
         committed is None
         or kind == "subsampled_gaussian"
         or result.mechanism.count > PLD_MAX_COUNT
-        or (result.curve.gaussian_only and st.committed.gaussian_only)  # exact already
+        or (
+            result.curve.gaussian_only and _with_holds(st.committed, st.held_curve).gaussian_only
+        )  # exact already
     ):
         return result
 
@@ -172,6 +178,44 @@ def _structure_fits(st: DatasetState, ask: admission.Ask) -> Fits:
     return fits[0] if len(fits) == 1 else AllFit(tuple(fits))
 
 
+def _nothing_fits(
+    st: DatasetState, ask: admission.Ask, kind: str, fixed: dict[str, Any], parameter: str
+) -> BudgetExceeded:
+    """The 409 when no value fits: the problem a charge of the least costly invocation the
+    search tried gets (``admission.refusal``: spent, budget, requested, would_spend and, with
+    budget structures, the ``limit`` that refused it), its detail behind calibrate's own.
+    Where admission would take that invocation after all (the search errs toward refusing: a
+    ``pld`` dataset's RDP bound, the blocks' envelope), the dataset's spent and budget."""
+    head = f"no {parameter} in the allowed range fits the remaining budget of {st.name!r}"
+    least = cheapest(kind, fixed, parameter)
+    if least is not None:
+        wire = _answer_mechanism(kind, fixed, parameter, least.value, least.mechanism)
+        tried = replace(ask, kind=kind, count=least.mechanism.count, wire=wire, curve=least.curve)
+        dry = admission.decide(st, tried)
+        if not dry.admitted:
+            problem = admission.refusal(st, tried, dry)
+            extra = {k: v for k, v in problem.extra.items() if k != "dry_run"}
+            value = int(least.value) if parameter == "steps" else least.value
+            return BudgetExceeded(
+                f"{head}; even the least costly, {parameter} = {value:.6g}, is {problem.detail}",
+                **extra,
+            )
+    hint = (
+        " by its RDP bound, which the search uses; its PLD is tighter and may still admit "
+        "a charge (ask with dry_run=true)"
+        if st.is_pld
+        else ""
+    )
+    lifetime = answers.lifetime_budget(st)
+    return BudgetExceeded(
+        head + hint,
+        dataset_id=st.id,
+        spent=answers.spent(st).model_dump(mode="json"),
+        budget=answers.budget(st).model_dump(mode="json"),
+        **({"lifetime_budget": lifetime.model_dump(mode="json")} if lifetime else {}),
+    )
+
+
 def calibrate_next(
     db: Database,
     caller: Caller,
@@ -220,12 +264,14 @@ def calibrate_next(
     with db.read() as s:
         principal = authenticated(db, caller, s)
         st = state.load(s, ref, principal)
+        admission.check_not_archived(st)  # nothing fits: the 409 a charge gets
         if st.is_pld:
             state.load_pld(s, st)
         # the limits a charge with this allocation and these blocks would meet (without
         # either, on a dataset that is not partitioned: its own budget alone, no read)
         ask = admission.Ask(kind, 1, {}, PrivacyCurve.zero(), allocation=allocation, blocks=blocks)
-        fits = _structure_fits(st, admission.prepare(s, st, ask))
+        prepared = admission.prepare(s, st, ask)
+        fits = _structure_fits(st, prepared)
     if st.allowed_mechanisms is not None and kind not in st.allowed_mechanisms:
         raise Unprocessable(f"mechanism {kind!r} is not allowed on dataset {st.name!r}")
     admission.check_entry_delta(st, kind, float(fixed.get("delta", 0.0)))
@@ -237,17 +283,7 @@ def calibrate_next(
     if result is not None and st.is_pld:
         result = _further_by_pld(st, kind, fixed, result)
     if result is None:
-        hint = (
-            " by its RDP bound, which the search uses; its PLD is tighter and may still admit "
-            "a charge (ask with dry_run=true)"
-            if st.is_pld
-            else ""
-        )
-        raise BudgetExceeded(
-            f"no {parameter} in the allowed range fits the remaining budget of {st.name!r}{hint}",
-            dataset_id=st.id,
-            budget=answers.budget(st).model_dump(mode="json"),
-        )
+        raise _nothing_fits(st, prepared, kind, fixed, parameter)
     value: float | int = int(result.value) if parameter == "steps" else result.value
     mechanism = _answer_mechanism(kind, fixed, parameter, result.value, result.mechanism)
     after = st.committed + result.curve

@@ -574,14 +574,25 @@ def _held_drift(stored: RunningSum, fresh: RunningSum) -> bool:
     rounded up too, in another order (holds added in lock order, re-read by time, and server
     clocks differ): each of its ``count`` additions raised it by at most one part in 2^52, so
     the exact sum is at least fresh (1 - (count + 1) 2^-52), the floor a stored sum must reach
-    (a strict fresh-order comparison reported one-ulp 'drift' on consistent databases)."""
+    (a strict fresh-order comparison reported one-ulp 'drift' on consistent databases).
+
+    Every member admission reads is compared: the counts exactly (of holds, of non-Gaussian
+    holds, which switch a filter's exact Gaussian rule off, and of infinite parts), and the
+    pure-DP and delta sums like rho. A held pure_eps drifted to 0 with count, rho and RDP intact
+    passed, and admission then let a ledger reach epsilon 1.0999993 on a budget of 1."""
     a, b = stored.total(), fresh.total()
     if a is None or b is None:
         return (a is None) != (b is None)
     floor = 1.0 - (fresh.count + 1) * 2.0**-52
     return bool(
         stored.count != fresh.count
-        or a.rho < b.rho * floor
+        or stored.non_gaussian != fresh.non_gaussian
+        or stored.rho_inf != fresh.rho_inf
+        or stored.pure_inf != fresh.pure_inf
+        or not np.array_equal(stored.rdp_inf, fresh.rdp_inf)
+        or stored.rho < fresh.rho * floor
+        or stored.pure_eps < fresh.pure_eps * floor
+        or stored.delta < fresh.delta * floor
         or (a.rdp < b.rdp * floor).any()
         or not np.allclose(a.rdp, b.rdp, rtol=1e-9, atol=1e-300)
     )

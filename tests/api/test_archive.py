@@ -52,6 +52,12 @@ def test_archive_refuses_new_spend_and_keeps_history_readable(client: TestClient
         problem = refused.json()
         assert problem["type"].endswith("/dataset-archived")
         assert "archived" in problem["detail"] and "finished" in problem["detail"]
+    # nothing fits an archived dataset: calibrate says so as a charge does (h1 finding 5:
+    # it answered 200 with a sigma "that still fits")
+    refused = client.get(f"{url}/calibrate", params={"mechanism": "gaussian"})
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["type"].endswith("/dataset-archived")
+    assert refused.json()["archived_at"] == archived["archived_at"]
     # nothing recorded: no entry, no rejection, the spend unchanged
     after = client.get(f"{url}/budget").json()
     assert after["entries"] == before["entries"] == 1
@@ -78,6 +84,7 @@ def test_archive_refuses_new_spend_and_keeps_history_readable(client: TestClient
     assert r.json()["archived_at"] is None
     assert client.post(f"{url}/unarchive").status_code == 200
     assert client.post(f"{url}/charges", json=LAPLACE).status_code == 201
+    assert client.get(f"{url}/calibrate", params={"mechanism": "gaussian"}).status_code == 200
     assert _names(client) == ["finished", "ongoing"]
 
     actions = [

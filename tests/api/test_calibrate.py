@@ -172,3 +172,53 @@ def test_dp_sgd_calibrations_found_by_a_random_search(client: TestClient) -> Non
     m = dp_sgd["mechanism"]
     assert _dry(client, rdp, m) == 200
     assert _dry(client, rdp, {**m, "sigma": m["sigma"] * 0.99}) == 409
+
+
+@pytest.mark.parametrize("how", ["reservations", "charges"])
+def test_pld_gaussian_beside_a_non_gaussian_hold_is_searched_on_the_pld(
+    client: TestClient, how: str
+) -> None:
+    """h1 finding 1: on a pld dataset the PLD search was skipped for a Gaussian on a Gaussian
+    ledger (its curve rule is exact there), even with a non-Gaussian hold, which makes the
+    rule a bound: sigma 6.1256 where admission takes 5.6824 (7.8 % more noise). Held or
+    charged, the Laplace now gets the same bounded PLD search: the answer is admitted and 1 %
+    less noise is refused (the least sigma admission takes is 0.51 % below the answer)."""
+    ds = new_dataset(client, budget={"epsilon": 1.0, "delta": 1e-6}, **FILTERS["pld"])
+    laplace = {"mechanism": "laplace", "epsilon": 0.3}
+    r = client.post(f"/v1/datasets/{ds['id']}/{how}", json={"mechanism": laplace})
+    assert r.status_code == 201, r.text
+    r = client.get(f"/v1/datasets/{ds['id']}/calibrate", params={"mechanism": "gaussian"})
+    assert r.status_code == 200, r.text
+    m = r.json()["mechanism"]
+    assert _dry(client, ds, m) == 200
+    assert _dry(client, ds, {**m, "sigma": m["sigma"] * 0.99}) == 409
+
+
+@pytest.mark.parametrize("filt", ["rdp", "pld"])
+def test_nothing_fits_409_carries_spent_as_a_charges_409_does(
+    client: TestClient, filt: str
+) -> None:
+    """h1 finding 3: calibrate's 409 had budget but no ``spent`` (DESIGN: a 409 carries spent,
+    budget, requested). Where a charge of the least costly invocation is refused, the 409 is
+    that charge's: its spent, budget and requested, the mechanism it names; a pld dataset,
+    whose PLD may still admit it, says spent and budget (and to ask with a dry run)."""
+    ds = new_dataset(client, budget={"epsilon": 1.0, "delta": 1e-6}, **FILTERS[filt])
+    laplace = {"mechanism": "laplace", "epsilon": 1.0}
+    r = client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": laplace})
+    assert r.status_code == 201, r.text
+    spent = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]
+    r = client.get(f"/v1/datasets/{ds['id']}/calibrate", params={"mechanism": "gaussian"})
+    assert r.status_code == 409, r.text
+    problem = r.json()
+    assert problem["type"].endswith("/budget-exceeded")
+    assert problem["spent"] == spent and problem["budget"] == {"epsilon": 1.0, "delta": 1e-6}
+    if filt == "pld":
+        assert "dry_run=true" in problem["detail"]
+        return
+    m = problem["requested"]["mechanism"]
+    charge = client.post(
+        f"/v1/datasets/{ds['id']}/charges", params={"dry_run": "true"}, json={"mechanism": m}
+    )
+    assert charge.status_code == 409, charge.text
+    for member in ("spent", "budget", "requested", "would_spend"):
+        assert problem[member] == charge.json()[member], member

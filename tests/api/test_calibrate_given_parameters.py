@@ -118,6 +118,24 @@ def test_a_laplace_scale_holds_the_sensitivity_given(client: TestClient, ds: str
     assert 2.0 / answer["value"] == pytest.approx(epsilon["value"], rel=1e-6)
 
 
+def test_a_laplace_scale_without_a_sensitivity_is_answered_in_the_scale_form(
+    client: TestClient, ds: str
+) -> None:
+    """h1 finding 4: without a sensitivity the answer's mechanism was in the epsilon form,
+    without the ``scale`` solved for. It is in the scale form (sensitivity 1, the default),
+    and charging it is what calibration says: admitted, and a step less noise refused."""
+    answer = _calibrate(client, ds, mechanism="laplace", parameter="scale").json()
+    epsilon = _calibrate(client, ds, mechanism="laplace").json()
+    m = answer["mechanism"]
+    assert answer["parameter"] == "scale"
+    assert m == {"mechanism": "laplace", "scale": answer["value"], "sensitivity": 1.0, "count": 1}
+    assert 1.0 / answer["value"] == pytest.approx(epsilon["value"], rel=1e-6)
+    url = f"/v1/datasets/{ds}/charges"
+    assert client.post(url, params={"dry_run": "true"}, json={"mechanism": m}).status_code == 200
+    less = {**m, "scale": m["scale"] * (1 - 1e-6)}
+    assert client.post(url, params={"dry_run": "true"}, json={"mechanism": less}).status_code == 409
+
+
 CALIBRATED = [k for k, p in calibration_parameters().items() if p]
 NAMES = sorted({p.name for k in kind_names() for p in spec(k).params} | {"sensitivty", "foo"})
 VALID = {"steps": "5", "k": "3", "count": "2", "delta": "1e-8", "orders": "2", "epsilons": "1"}

@@ -184,3 +184,51 @@ def test_the_spend_after_a_calibrated_charge_is_the_charges(client: TestClient) 
     )
     assert charged.status_code == 201, charged.text
     assert charged.json()["spent"] == answer["spent_after"]
+
+
+def _refused_like_a_charge(
+    client: TestClient, ds: str, params: dict[str, Any], **extra: Any
+) -> Any:
+    """Calibrate's 409 for ``params``, checked member by member against the 409 of a dry-run
+    charge of the least costly invocation it names, with the same allocation and blocks."""
+    r = client.get(f"/v1/datasets/{ds}/calibrate", params={"mechanism": "gaussian", **params})
+    assert r.status_code == 409, r.text
+    problem = r.json()
+    charge = client.post(
+        f"/v1/datasets/{ds}/charges",
+        params={"dry_run": "true"},
+        json={"mechanism": problem["requested"]["mechanism"], **extra},
+    )
+    assert charge.status_code == 409, charge.text
+    expected = {k: v for k, v in charge.json().items() if k not in ("detail", "dry_run")}
+    assert {k: v for k, v in problem.items() if k != "detail"} == expected
+    return problem
+
+
+def test_the_limit_that_refuses_is_in_calibrates_409(client: TestClient) -> None:
+    """h1 finding 3: where an allocation or a block left nothing, calibrate's 409 had no
+    ``limit`` and its detail named only the dataset. It now carries what a charge's 409 does:
+    the limit, the allocation or the blocks that refused, spent, budget, requested."""
+    ds = new_dataset(client, budget={"epsilon": 5.0, "delta": 1e-6}, adaptive=False)["id"]
+    r = client.post(
+        f"/v1/datasets/{ds}/allocations",
+        json={"name": "team-a", "budget": {"epsilon": 0.5, "delta": 1e-6}},
+    )
+    assert r.status_code == 201, r.text
+    laplace = {"mechanism": "laplace", "epsilon": 0.5}
+    r = client.post(
+        f"/v1/datasets/{ds}/charges", json={"mechanism": laplace, "allocation": "team-a"}
+    )
+    assert r.status_code == 201, r.text
+    problem = _refused_like_a_charge(client, ds, {"allocation": "team-a"}, allocation="team-a")
+    assert problem["limit"] == "allocation" and problem["allocation"]["name"] == "team-a"
+    assert "allocation 'team-a'" in problem["detail"]
+
+    days = _partitioned(client)
+    _charge(client, days, "2026-11-02", "2026-11-02", 1.0)
+    span = {"from": "2026-11-01", "to": "2026-11-03"}
+    problem = _refused_like_a_charge(
+        client, days, {"block_from": "2026-11-01", "block_to": "2026-11-03"}, blocks=span
+    )
+    assert problem["limit"] == "dataset" and problem["blocks_exceeded"] == ["2026-11-02"]
+    assert "2026-11-02" in problem["detail"]

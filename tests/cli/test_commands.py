@@ -181,6 +181,24 @@ def test_calibrate_gives_the_least_sigma_that_fits(run: Cli) -> None:
 
 
 @pytest.mark.parametrize(
+    ("epsilon", "kind", "up"), [("0.637", "gaussian", True), ("2.007", "laplace", False)]
+)
+def test_calibrate_prints_a_value_that_fits(run: Cli, epsilon: str, kind: str, up: bool) -> None:
+    """h1 finding 6: the value line was rounded to nearest (8 figures), so on a budget of
+    0.637 it printed sigma = 6.9645235 for 6.964523520339923, and a charge of the number
+    printed as "least that fits" was refused. It is rounded toward safety (a noise up, an
+    epsilon down), so that number is admitted; on these budgets nearest went the costly way."""
+    run("datasets", "create", "tight", "--epsilon", epsilon, "--delta", "1e-6")
+    exact = run.json("calibrate", "tight", "-m", kind)["value"]
+    text = run("calibrate", "tight", "-m", kind).stdout
+    found = re.search(r"^(sigma|epsilon) = (\S+) \((least|largest) that fits\)$", text, re.M)
+    assert found is not None, text
+    run("charge", "tight", "-m", kind, f"--{found.group(1)}", found.group(2), "--dry-run")
+    printed = float(found.group(2))
+    assert (printed >= exact if up else printed <= exact) and printed == pytest.approx(exact)
+
+
+@pytest.mark.parametrize(
     ("flags", "says"),
     [
         (["-m", "laplace", "--sensitivity", "2"], "--sensitivity: 'sensitivity' belongs to the "

@@ -6,13 +6,19 @@ only that the stored sum reach a lower bound of the exact sum."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
+from app.accounting.orders import ORDERS, ORDERS_VERSION
+from app.accounting.running import RunningSum
 from app.config import Settings
+from app.db.codec import held_from_bytes, held_to_bytes
 from app.db.engine import Database
 from app.principal import SYSTEM
 from app.services import ledger
@@ -54,3 +60,69 @@ def test_holds_resummed_in_another_order_are_not_drift(client: TestClient, db_ur
         db.dispose()
     drift_seen = [d.drift for d in report.datasets if not d.ok]
     assert report.ok, drift_seen
+
+
+HOLDS = [
+    {"mechanism": "laplace", "epsilon": 0.5},
+    {"mechanism": "gaussian", "sigma": 5.0},
+    {"mechanism": "approx_dp", "epsilon": 0.1, "delta": 1e-8},
+    {"mechanism": "rdp", "orders": [2, 4], "epsilons": [0.01, 0.02]},
+]
+"""Holds that give every member of the held sum a value: a pure epsilon (Laplace), infinite
+pure epsilons (Gaussian, RDP), an entry delta (approx_dp), an infinite rho and infinite RDP
+above order 4 (RDP), non-Gaussian terms (all but the Gaussian)."""
+
+DRIFTS = {
+    "pure_eps": 0.0,
+    "non_gaussian": 0,
+    "delta": 0.0,
+    "rho_inf": 0,
+    "pure_inf": 0,
+    "rdp_inf": np.zeros(ORDERS.shape, dtype=np.int64),
+}
+
+
+def _held(db_url: str, dataset_id: str, drifted: RunningSum | None = None) -> RunningSum:
+    """The stored held sum of the dataset (after writing ``drifted`` in its place, if given)."""
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            if drifted is not None:
+                conn.execute(
+                    text("UPDATE dataset_total SET held = :b WHERE dataset_id = :d"),
+                    {"b": held_to_bytes(drifted), "d": dataset_id},
+                )
+            blob = conn.execute(
+                text("SELECT held FROM dataset_total WHERE dataset_id = :d"), {"d": dataset_id}
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    return held_from_bytes(blob, ORDERS_VERSION)
+
+
+@pytest.mark.parametrize("member", sorted(DRIFTS))
+def test_every_member_of_the_held_sum_is_verified_and_rebuilt(
+    client: TestClient, db_url: str, member: str
+) -> None:
+    """h1 finding 2: verify compared only the count, rho and RDP of the held sum, so a held
+    pure epsilon drifted to 0 was 'ok', even after --rebuild, and admission then let a ledger
+    reach epsilon 1.1 on a budget of 1. Each member admission reads, drifted alone (the others
+    as stored), is now drift, and --rebuild restores it from the active reservations."""
+    ds = new_dataset(client, budget={"epsilon": 5.0, "delta": 1e-6}, adaptive=False)
+    for m in HOLDS:
+        r = client.post(f"/v1/datasets/{ds['id']}/reservations", json={"mechanism": m})
+        assert r.status_code == 201, r.text
+    stored = _held(db_url, ds["id"])
+    assert stored.count == 4 and stored.non_gaussian == 3 and stored.pure_inf == 2
+    assert stored.rho_inf == 1 and stored.rdp_inf.any() and stored.delta == 1e-8
+    assert stored.pure_eps == pytest.approx(0.6)
+    assert client.post("/v1/admin/verify").json()["ok"]
+
+    _held(db_url, ds["id"], dataclasses.replace(stored, **{member: DRIFTS[member]}))
+    report = client.post("/v1/admin/verify").json()
+    assert not report["ok"] and report["datasets"][0]["drift"] == ["held"], report
+    rebuilt = client.post("/v1/admin/verify", params={"rebuild": "true"}).json()
+    assert rebuilt["datasets"][0].get("rebuilt") is True, rebuilt
+    assert client.post("/v1/admin/verify").json()["ok"]
+    again = _held(db_url, ds["id"])
+    assert np.array_equal(getattr(again, member), getattr(stored, member))
