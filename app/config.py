@@ -66,18 +66,29 @@ def get_settings() -> Settings:
     return Settings()
 
 
+def invalid_settings(exc: ValidationError) -> list[str]:
+    """One line per invalid setting of ``exc``: its environment variable and why."""
+    return [
+        f"PRIVACY_LEDGER_{'_'.join(str(p) for p in e['loc']).upper()}: "
+        f"{e['msg'].removeprefix('Value error, ')}"
+        for e in exc.errors()
+    ]
+
+
 def settings_or_exit() -> Settings:
     """``get_settings()`` at start-up: an invalid setting stops the process with a message
     naming it (no traceback)."""
     try:
         return get_settings()
     except ValidationError as exc:
-        lines = [
-            f"  PRIVACY_LEDGER_{'_'.join(str(p) for p in e['loc']).upper()}: "
-            f"{e['msg'].removeprefix('Value error, ')}"
-            for e in exc.errors()
-        ]
+        lines = [f"  {line}" for line in invalid_settings(exc)]
         raise SystemExit("privacy-ledger: invalid configuration\n" + "\n".join(lines)) from None
 
 
-__all__ = ["MIN_ADMIN_KEY_LENGTH", "Settings", "get_settings", "settings_or_exit"]
+__all__ = [
+    "MIN_ADMIN_KEY_LENGTH",
+    "Settings",
+    "get_settings",
+    "invalid_settings",
+    "settings_or_exit",
+]

@@ -1,6 +1,7 @@
-"""What the commands that open the database (``migrate``, ``verify``, ``keys create --local``)
-share: the ``--database-url`` option, a URL without its password for messages, and ``opened``,
-which turns a database the URL does not name, cannot reach or cannot open into one line.
+"""What the commands that run where the server runs (``serve``, ``migrate``, ``verify``,
+``keys create --local``) share: the ``--database-url`` option, the settings (an invalid one is
+one line, not a traceback), a URL without its password for messages, and ``opened``, which turns
+a database the URL does not name, cannot reach or cannot open into one line.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from contextlib import contextmanager
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from sqlalchemy import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from app.cli.common import fail
+from app.config import Settings, get_settings, invalid_settings
 
 DATABASE_ENV = "PRIVACY_LEDGER_DATABASE_URL"
 
@@ -28,6 +31,16 @@ DATABASE_URL = Annotated[
 ]
 
 EXAMPLES = "e.g. sqlite:///./privacy_ledger.db or postgresql+psycopg://user@host/db"
+
+
+def settings() -> Settings:
+    """The server's settings from the environment; an invalid one ends the command with one
+    ``error:`` line naming each invalid setting (``get_settings`` raised, and the CLI showed
+    a traceback as for a bug of its own)."""
+    try:
+        return get_settings()
+    except ValidationError as exc:
+        fail("invalid configuration: " + "; ".join(invalid_settings(exc)))
 
 
 def redact(url: str) -> str:

@@ -18,8 +18,7 @@ from app.cli.common import (
     fail,
     print_json,
 )
-from app.cli.database import opened
-from app.config import get_settings
+from app.cli.database import opened, settings
 from app.db.engine import Database
 from app.errors import ProblemError
 from app.principal import SYSTEM, Role
@@ -77,7 +76,7 @@ def keys_create(
     if local:
         if allocation:
             fail("--allocation needs the API (drop --local)")
-        database_url = get_settings().database_url
+        database_url = settings().database_url
         with opened(database_url, "create a key in"):
             db = Database(database_url)
             try:

@@ -307,10 +307,14 @@ def ledger(
     ] = None,
     url: URL = DEFAULT_URL,
     api_key: KEY = None,
+    as_json: JSON_OUT = False,
 ) -> None:
-    """Ledger entries (viewer key): a table of the newest, or with --format csv / jsonl the
-    server's export (GET /v1/datasets/{id}/ledger?format=csv|jsonl), oldest first."""
+    """Ledger entries (viewer key): a table of the newest (--json: the same entries as the
+    server answers them, a JSON list), or with --format csv / jsonl the server's export
+    (GET /v1/datasets/{id}/ledger?format=csv|jsonl), oldest first."""
     filters = {"kind": kind, "allocation": allocation, "block": block}
+    if as_json and output_format != "table":
+        fail(f"--json prints the table's entries as JSON; --format {output_format} is the export")
     if output_format != "table":
         if limit is not None:
             fail(
@@ -322,6 +326,10 @@ def ledger(
             s.call(LedgerClient.export_ledger, dataset, sys.stdout, output_format, **filters)
         return
     with connect(url, api_key) as s:
+        if as_json:
+            limited = 50 if limit is None else limit
+            print_json([e.raw for e in _entries(s, dataset, limited, **filters)])
+            return
         table = Table(title=f"ledger of {dataset} (newest first)")
         for col in ("#", "time (UTC)", "mechanism", "count", "label", "spent ε after", "source"):
             table.add_column(col)
@@ -387,7 +395,8 @@ def audit(
     action: Annotated[
         str | None,
         typer.Option(
-            help="Only this action (e.g. dataset.updated, key.created).", show_default=False
+            help="Only this action (e.g. budget.raised, dataset.changed, key.created).",
+            show_default=False,
         ),
     ] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many [events].")] = 50,

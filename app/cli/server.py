@@ -14,7 +14,7 @@ from alembic.util import CommandError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
 from app.cli.common import DEFAULT_URL, JSON_OUT, KEY, URL, connect, console, err_console, fail
-from app.cli.database import DATABASE_URL, opened, redact
+from app.cli.database import DATABASE_URL, opened, redact, settings
 from app.config import get_settings
 from app.db import migrate as m
 from app.db.engine import Database
@@ -41,7 +41,7 @@ def migrate(
     ] = False,
 ) -> None:
     """Bring the database schema to the latest Alembic revision (or --downgrade it)."""
-    url = database_url or get_settings().database_url
+    url = database_url or settings().database_url
     with opened(url, "migrate"):
         if downgrade is None:
             m.upgrade(url)
@@ -73,17 +73,15 @@ def serve(
     if database_url:
         os.environ["PRIVACY_LEDGER_DATABASE_URL"] = database_url
         get_settings.cache_clear()
-    settings = get_settings()
-    if settings.database_url.startswith("sqlite") and workers > 1:
+    config = settings()
+    if config.database_url.startswith("sqlite") and workers > 1:
         typer.echo(
             "note: SQLite writes are serialised in one process; extra workers do not help", err=True
         )
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # prometheus-client's multiprocess mode: /metrics sums every worker's counters
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="privacy-ledger-metrics-")
-    typer.echo(
-        f"privacy-ledger on http://{host}:{port} (database: {redact(settings.database_url)})"
-    )
+    typer.echo(f"privacy-ledger on http://{host}:{port} (database: {redact(config.database_url)})")
     uvicorn.run(
         "app.main:app",
         host=host,
@@ -91,7 +89,7 @@ def serve(
         workers=workers,
         loop="uvloop",
         http="httptools",
-        log_level=settings.log_level.lower(),
+        log_level=config.log_level.lower(),
         log_config=None,  # the app sends uvicorn's loggers through its JSON formatter
         access_log=False,  # the app writes one access line per request, with its request id
     )
@@ -120,7 +118,7 @@ def verify(
     if on_server:
         report = _verify_on_server(url, api_key, rebuild, quiet=as_json)
     else:
-        target = database_url or get_settings().database_url
+        target = database_url or settings().database_url
         with opened(target, "verify", hint=", and run `privacy-ledger migrate`"):
             report = _verify_here(target, rebuild, as_json)
     if as_json:

@@ -425,6 +425,12 @@ def test_ledger_csv_and_jsonl_are_the_servers_export(
     assert rows[0]["metadata"] == '{"i":0,"tags":["a","b"]}'  # compact, as the server writes it
     lines = run("ledger", "census", "--format", "jsonl").stdout.splitlines()
     assert [json.loads(line)["seq"] for line in lines] == [1, 2, 3, 4, 5]
+    # --json (every client command takes it, docs/client.md): the table's entries, newest
+    # first, as the server answers them
+    page = run.client.get(url, params={"limit": 3}).json()["entries"]
+    assert run.json("ledger", "census", "--limit", "3") == page
+    assert [e["seq"] for e in run.json("ledger", "census")] == [5, 4, 3, 2, 1]
+    assert "--json" in run("ledger", "census", "--format", "csv", "--json", code=1).stderr
     # --limit has no equivalent in the export: refused, not silently dropped
     r = run("ledger", "census", "--format", "csv", "--limit", "3", code=1)
     assert "--limit" in r.stderr and r.stdout == ""

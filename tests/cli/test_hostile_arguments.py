@@ -273,6 +273,26 @@ def test_a_database_url_that_names_nothing_usable_is_a_one_line_error(
     assert "PRIVACY_LEDGER_DATABASE_URL" in line or "privacy-ledger runs on SQLite" in line
 
 
+@pytest.mark.parametrize(
+    "args",
+    [["serve"], ["migrate"], ["verify"], ["keys", "create", "--role", "viewer", "--local"]],
+    ids=["serve", "migrate", "verify", "keys-local"],
+)
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("PRIVACY_LEDGER_ADMIN_KEY", "short"), ("PRIVACY_LEDGER_AUTO_MIGRATE", "maybe")],
+)
+def test_an_invalid_setting_is_a_one_line_error_naming_it(
+    tmp_path: Path, args: list[str], setting: str, value: str
+) -> None:
+    """The commands that read the server's settings called get_settings unguarded: an invalid
+    setting ended in pydantic's traceback and "This is a bug in privacy-ledger" (docs/
+    operations.md says the server stops with a message naming the setting)."""
+    env = {"PRIVACY_LEDGER_DATABASE_URL": f"sqlite:///{tmp_path / 'x.db'}", setting: value}
+    line = _error_line(_local(args, env), 1)
+    assert line.startswith("error: invalid configuration: ") and setting in line, line
+
+
 def test_a_password_in_a_database_url_is_not_shown(tmp_path: Path) -> None:
     r = _local(["migrate", "--database-url", "postgresql+psycopg://u:hunter2@127.0.0.1:1/x"], {})
     assert "Connection refused" in _error_line(r, 1) and "hunter2" not in r.stderr
