@@ -31,7 +31,7 @@ from app.accounting import registry
 from app.accounting.filters import MAX_BUDGET_EPSILON, MIN_BUDGET_DELTA
 from app.accounting.kinds._spec import REQUIRED, Param
 from app.accounting.mechanisms import Mechanism, mechanism_from_dict
-from app.api.dataset_names import DatasetName
+from app.api.dataset_names import DatasetName, NewAllocationName
 from app.api.safe_text import SafeText, check_json_tree
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
@@ -439,7 +439,7 @@ class DatasetIn(_Strict):
 class AllocationIn(_Strict):
     """``POST /v1/datasets/{id}/allocations``."""
 
-    name: AllocationName
+    name: NewAllocationName
     budget: BudgetIn
 
 

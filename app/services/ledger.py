@@ -57,6 +57,7 @@ from app.services.state import DatasetState
 from app.services.tallies import (
     ALLOCATION,
     ALLOCATION_BLOCK,
+    ALLOCATION_ID_PREFIX,
     BLOCK,
     Tally,
     allocation_columns,
@@ -113,7 +114,9 @@ _A = Allocation.__table__.c
 @dataclass(frozen=True)
 class EntryFilter:
     """Ledger filters: mechanism kind, label, key (id or label), creation time range, the
-    allocation charged (name or id), a block the entry's range covers (partitioned datasets)."""
+    allocation charged (an id when it starts with ``al_``, else a name: one allocation, where
+    matching either had mixed an allocation named like another's id with that one), a block
+    the entry's range covers (partitioned datasets)."""
 
     kind: str | None = None
     label: str | None = None
@@ -125,13 +128,16 @@ class EntryFilter:
 
     def where(self, dataset_id: str) -> list[ColumnElement[bool]]:
         clauses: list[ColumnElement[bool]] = [_L.dataset_id == dataset_id]
-        if self.allocation is not None:
-            by_name = (
-                select(_A.id)
-                .where(_A.dataset_id == dataset_id, _A.name == self.allocation)
-                .scalar_subquery()
-            )
-            clauses.append(or_(_L.allocation_id == self.allocation, _L.allocation_id == by_name))
+        if self.allocation is not None:  # an id (al_...) or a name, never both
+            if self.allocation.startswith(ALLOCATION_ID_PREFIX):
+                clauses.append(_L.allocation_id == self.allocation)
+            else:
+                by_name = (
+                    select(_A.id)
+                    .where(_A.dataset_id == dataset_id, _A.name == self.allocation)
+                    .scalar_subquery()
+                )
+                clauses.append(_L.allocation_id == by_name)
         if self.block is not None:  # keys of one unit sort as their blocks do
             clauses.append(_L.block_from <= self.block)
             clauses.append(_L.block_to >= self.block)
