@@ -443,13 +443,23 @@ class AllocationIn(_Strict):
     budget: BudgetIn
 
 
+def _refuse_null_budget(value: Any) -> Any:
+    """``_refuse_null`` for a budget that is the whole change (an allocation's PATCH): it is
+    required, so "leave it out" would be no advice."""
+    if value is None:
+        raise PydanticCustomError(
+            "null_not_allowed", "budget cannot be null: give epsilon, delta or both"
+        )
+    return value
+
+
 class AllocationPatch(_Patch):
-    """``PATCH /v1/datasets/{id}/allocations/{name}``: its budget."""
+    """``PATCH /v1/datasets/{id}/allocations/{name}``: its budget (required)."""
 
     _NOT_NULL = ("budget",)
     budget: BudgetPatch
 
-    _not_null = field_validator(*_NOT_NULL, mode="before")(_refuse_null)
+    _not_null = field_validator(*_NOT_NULL, mode="before")(_refuse_null_budget)
 
 
 class DatasetPatch(_Patch):
