@@ -11,6 +11,7 @@ from pathlib import Path
 import privacy_ledger_client
 import typer.main
 
+from app import responses
 from app.cli import cli
 from app.services.ledger import CSV_COLUMNS
 
@@ -27,6 +28,23 @@ def test_operations_lists_the_csv_exports_columns() -> None:
     match = re.search(r"CSV with a header row \(`([^`]+)`", text)
     assert match, "the CSV export's header list is gone from docs/operations.md"
     assert [c.strip() for c in match.group(1).split(",")] == list(CSV_COLUMNS)
+
+
+def test_budgets_md_names_the_structure_members_of_each_export() -> None:
+    """budgets.md said the JSON Lines rows carry ``block_from`` / ``block_to``: those are CSV
+    columns; a JSON Lines row is an entry answer, with ``blocks`` (audit h2, F5)."""
+    text = _words((ROOT / "docs" / "budgets.md").read_text())
+    match = re.search(
+        r"CSV rows carry ((?:`\w+`(?:, | and )?)+); JSON Lines rows .*? carry ((?:`\w+`(?:, | and )?)+)",
+        text,
+    )
+    assert match, "the export members are gone from docs/budgets.md"
+    csv_named, jsonl_named = (re.findall(r"`(\w+)`", match.group(i)) for i in (1, 2))
+    assert csv_named == ["allocation_id", "block_from", "block_to"]
+    assert set(csv_named) <= set(CSV_COLUMNS)
+    assert jsonl_named == ["allocation_id", "blocks"]
+    assert set(jsonl_named) <= set(responses.Entry.model_fields)
+    assert not {"block_from", "block_to"} & set(responses.Entry.model_fields)
 
 
 def test_the_readmes_command_table_names_every_command() -> None:

@@ -19,9 +19,11 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy import sparse
 
 from app.accounting.curve import PrivacyCurve, Vector
 from app.accounting.kinds._spec import (
@@ -234,4 +236,165 @@ def compose_in_order(curves: UnitCurves) -> PrivacyCurve:
     )
 
 
-__all__ = ["compose_arrays", "compose_in_order", "compose_many"]
+Ints = np.ndarray[Any, np.dtype[np.int64]]
+
+
+@dataclass(frozen=True)
+class RangeSums:
+    """Per segment of positions (``edges[j]`` up to ``edges[j + 1]``, exclusive), bounds on
+    the exact sum of the curves whose ranges cover it: ``lower`` and ``upper`` rows of
+    |ORDERS| + 3 values (RDP, rho, pure_eps, delta), the number of entries and of non-Gaussian
+    entries (exact), and ``terms``, the number of (curve, range) groups summed."""
+
+    edges: Ints
+    lower: Vector
+    upper: Vector
+    entries: Ints
+    non_gaussian: Ints
+    terms: int
+
+    def segment(self, position: int) -> int | None:
+        """The segment holding ``position``, or None when no range reaches it."""
+        j = int(np.searchsorted(self.edges, position, side="right")) - 1
+        return j if 0 <= j < self.entries.size else None
+
+    def upper_curve(self, j: int) -> PrivacyCurve:
+        """Segment ``j``'s sum as a curve never below the exact sum (what a rebuild writes)."""
+        m = ORDERS.size
+        row = self.upper[j]
+        return PrivacyCurve(
+            rho=float(row[m]),
+            rdp=row[:m],
+            pure_eps=float(row[m + 1]),
+            gaussian_only=bool(self.non_gaussian[j] == 0),
+            delta=min(1.0, float(row[m + 2])),
+        )
+
+    def holds(self, j: int | None, stored: PrivacyCurve, additions: int) -> bool:
+        """Whether ``stored`` can be segment ``j``'s sum (None: an empty sum) as a running total
+        keeps it: the same Gaussian-only flag; rho, pure_eps and every RDP value at least the
+        lower bound (a running total rounds up, never down) and at most the upper bound raised
+        by what ``additions`` round-up additions can add on top of an earlier upper bound
+        (``matches_running_sum``). The entries' delta is not compared (as the dataset check)."""
+        if j is None:
+            return bool(
+                stored.rho == 0.0
+                and stored.pure_eps == 0.0
+                and stored.gaussian_only
+                and not stored.rdp.any()
+            )
+        m = ORDERS.size
+        if stored.gaussian_only != bool(self.non_gaussian[j] == 0):
+            return False
+        values = np.concatenate((stored.rdp, [stored.rho, stored.pure_eps]))
+        keep = np.r_[0 : m + 2]
+        return matches_running_sum(
+            values, self.lower[j][keep], self.upper[j][keep], self.terms, additions
+        )
+
+
+def _lower(total: Vector, terms: int) -> Vector:
+    """``total`` (a float sum of ``terms`` non-negative products) lowered below the exact sum:
+    the exact sum is at least total / (1 + gamma) >= total (1 - 2 gamma)."""
+    gamma = (terms + 1) * U / (1.0 - (terms + 1) * U)
+    with np.errstate(over="ignore", invalid="ignore"):
+        lowered = np.nextafter(total * (1.0 - 2.0 * gamma), 0.0)
+    return np.where(np.isinf(total), np.inf, np.where(total == 0.0, 0.0, lowered))
+
+
+def matches_running_sum(
+    stored: Vector, lower: Vector, upper: Vector, terms: int, additions: int
+) -> bool:
+    """Whether ``stored`` is within what a running sum of the same curves can hold, when
+    [``lower``, ``upper``] bounds their exact sum (``upper`` raised from a float sum of
+    ``terms`` products, as ``_raise`` does). A running sum adds with ``add_up`` (each addition
+    at most one part in 2^52 above: (1 + 2u)^additions <= 1 + 2 (additions + 1) u), from zero
+    or from an earlier rebuild's ``upper`` (at most 1 + 2 (2 gamma_terms + 2u) above): so
+    lower <= stored <= upper (1 + (4 (terms + 3) + 2 (additions + 1)) u), one ulp more."""
+    slack = (4 * (terms + 3) + 2 * (additions + 1)) * U
+    with np.errstate(over="ignore", invalid="ignore"):
+        ceiling = np.nextafter(upper * (1.0 + slack), np.inf)
+    return bool(((stored >= lower) & (stored <= ceiling)).all())
+
+
+def compose_ranges(
+    curves: UnitCurves, which: Ints, counts: Ints, first: Ints, last: Ints
+) -> RangeSums:
+    """For every position p, the sum over groups g with ``first[g]`` <= p <= ``last[g]`` of
+    ``counts[g]`` times curve ``which[g]`` of ``curves``: the sums of a partitioned ledger's
+    blocks, each entry's curve counted in every block of its range, in O((groups log segments
+    + segments) x |ORDERS|) work, never groups x span.
+
+    Positions are compressed to segments between the ranges' ends (every position of a segment
+    is covered by the same groups). Each group's range is split into the O(log segments)
+    canonical nodes of a segment tree; the (node, curve) counts form a sparse matrix (integer
+    counts, exact) whose product with the distinct curves gives each node's sum, and each leaf
+    adds its ancestors' sums down the tree. Only additions of non-negative values and products
+    with exact counts: a leaf is a float evaluation, in some order, of at most ``groups``
+    products, so ``_raise`` and ``_lower`` bound the exact sum (module docstring); a prefix sum
+    with subtractions (a difference array) would have no such bound."""
+    groups = which.size
+    m = ORDERS.size
+    if groups == 0:
+        empty = np.zeros((0, m + 3))
+        none = np.zeros(0, dtype=np.int64)
+        return RangeSums(none, empty, empty, none, none, 0)
+    edges = np.unique(np.concatenate((first, last + 1)))
+    lo, hi = np.searchsorted(edges, first), np.searchsorted(edges, last + 1)
+    segments = edges.size - 1
+    size = 1 << (segments - 1).bit_length()  # leaves: a power of two >= segments
+    nodes: list[Ints] = []
+    owners: list[Ints] = []
+    left, right = lo + size, hi + size  # half-open [left, right) on the tree's leaves
+    while True:
+        live = left < right
+        if not live.any():
+            break
+        take = live & (left % 2 == 1)
+        nodes.append(left[take])
+        owners.append(np.flatnonzero(take))
+        left = left + take
+        take = live & (right % 2 == 1)
+        right = right - take
+        nodes.append(right[take])
+        owners.append(np.flatnonzero(take))
+        left, right = left // 2, right // 2
+    node, owner = np.concatenate(nodes), np.concatenate(owners)
+    # columns: RDP, rho, pure_eps, delta, then two exact counts: entries, non-Gaussian entries
+    values = np.empty((curves.rho.size, m + 5))
+    values[:, :m] = curves.rdp
+    values[:, m], values[:, m + 1], values[:, m + 2] = curves.rho, curves.pure_eps, curves.delta
+    values[:, m + 3] = 1.0
+    values[:, m + 4] = ~curves.gaussian_only
+    weights = sparse.csr_matrix(
+        (counts[owner].astype(np.float64), (node, which[owner])),
+        shape=(2 * size, curves.rho.size),
+    )  # duplicates (node, curve) are summed: integers, exact
+    with np.errstate(over="ignore", invalid="ignore"):
+        tree = np.asarray(weights @ values)
+        width = 1
+        while width < size:  # each level's sums added into both children
+            parents = tree[width : 2 * width]
+            tree[2 * width : 4 * width : 2] += parents
+            tree[2 * width + 1 : 4 * width : 2] += parents
+            width *= 2
+    leaves = tree[size : size + segments]
+    total = leaves[:, : m + 3]
+    return RangeSums(
+        edges=edges.astype(np.int64),
+        lower=_lower(total, groups),
+        upper=_raise(total, groups),
+        entries=np.rint(leaves[:, m + 3]).astype(np.int64),
+        non_gaussian=np.rint(leaves[:, m + 4]).astype(np.int64),
+        terms=groups,
+    )
+
+
+__all__ = [
+    "RangeSums",
+    "compose_arrays",
+    "compose_in_order",
+    "compose_many",
+    "compose_ranges",
+    "matches_running_sum",
+]

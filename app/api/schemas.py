@@ -31,7 +31,7 @@ from app.accounting import registry
 from app.accounting.filters import MAX_BUDGET_EPSILON, MIN_BUDGET_DELTA
 from app.accounting.kinds._spec import REQUIRED, Param
 from app.accounting.mechanisms import Mechanism, mechanism_from_dict
-from app.api.dataset_names import DatasetName
+from app.api.dataset_names import DatasetName, NewAllocationName
 from app.api.safe_text import SafeText, check_json_tree
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
@@ -439,17 +439,27 @@ class DatasetIn(_Strict):
 class AllocationIn(_Strict):
     """``POST /v1/datasets/{id}/allocations``."""
 
-    name: AllocationName
+    name: NewAllocationName
     budget: BudgetIn
 
 
+def _refuse_null_budget(value: Any) -> Any:
+    """``_refuse_null`` for a budget that is the whole change (an allocation's PATCH): it is
+    required, so "leave it out" would be no advice."""
+    if value is None:
+        raise PydanticCustomError(
+            "null_not_allowed", "budget cannot be null: give epsilon, delta or both"
+        )
+    return value
+
+
 class AllocationPatch(_Patch):
-    """``PATCH /v1/datasets/{id}/allocations/{name}``: its budget."""
+    """``PATCH /v1/datasets/{id}/allocations/{name}``: its budget (required)."""
 
     _NOT_NULL = ("budget",)
     budget: BudgetPatch
 
-    _not_null = field_validator(*_NOT_NULL, mode="before")(_refuse_null)
+    _not_null = field_validator(*_NOT_NULL, mode="before")(_refuse_null_budget)
 
 
 class DatasetPatch(_Patch):

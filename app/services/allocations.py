@@ -32,6 +32,7 @@ from app.services.auth import authenticated
 from app.services.state import DatasetState
 from app.services.tallies import (
     ALLOCATION_BLOCK,
+    ALLOCATION_ID_PREFIX,
     Tallies,
     Tally,
     allocation_columns,
@@ -103,7 +104,7 @@ def create_allocation(
                     raise Conflict(f"dataset {st.name!r} already has an allocation named {name!r}")
                 now = utcnow()
                 row = Allocation(
-                    id="al_" + secrets.token_hex(8),
+                    id=ALLOCATION_ID_PREFIX + secrets.token_hex(8),
                     dataset_id=st.id,
                     name=name,
                     budget_epsilon=budget.epsilon,

@@ -265,6 +265,11 @@ def tally_spent(t: Tally, curve: PrivacyCurve | None = None, sp: Spend | None = 
     )
 
 
+def spend_with_holds(t: Tally) -> Spend:
+    """The spend of ``t``'s charges and active holds together (what admission counts)."""
+    return _plus_holds(t.filter, t.committed, t.spent, t.held.total())[1]
+
+
 def tally_view(t: Tally, dry: DryRun | None = None) -> dict[str, Any]:
     """spent / remaining / exhausted / entries / reserved of a tally (after ``dry``, if given).
     As a dataset's view: ``remaining`` is what is left after the active holds (the admission
@@ -393,6 +398,7 @@ __all__ = [
     "block_span",
     "lifetime_budget",
     "spend_at",
+    "spend_with_holds",
     "partition",
     "structures",
     "structures_after",

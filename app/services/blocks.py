@@ -57,6 +57,11 @@ def _key(unit: str, position: int) -> str:
     return f"{position // 12:04d}-{position % 12 + 1:02d}"
 
 
+def key_at(unit: str, position: int) -> str:
+    """The key of the block at ``position`` (as ``check_key`` gives it)."""
+    return _key(unit, position)
+
+
 def check_key(unit: str, key: str, field: str = "block") -> int:
     """The position of ``key``; 422 naming the expected form when it is not a ``unit`` key."""
     try:
@@ -86,4 +91,4 @@ def block_range(unit: str, first: str, last: str) -> list[str]:
     return [_key(unit, p) for p in range(a, b + 1)]
 
 
-__all__ = ["MAX_SPAN", "UNITS", "block_range", "check_key"]
+__all__ = ["MAX_SPAN", "UNITS", "block_range", "check_key", "key_at"]

@@ -42,7 +42,11 @@ def _exhausted_where(columns: Any, flt: Filter) -> Any:
 def most_spent(
     session: Session, tallies: Tallies, kind: str, owner: str, flt: Filter
 ) -> Tally | None:
-    """The block of ``owner`` with the largest spend (earliest key on a tie), or None."""
+    """The block of ``owner`` with the largest spend counting its active holds, as admission
+    counts them (earliest key on a tie), or None. Stored spends leave the holds out, so the
+    candidates are the block of the largest committed spend and every block holding budget
+    (a block without holds spends no more than that one): O(blocks with holds) tallies read,
+    where the committed spend alone reported a block with more left than a held one."""
     c = _DB if kind == BLOCK else _AB
     owner_column = c.dataset_id if kind == BLOCK else c.allocation_id
     key = session.scalar(
@@ -50,7 +54,10 @@ def most_spent(
     )
     if key is None:
         return None
-    return tallies.blocks(session, kind, owner, [key], flt, lock=False)[0]
+    held = session.scalars(select(c.key).where(owner_column == owner, c.held_count > 0))
+    keys = sorted({key, *held})
+    candidates = tallies.blocks(session, kind, owner, keys, flt, lock=False)
+    return min(candidates, key=lambda t: (-answers.spend_with_holds(t).epsilon, str(t.key)))
 
 
 def summary(session: Session, st: DatasetState) -> dict[str, Any]:

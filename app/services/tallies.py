@@ -42,6 +42,8 @@ from app.db.models import Allocation, AllocationBlock, DatasetBlock, utcnow
 from app.errors import Unprocessable
 
 ALLOCATION, BLOCK, ALLOCATION_BLOCK = "allocation", "block", "allocation_block"
+ALLOCATION_ID_PREFIX = "al_"
+"""An allocation's id is ``al_`` and 16 hex digits; a new allocation's name may not start so."""
 _TABLE: dict[str, Table] = {
     ALLOCATION: cast(Table, Allocation.__table__),
     BLOCK: cast(Table, DatasetBlock.__table__),
@@ -368,6 +370,7 @@ _UPDATE = {kind: _update(kind) for kind in _TABLE}
 __all__ = [
     "ALLOCATION",
     "ALLOCATION_BLOCK",
+    "ALLOCATION_ID_PREFIX",
     "BLOCK",
     "Tallies",
     "Tally",

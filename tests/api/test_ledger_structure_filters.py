@@ -1,4 +1,4 @@
-"""Ledger filters for budget structures: ``allocation`` (name or id) and ``block`` (entries
+"""Ledger filters for budget structures: ``allocation`` (an ``al_`` id, else a name) and ``block`` (entries
 whose inclusive block range covers it), on the page listing and on the CSV / JSON Lines export,
 which also carries each entry's allocation and block range."""
 
@@ -11,6 +11,8 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from app.principal import SYSTEM
+from app.services import allocations
 from tests.conftest import new_dataset
 
 
@@ -80,3 +82,65 @@ def test_bad_block_filters_are_422(client: TestClient) -> None:
     for fmt in ("json", "csv"):
         r = client.get(f"/v1/datasets/{daily}/ledger", params={"block": "2026-W48", "format": fmt})
         assert r.status_code == 422 and "day block key" in r.json()["detail"], r.text
+
+
+def test_an_allocation_name_may_not_look_like_an_allocation_id(client: TestClient) -> None:
+    """An allocation named like another's id (``al_...``) made ``?allocation=<id>`` match both
+    allocations, in the page and the exports (audit h2, F2): such names are 422, in any case,
+    as dataset names starting with ``ds_`` are."""
+    ds = new_dataset(client, name="clicks")["id"]
+    budget = {"epsilon": 0.5, "delta": 1e-6}
+    team_b = client.post(
+        f"/v1/datasets/{ds}/allocations", json={"name": "team-b", "budget": budget}
+    )
+    assert team_b.status_code == 201, team_b.text
+    for name in (team_b.json()["id"], "al_census", "AL_x", "Al_"):
+        r = client.post(f"/v1/datasets/{ds}/allocations", json={"name": name, "budget": budget})
+        assert r.status_code == 422, (name, r.text)
+        assert "allocation id" in r.json()["detail"] and "al_" in r.json()["detail"], r.text
+    names = [a["name"] for a in client.get(f"/v1/datasets/{ds}/allocations").json()["allocations"]]
+    assert names == ["team-b"]
+    # the rule is published beside the dataset name's
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["AllocationIn"]
+    assert schema["properties"]["name"]["not"] == {"pattern": "^[Aa][Ll]_"}
+
+
+def test_the_allocation_filter_matches_one_allocation(client: TestClient) -> None:
+    """An allocation named like team-b's id before the rule (the service does not police
+    names): ``?allocation=<team-b's id>`` lists team-b's entries only, on the page and in both
+    exports; the other allocation stays reachable by its own id."""
+    ds = new_dataset(client, name="clicks")["id"]
+    budget = {"epsilon": 0.5, "delta": 1e-6}
+    team_b = client.post(
+        f"/v1/datasets/{ds}/allocations", json={"name": "team-b", "budget": budget}
+    )
+    b_id = team_b.json()["id"]
+    db = client.app.state.db  # type: ignore[attr-defined]
+    shadow = allocations.create_allocation(db, SYSTEM, ds, name=b_id, epsilon=0.5, delta=1e-6)
+    laplace = {"mechanism": "laplace", "epsilon": 0.1}
+    first = client.post(
+        f"/v1/datasets/{ds}/charges", json={"mechanism": laplace, "allocation": "team-b"}
+    )
+    second = client.post(
+        f"/v1/datasets/{ds}/charges", json={"mechanism": laplace, "allocation": b_id}
+    )
+    assert first.status_code == second.status_code == 201
+    b_seq, shadow_seq = first.json()["entry"]["seq"], second.json()["entry"]["seq"]
+    assert second.json()["allocation"]["id"] == shadow.id  # charged by name: the shadowing one
+
+    assert _seqs(client, ds, allocation=b_id) == [b_seq]
+    assert _seqs(client, ds, allocation="team-b") == [b_seq]
+    assert _seqs(client, ds, allocation=shadow.id) == [shadow_seq]
+    csv_rows = list(
+        csv.DictReader(
+            io.StringIO(
+                client.get(
+                    f"/v1/datasets/{ds}/ledger", params={"format": "csv", "allocation": b_id}
+                ).text
+            )
+        )
+    )
+    assert [(int(r["seq"]), r["allocation_id"]) for r in csv_rows] == [(b_seq, b_id)]
+    jsonl = client.get(f"/v1/datasets/{ds}/ledger", params={"format": "jsonl", "allocation": b_id})
+    rows = [json.loads(line) for line in jsonl.text.splitlines()]
+    assert [(r["seq"], r["allocation_id"]) for r in rows] == [(b_seq, b_id)]

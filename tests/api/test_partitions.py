@@ -294,3 +294,46 @@ def test_patch_sets_and_changes_the_lifetime_budget(client: TestClient) -> None:
     ]
     view = client.get(f"/v1/datasets/{ds}/budget").json()
     assert view["lifetime"]["budget"] == {"epsilon": 2.0, "delta": 1e-6}
+
+
+def test_most_spent_block_counts_active_holds(client: TestClient) -> None:
+    """team-a (0.5 per block) has 0.2 charged on 11-20 and a 0.45 hold on 11-21: its view
+    picked 11-20 by committed spend and reported 0.3 remaining, where a dry run of 0.29 on
+    11-21 is refused (audit h2, F3). The block left with the least after its holds is the one
+    reported, for the allocation and for /budget's most_spent."""
+    ds = _partitioned(client)["id"]
+    made = client.post(
+        f"/v1/datasets/{ds}/allocations",
+        json={"name": "team-a", "budget": {"epsilon": 0.5, "delta": 1e-6}},
+    )
+    assert made.status_code == 201, made.text
+    lap = lambda e: {"mechanism": "laplace", "epsilon": e}  # noqa: E731
+    day = lambda d: {"from": f"2026-11-{d}", "to": f"2026-11-{d}"}  # noqa: E731
+    r = client.post(
+        f"/v1/datasets/{ds}/charges",
+        json={"mechanism": lap(0.2), "allocation": "team-a", "blocks": day(20)},
+    )
+    assert r.status_code == 201, r.text
+    r = client.post(
+        f"/v1/datasets/{ds}/reservations",
+        json={"mechanism": lap(0.45), "allocation": "team-a", "blocks": day(21)},
+    )
+    assert r.status_code == 201, r.text
+    view = client.get(f"/v1/datasets/{ds}/allocations/team-a").json()
+    shares = _blocks(client, ds, "2026-11-20", "2026-11-21", allocation="team-a")
+    least = min(shares, key=lambda b: b["remaining"]["epsilon"])
+    assert least["block"] == "2026-11-21"
+    assert view["most_spent_block"] == "2026-11-21"
+    assert view["remaining"] == least["remaining"]
+    # what the view reports as left is admitted; a little more is not
+    remaining = view["remaining"]["epsilon"]
+    for eps, admitted in ((remaining * 0.99, True), (remaining * 1.01 + 1e-9, False)):
+        dry = client.post(
+            f"/v1/datasets/{ds}/charges",
+            params={"dry_run": "true"},
+            json={"mechanism": lap(eps), "allocation": "team-a", "blocks": day(21)},
+        )
+        assert dry.status_code == (200 if admitted else 409), (eps, dry.text)
+    # the dataset's own most-spent block counts the hold as well (0.45 > 0.2)
+    top = client.get(f"/v1/datasets/{ds}/budget").json()["blocks"]["most_spent"]
+    assert top["block"] == "2026-11-21"

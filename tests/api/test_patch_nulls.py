@@ -129,3 +129,22 @@ def test_members_left_out_keep_their_values(client: TestClient) -> None:
     assert after["description"] == "kept" and after["name"] == ds["name"]
     assert after["accounting"] == ds["accounting"] and after["adaptive"] == ds["adaptive"]
     assert client.patch(url, json={}).status_code == 200
+
+
+def test_a_null_allocation_budget_is_not_told_to_leave_it_out(client: TestClient) -> None:
+    """An allocation's PATCH changes only its budget, which is required: ``{"budget": null}``
+    said "leave it out to keep its value", and leaving it out is a 422 as well (audit h2)."""
+    ds = new_dataset(client)["id"]
+    made = client.post(
+        f"/v1/datasets/{ds}/allocations",
+        json={"name": "team-a", "budget": {"epsilon": 0.5, "delta": 1e-6}},
+    )
+    assert made.status_code == 201, made.text
+    url = f"/v1/datasets/{ds}/allocations/team-a"
+    left_out = client.patch(url, json={})
+    assert left_out.status_code == 422 and left_out.json()["detail"].startswith("budget: ")
+    null = client.patch(url, json={"budget": None})
+    assert null.status_code == 422, null.text
+    detail = null.json()["detail"]
+    assert detail.startswith("budget: ") and "leave it out" not in detail, detail
+    assert "give epsilon, delta or both" in detail, detail
