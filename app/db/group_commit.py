@@ -64,14 +64,14 @@ class GroupCommit:
     def submit(
         self,
         key: Any,
-        open_group: Callable[[], AbstractContextManager[C]],
+        open_group: Callable[[int], AbstractContextManager[C]],
         work: Callable[[C], T],
         own_errors: tuple[type[BaseException], ...] = (),
     ) -> T:
         """Run ``work(context)`` inside a group for ``key`` and return its result.
 
-        ``open_group()`` opens the shared transaction (entering it begins and locks, leaving it
-        normally commits); ``context`` is what it yields.
+        ``open_group(size)`` opens the shared transaction for a group of ``size`` units (entering
+        it begins and locks, leaving it normally commits); ``context`` is what it yields.
         """
         unit: _Unit[C] = _Unit(work)
         with self._mutex:
@@ -92,14 +92,14 @@ class GroupCommit:
     def _lead(
         self,
         key: Any,
-        open_group: Callable[[], AbstractContextManager[C]],
+        open_group: Callable[[int], AbstractContextManager[C]],
         own_errors: tuple[type[BaseException], ...],
     ) -> None:
         with self._mutex:
             queue = self._queues[key]
             group = [queue.popleft() for _ in range(min(len(queue), self.max_group))]
         try:
-            with open_group() as context:
+            with open_group(len(group)) as context:
                 for u in group:
                     try:
                         u.value = u.work(context)

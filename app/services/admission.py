@@ -178,8 +178,10 @@ def run_locked(
     """
 
     @contextmanager
-    def open_group() -> Iterator[tuple[Session, DatasetState]]:
+    def open_group(size: int) -> Iterator[tuple[Session, DatasetState]]:
         with db.write() as s, locked(s, ref, SYSTEM) as st:
+            # a lone unit writes the totals with its entry; a group, once at its end (``save``)
+            st.totals_with_entry = size == 1
             yield s, st
 
     def unit(context: tuple[Session, DatasetState]) -> T:
@@ -669,7 +671,11 @@ def append(
     st.last_entry_at = now
     st.dirty = True
     conn = session.connection()
-    totals = state.saved_totals(st, now) if conn.dialect.name == "postgresql" else None
+    totals = (
+        state.saved_totals(st, now)
+        if st.totals_with_entry and conn.dialect.name == "postgresql"
+        else None
+    )
     if totals is not None:  # the totals are written with the entry (``state.save`` skips them)
         params = {"e_" + k: values[k] for k in _ENTRY_COLUMNS}
         entry_id = conn.execute(_INSERT_ENTRY_SAVING, {**params, **totals}).scalar_one()

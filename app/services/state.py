@@ -109,6 +109,9 @@ class DatasetState:
     held: RunningSum
     held_next_expiry: datetime | None
     dirty: bool = False
+    # PostgreSQL: an admitted entry's INSERT also writes the totals (one round trip less) when
+    # it is the only unit of its group; a group of several writes them once, on ``save``
+    totals_with_entry: bool = True
     # pld datasets, under the lock: the composed PLD of the ledger and of the active holds
     pld: Pld | None = None
     pld_held: Pld | None = None

@@ -24,13 +24,15 @@ class Ledger:
     def __init__(self, fail_commit_when: int | None = None) -> None:
         self.committed: list[int] = []
         self.commits = 0
+        self.sizes: list[int] = []  # the size each group was opened with
         self.fail_commit_when = fail_commit_when
         self.inside = threading.Event()  # a group is open
         self.proceed = threading.Event()  # let the open group finish
         self.proceed.set()
 
     @contextmanager
-    def transaction(self) -> Iterator[list[int]]:
+    def transaction(self, size: int) -> Iterator[list[int]]:
+        self.sizes.append(size)
         pending = list(self.committed)
         self.inside.set()
         self.proceed.wait()
@@ -88,6 +90,7 @@ def test_units_queued_behind_an_open_group_share_the_next_transaction() -> None:
     assert sorted(store.committed) == [0, 1, 2, 3, 4, 5]
     assert (gc.stats.units, gc.stats.groups) == (6, 2)
     assert store.commits == 2
+    assert store.sizes == [1, 5]  # each group is opened knowing how many units it runs
 
 
 def test_a_units_own_error_leaves_the_rest_of_its_group_committed() -> None:
@@ -119,6 +122,7 @@ def test_group_size_is_capped() -> None:
     _first, futures = _queue_behind_an_open_group(gc, store, [1, 2, 3, 4, 5])
     assert sorted(f.result() for f in futures) == [2, 3, 4, 5, 6]
     assert gc.stats.groups == 1 + 3  # the open one, then groups of 2, 2, 1
+    assert store.sizes == [1, 2, 2, 1]
 
 
 def test_many_threads_and_keys_lose_nothing() -> None:
