@@ -65,6 +65,15 @@ class Reserved(_Answer):
 
 
 BudgetState = Literal["ok", "warning", "exhausted"]
+BudgetScope = Literal["dataset", "lifetime", "per_block"]
+"""Which budget a dashboard read model's ``budget`` is (``Series``, ``Curves``): the dataset's,
+a partitioned dataset's lifetime budget, or (a partitioned dataset without one) the budget of
+each block, which the composition of all charges is not comparable with."""
+_BUDGET_SCOPE = (
+    "which budget `budget` is: dataset, lifetime (a partitioned dataset's lifetime budget) or "
+    "per_block (a partitioned dataset without a lifetime budget: the budget of each block, not "
+    "comparable with the spend here, which composes the charges of all blocks)"
+)
 
 
 class Dataset(_Answer):
@@ -406,6 +415,7 @@ class Series(_Answer):
     budget_changes: list[BudgetChange] = Field(
         default_factory=list, description="budget changes, oldest first (at most 200)"
     )
+    budget_scope: BudgetScope = Field(default="dataset", description=_BUDGET_SCOPE)
 
 
 class TradeoffPoint(_Answer):
@@ -427,6 +437,7 @@ class Curves(_Answer):
     rdp: list[float | None]
     budget_rdp: list[float | None]
     tradeoff: list[TradeoffPoint]
+    budget_scope: BudgetScope = Field(default="dataset", description=_BUDGET_SCOPE)
 
 
 class VerifiedDataset(_Answer):
@@ -597,6 +608,7 @@ __all__ = [
     "ReservationAnswer",
     "Reserved",
     "ReservationList",
+    "BudgetScope",
     "BudgetState",
     "Series",
     "SeriesPoint",

@@ -36,6 +36,16 @@ TRADEOFF_DELTAS = tuple(float(10.0**-k) for k in np.arange(15.0, 0.75, -0.5))
 """delta from 1e-15 to 1e-1 in half decades, for the (epsilon, delta) trade-off curve."""
 
 
+def budget_scope(st: state.DatasetState) -> r.BudgetScope:
+    """Which budget ``totals_filter``'s is: a partitioned dataset's lifetime budget, or with
+    none the budget of each block (the composed spend of all blocks is not comparable with
+    it: four blocks each 60 % used compose to more than one block's budget), else the
+    dataset's."""
+    if st.partition_unit is None:
+        return "dataset"
+    return "lifetime" if st.lifetime is not None else "per_block"
+
+
 def sample_seqs(n: int, points: int) -> list[int]:
     """At most ``points`` sequence numbers evenly spread over 1..n, always with 1 and n."""
     if n <= 0:
@@ -66,8 +76,9 @@ def series(db: Database, caller: Caller, ref: str, points: int) -> r.Series:
             if seqs
             else []
         )
-        # the budget the plotted spend is judged by: a partitioned dataset's lifetime budget
-        # (its changes are audited as dataset.changed), else the dataset's
+        # the budget of totals_filter: a partitioned dataset's lifetime budget (its changes are
+        # audited as dataset.changed), else the dataset's; with no lifetime budget that is the
+        # per-block budget, which does not cap the plotted spend (``budget_scope`` per_block)
         lifetime = st.totals_filter is not st.filter
         which = "lifetime_budget" if lifetime else "budget"
         # a lifetime change made in one PATCH with the block budget is audited as budget.*
@@ -86,6 +97,7 @@ def series(db: Database, caller: Caller, ref: str, points: int) -> r.Series:
             entries=n,
             downsampled=n > len(seqs),
             budget=r.Budget(epsilon=limit.epsilon, delta=limit.delta),
+            budget_scope=budget_scope(st),
             points=[
                 r.SeriesPoint(
                     seq=row.seq, created_at=row.created_at, kind=row.kind, epsilon=row.spent_epsilon
@@ -141,7 +153,15 @@ def curves(db: Database, caller: Caller, ref: str) -> r.Curves:
         rdp=[finite_or_none(float(x)) for x in curve.rdp],
         budget_rdp=[float(x) if np.isfinite(x) and x > 0 else None for x in limit],
         tradeoff=tradeoff,
+        budget_scope=budget_scope(st),
     )
 
 
-__all__ = ["MAX_SERIES_POINTS", "TRADEOFF_DELTAS", "curves", "sample_seqs", "series"]
+__all__ = [
+    "MAX_SERIES_POINTS",
+    "TRADEOFF_DELTAS",
+    "budget_scope",
+    "curves",
+    "sample_seqs",
+    "series",
+]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -193,3 +194,56 @@ def test_a_partitioned_series_is_judged_by_its_lifetime_budget(client: TestClien
     budget = client.get(f"{base}/budget").json()
     assert budget["spent"]["delta"] == 1e-9
     assert budget["spent"]["epsilon"] > series["points"][-1]["epsilon"]
+
+
+DAYS = ("2026-11-20", "2026-11-21", "2026-11-22", "2026-11-23")
+
+
+@pytest.mark.parametrize("lifetime", [None, {"epsilon": 4.0, "delta": 1e-5}])
+def test_a_partitioned_series_says_which_budget_its_line_is(
+    client: TestClient, lifetime: dict[str, float] | None
+) -> None:
+    """Four days each charged epsilon 0.6 of a per-block budget of 1: the series and curves plot
+    the composition of all charges (2.4, the exported ledger's sum), which without a lifetime
+    budget no budget caps. Their ``budget`` stays the per-block budget (a member clients read)
+    and ``budget_scope`` says it is one block's (per_block), so a chart does not draw 2.4
+    against a line at 1 (the dashboard read that as "99.9 % used" while the most-spent block,
+    /budget's ``blocks.most_spent``, had used 60 %); with a lifetime budget it is that one."""
+    fields: dict[str, object] = {"partition": {"unit": "day"}, "adaptive": False}
+    if lifetime is not None:
+        fields["lifetime_budget"] = lifetime
+    ds = new_dataset(client, **fields)
+    plain = new_dataset(client, name="plain")
+    base = f"/v1/datasets/{ds['id']}"
+    for day in DAYS:
+        body = {
+            "mechanism": {"mechanism": "laplace", "epsilon": 0.6},
+            "blocks": {"from": day, "to": day},
+        }
+        assert client.post(f"{base}/charges", json=body).status_code == 201
+    rows = client.get(f"{base}/ledger", params={"format": "jsonl"}).text.splitlines()
+    composed = sum(json.loads(row)["mechanism"]["epsilon"] for row in rows)
+    assert composed == pytest.approx(2.4)
+    budget = client.get(f"{base}/budget").json()
+    top = budget["blocks"]["most_spent"]
+    # pure bounds: the ledger's epsilons added (the spend at delta is at most that, a bit less)
+    assert top["block"] == DAYS[0] and top["spent"]["pure_epsilon"] == pytest.approx(0.6)
+    assert budget["lifetime"]["spent"]["pure_epsilon"] == pytest.approx(composed)
+    composed = budget["lifetime"]["spent"]["epsilon"]  # the spend at delta every view plots
+    assert 2.3 < composed <= 2.4 + 1e-12 and 0.5 < top["spent"]["epsilon"] <= 0.6 + 1e-12
+
+    series = client.get(f"{base}/series").json()
+    curves = client.get(f"{base}/curves").json()
+    assert series["points"][-1]["epsilon"] == pytest.approx(composed)
+    assert curves["spent"]["epsilon"] == pytest.approx(composed)
+    if lifetime is None:
+        # the per-block budget, unchanged, and marked as not capping the composed spend
+        assert series["budget"] == curves["budget"] == budget["budget"] == ds["budget"]
+        assert composed > series["budget"]["epsilon"]  # above the line, yet no block is full
+        assert budget["blocks"]["exhausted_blocks"] == 0
+        assert series["budget_scope"] == curves["budget_scope"] == "per_block"
+    else:
+        assert series["budget"] == curves["budget"] == lifetime
+        assert series["budget_scope"] == curves["budget_scope"] == "lifetime"
+    for read in ("series", "curves"):
+        assert client.get(f"/v1/datasets/{plain['id']}/{read}").json()["budget_scope"] == "dataset"
