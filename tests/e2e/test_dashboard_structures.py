@@ -191,3 +191,95 @@ def test_team_table_and_block_heatmap_match_the_api(world: dict[str, Any]) -> No
         a11y += check_accessibility(page, "partitioned dataset")
     assert problems == [], problems
     assert a11y == [], a11y
+
+
+def test_a_partitioned_dataset_without_a_lifetime_budget_shows_its_most_spent_block(
+    tmp_path: Path,
+) -> None:
+    """Four days each charged epsilon 0.6 of a per-block budget of 1, no lifetime budget: the
+    charges compose to about 2.4, which no budget caps. The overview card showed "Within budget:
+    99.9% used" and a full gauge (2.4 against the per-block 1) and the spend chart a line at 1
+    under a spend of 2.4; it now shows the most-spent block (/budget's blocks.most_spent)
+    against the per-block budget, and the charts draw no budget under the composed spend. A
+    second dataset with a lifetime budget keeps the composed spend against that budget."""
+    executable = _browser_path()
+    with running(f"sqlite:///{tmp_path / 'e2e.db'}", ADMIN_KEY) as server:
+        api = httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120
+        )
+        made = {}
+        for name, lifetime in [("clicks", None), ("views", {"epsilon": 8.0, "delta": 1e-6})]:
+            body: dict[str, Any] = {
+                "name": name,
+                "budget": {"epsilon": 1.0, "delta": 1e-6},
+                "partition": {"unit": "day"},
+                "adaptive": False,
+            }
+            if lifetime is not None:
+                body["lifetime_budget"] = lifetime
+            made[name] = api.post("/v1/datasets", json=body).json()
+            for n in (4, 3, 2, 1):
+                charge = {
+                    "mechanism": {"mechanism": "laplace", "epsilon": 0.6},
+                    "blocks": {"from": day(n), "to": day(n)},
+                }
+                r = api.post(f"/v1/datasets/{made[name]['id']}/charges", json=charge)
+                assert r.status_code == 201, r.text
+        viewer = api.post("/v1/keys", json={"role": "viewer"}).json()["key"]
+        clicks, views = made["clicks"], made["views"]
+        d = api.get(f"/v1/datasets/{clicks['id']}").json()
+        budget = api.get(f"/v1/datasets/{clicks['id']}/budget").json()
+        top = budget["blocks"]["most_spent"]
+        # the ledger: 4 x 0.6 composed; the block: one 0.6 of its 1 (pure bounds, exact)
+        assert d["spent"]["pure_epsilon"] == pytest.approx(2.4)
+        assert top["spent"]["pure_epsilon"] == pytest.approx(0.6) and top["block"] == day(4)
+        block_pct = floor_pct(top["spent"]["epsilon"], d["budget"]["epsilon"], top["exhausted"])
+        wrong_pct = floor_pct(d["spent"]["epsilon"], d["budget"]["epsilon"], False)
+        assert block_pct != wrong_pct and wrong_pct == "99.9%"
+        v = api.get(f"/v1/datasets/{views['id']}").json()
+        assert v["spent"]["pure_epsilon"] == pytest.approx(2.4)  # 30 % of its lifetime 8
+        lifetime_pct = floor_pct(v["spent"]["epsilon"], v["lifetime_budget"]["epsilon"], False)
+
+        problems: list[str] = []
+        with dashboard_page(executable, problems, viewport={"width": 1280, "height": 1000}) as page:
+            sign_in(page, server.url, viewer)
+            card = page.locator(f"li[data-dataset='{clicks['id']}']")
+            label = card.locator("svg.gauge").get_attribute("aria-label") or ""
+            assert block_pct in label and top["block"] in label and wrong_pct not in label
+            assert card.locator("svg.gauge").get_attribute("data-block") == top["block"]
+            badge = card.locator("[data-testid=state]").inner_text()
+            assert f"most-spent block {top['block']} {block_pct} used" in badge
+            assert wrong_pct not in card.inner_text()
+            value = card.locator("[data-testid=spent]").get_attribute("data-value")
+            assert value is not None and float(value) == d["spent"]["epsilon"]
+            # with a lifetime budget: the composed spend against it, as before
+            vcard = page.locator(f"li[data-dataset='{views['id']}']")
+            assert lifetime_pct in (vcard.locator("svg.gauge").get_attribute("aria-label") or "")
+            assert f"Within budget: {lifetime_pct} used" in vcard.inner_text()
+
+            page.goto(server.url + f"/#/datasets/{clicks['id']}")
+            page.wait_for_selector("body[data-ready=true] #detail:not([hidden])")
+            assert block_pct in page.inner_text("[data-testid=detail-status]")
+            assert wrong_pct not in page.inner_text("#summary")
+            fig = page.locator("#fig-series")
+            assert fig.get_attribute("data-budget-scope") == "per_block"
+            chart = page.locator("[data-testid=chart-series]")
+            assert chart.locator("g[data-series]").get_attribute("data-n") == "4"
+            assert chart.locator("g.hline:not(.legend)").count() == 0  # no budget line
+            assert "no lifetime budget" in (chart.text_content() or "")
+            rdp = page.locator("[data-testid=chart-rdp] g[data-series]")
+            assert rdp.count() == 1 and rdp.get_attribute("data-series") == "ledger"
+
+            page.goto(server.url + f"/#/datasets/{views['id']}")
+            # the page of the second dataset, drawn (its title set and the page ready again)
+            page.wait_for_function(
+                "() => document.body.dataset.ready === 'true'"
+                " && document.getElementById('detail-title').textContent === 'views'"
+            )
+            assert lifetime_pct in page.inner_text("[data-testid=detail-status]")
+            assert page.locator("#fig-series").get_attribute("data-budget-scope") == "lifetime"
+            line = page.locator("[data-testid=chart-series] g.hline:not(.legend)")
+            assert line.count() == 1
+            assert page.locator("[data-testid=chart-rdp] g[data-series]").count() == 2
+        api.close()
+    assert problems == [], problems

@@ -98,19 +98,46 @@
   // the budget that caps `spent` (the composition of all charges): a partitioned dataset's
   // lifetime budget when it has one (its `budget` applies to each block), else its budget
   const capOf = (d) => (d.partition && d.lifetime_budget ? d.lifetime_budget : d.budget);
-  // state: the API's when it gives one, else from spent / budget (threshold 0.8 by default)
+  // a partitioned dataset without a lifetime budget: nothing caps `spent` (the composition of
+  // the charges of all blocks; four blocks each 60 % used compose to more than one block's
+  // budget), so its use is that of its most-spent block against the per-block budget:
+  // `d.topBlock`, GET /budget's blocks.most_spent (null: none charged; undefined: not read)
+  const perBlockOnly = (d) => !!(d.partition && !d.lifetime_budget);
+  // what the gauge and the percentage compare: {spent, cap, exhausted, block}; null when a
+  // per-block dataset's most-spent block is not known (then no percentage is shown)
+  function usage(d) {
+    if (!perBlockOnly(d)) return { spent: d.spent.epsilon, cap: capOf(d), exhausted: stateOf(d) === "exhausted", block: null };
+    if (d.topBlock === undefined) return null;
+    const top = d.topBlock;
+    return { spent: top ? top.spent.epsilon : 0, cap: d.budget, exhausted: !!(top && top.exhausted), block: top ? top.block : null };
+  }
+  // state: the API's when it gives one, else from spent / budget (threshold 0.8 by default); a
+  // per-block dataset is never exhausted nor in warning (a new block has a fresh budget)
   function stateOf(d) {
     if (d.state) return d.state;
     if (d.exhausted) return "exhausted";
+    if (perBlockOnly(d)) return "ok";
     const t = d.warning_threshold ?? 0.8;
     return capOf(d).epsilon > 0 && d.spent.epsilon / capOf(d).epsilon >= t ? "warning" : "ok";
   }
-  const used = (d) => pctUsed(d.spent.epsilon, capOf(d).epsilon, stateOf(d) === "exhausted");
+  function used(d) {
+    const u = usage(d);
+    return u ? pctUsed(u.spent, u.cap.epsilon, u.exhausted) : null;
+  }
+  // how much is used, in words: "60.0%", or on a per-block dataset "most-spent block
+  // 2026-11-23 60.0%" (or why there is no percentage)
+  function usedWords(d) {
+    if (!perBlockOnly(d)) return used(d);
+    const u = usage(d);
+    if (!u) return "no lifetime budget, each block has its own,";
+    if (!u.block) return "no block charged yet,";
+    return `most-spent block ${u.block}${u.exhausted ? " (exhausted)" : ""} ${used(d)}`;
+  }
   function stateText(d) {
     const st = stateOf(d);
     if (st === "exhausted") return "Exhausted: no further charge fits";
-    if (st === "warning") return `Warning: ${used(d)} used`;
-    return `Within budget: ${used(d)} used`;
+    if (st === "warning") return `Warning: ${usedWords(d)} used`;
+    return `Within budget: ${usedWords(d)} used`;
   }
   function stateBadge(d) {
     const st = stateOf(d);
@@ -169,6 +196,24 @@
     }
   }
 
+  // the most-spent block of each per-block dataset (GET /budget's blocks.most_spent, kept as
+  // `d.topBlock`), at most 6 requests at a time; one that fails leaves it unknown
+  async function readTopBlocks(list) {
+    let next = 0;
+    const worker = async () => {
+      while (next < list.length) {
+        const d = list[next++];
+        try {
+          const b = await api(`/v1/datasets/${encodeURIComponent(d.id)}/budget`);
+          if (b.blocks) d.topBlock = b.blocks.most_spent;
+        } catch (err) {
+          if (err instanceof ApiError && err.status === 401) throw err;
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(6, list.length) }, worker));
+  }
+
   async function renderOverview() {
     const c = await capabilities();
     const showArchived = $("show-archived").checked;
@@ -177,6 +222,7 @@
     const list = $("dataset-list");
     list.replaceChildren();
     const datasets = all.filter((d) => showArchived || !d.archived);
+    await readTopBlocks(datasets.filter(perBlockOnly));
     if (!datasets.length) {
       list.appendChild(html("li", { class: "muted" }, "No datasets yet. An admin creates them with POST /v1/datasets or `privacy-ledger datasets create`."));
     }
@@ -185,12 +231,23 @@
       const li = html("li", { class: `card ${st}${d.archived ? " archived" : ""}`, "data-dataset": d.id, "data-state": st });
       const a = html("a", { href: `#/datasets/${encodeURIComponent(d.id)}`, class: "card-link" });
       a.appendChild(html("h3", {}, d.name));
-      a.appendChild(gauge(d.spent.epsilon, capOf(d).epsilon,
-        `${d.name}: spent ${used(d)} of the epsilon budget, ${eps(d.spent.epsilon)} of ${fmt(capOf(d).epsilon)} at δ = ${fmt(capOf(d).delta)}; ${stateText(d)}`, st));
+      const u = usage(d);
+      if (!perBlockOnly(d)) {
+        a.appendChild(gauge(d.spent.epsilon, capOf(d).epsilon,
+          `${d.name}: spent ${used(d)} of the epsilon budget, ${eps(d.spent.epsilon)} of ${fmt(capOf(d).epsilon)} at δ = ${fmt(capOf(d).delta)}; ${stateText(d)}`, st));
+      } else if (u) {
+        const g = gauge(u.spent, u.cap.epsilon, u.block
+          ? `${d.name}: its most-spent block ${u.block} has used ${used(d)} of its epsilon budget, ${eps(u.spent)} of ${fmt(u.cap.epsilon)} per block at δ = ${fmt(u.cap.delta)}; ${stateText(d)}`
+          : `${d.name}: no block charged yet, each has its whole budget of ${eps(u.cap.epsilon)}; ${stateText(d)}`, st, "of a block's budget");
+        g.setAttribute("data-block", u.block || "");
+        a.appendChild(g);
+      }
       a.appendChild(stateBadge(d));
       const p = html("p", { class: "spent" });
       p.appendChild(html("span", { class: "value", "data-testid": "spent", "data-value": d.spent.epsilon }, eps(d.spent.epsilon)));
-      p.appendChild(document.createTextNode(` of ${fmt(capOf(d).epsilon)} at δ = ${fmt(capOf(d).delta)}`));
+      p.appendChild(document.createTextNode(perBlockOnly(d)
+        ? ` over all blocks composed; budget ${fmt(d.budget.epsilon)} per block at δ = ${fmt(d.budget.delta)}, no lifetime budget`
+        : ` of ${fmt(capOf(d).epsilon)} at δ = ${fmt(capOf(d).delta)}`));
       a.appendChild(p);
       if (d.reserved && d.reserved.count) {
         a.appendChild(html("p", { class: "muted", "data-testid": "reserved" }, `${d.reserved.count} active hold${d.reserved.count === 1 ? "" : "s"} reserving ${eps(d.reserved.epsilon)}`));
@@ -225,10 +282,14 @@
     const lifetime = d.partition && d.lifetime_budget
       ? `; lifetime ${eps(d.lifetime_budget.epsilon)}, δ = ${fmt(d.lifetime_budget.delta)}` : "";
     summaryRow(dl, "Budget", `${eps(d.budget.epsilon)}, δ = ${fmt(d.budget.delta)}${d.partition ? " per block" : ""}${lifetime}`);
-    const spent = summaryRow(dl, "Spent", `${eps(d.spent.epsilon)} at δ = ${fmt(d.spent.delta)} — ${used(d)} of the budget (converted by ${d.spent.method})`, "detail-spent");
+    const share = perBlockOnly(d)
+      ? `all blocks composed, which no budget caps (no lifetime budget)${usage(d) && usage(d).block ? `; the most-spent block ${usedWords(d)} of its budget` : ""}`
+      : `${used(d)} of the budget`;
+    const spent = summaryRow(dl, "Spent", `${eps(d.spent.epsilon)} at δ = ${fmt(d.spent.delta)} — ${share} (converted by ${d.spent.method})`, "detail-spent");
     spent.setAttribute("data-value", d.spent.epsilon);
     let remaining = d.remaining.rho !== null && d.remaining.rho !== undefined
       ? `${eps(d.remaining.epsilon)} (ρ left ${fmt(d.remaining.rho)})` : eps(d.remaining.epsilon);
+    if (perBlockOnly(d)) remaining += " in a block nobody charged (no lifetime budget)";
     if (d.reserved) {
       remaining += d.reserved.count
         ? `, after ${d.reserved.count} active hold${d.reserved.count === 1 ? "" : "s"} reserving ${eps(d.reserved.epsilon)}`
@@ -312,9 +373,13 @@
     const t = (iso) => new Date(iso).getTime();
     const pts = s.points.map((p) => [byTime ? t(p.created_at) : p.seq, p.epsilon]);
     const changes = s.budget_changes;
+    // the series' budget is one block's when it says so (a server without budget_scope: from
+    // the dataset): no line then, since the spend plotted composes the charges of all blocks
+    const perBlock = s.budget_scope ? s.budget_scope === "per_block" : perBlockOnly(d);
+    const which = perBlock ? "per-block budget" : "budget";
     const vlines = byTime && changes ? changes.map((c) => ({
       x: t(c.created_at),
-      label: `${when(c.created_at)}: budget ${c.new ? `changed to ε = ${fmt(c.new.epsilon)}` : "changed"}${c.old ? ` (was ${fmt(c.old.epsilon)})` : ""}`,
+      label: `${when(c.created_at)}: ${which} ${c.new ? `changed to ε = ${fmt(c.new.epsilon)}` : "changed"}${c.old ? ` (was ${fmt(c.old.epsilon)})` : ""}`,
     })) : [];
     const span = pts.length ? pts[pts.length - 1][0] - pts[0][0] : 0;
     const timeFmt = (ms) => {
@@ -331,20 +396,25 @@
     lineChart($("fig-series"), {
       testid: "chart-series",
       title: "Spend over time",
-      description: `How much of the privacy budget (ε at δ = ${fmt(capOf(d).delta)}) had been used after each query, ${byTime ? "by the time it was charged" : "by ledger entry number"}; the dashed line is the budget${s.downsampled ? ` (${pts.length} of ${s.entries} entries shown, evenly spaced)` : ""}.`,
-      summary: pts.length ? `Spend rises to ${eps(pts[pts.length - 1][1])}; budget ${eps(capOf(d).epsilon)}.` : "No entries yet.",
+      description: perBlock
+        ? `The privacy loss of all charges composed (ε at δ = ${fmt(s.budget.delta)}) after each query, ${byTime ? "by the time it was charged" : "by ledger entry number"}; no budget line: this dataset has no lifetime budget, and its budget of ${eps(s.budget.epsilon)} applies to each block, not to this composition (each block's use is in the heatmap below)${s.downsampled ? ` (${pts.length} of ${s.entries} entries shown, evenly spaced)` : ""}.`
+        : `How much of the privacy budget (ε at δ = ${fmt(capOf(d).delta)}) had been used after each query, ${byTime ? "by the time it was charged" : "by ledger entry number"}; the dashed line is the budget${s.downsampled ? ` (${pts.length} of ${s.entries} entries shown, evenly spaced)` : ""}.`,
+      summary: !pts.length ? "No entries yet."
+        : perBlock ? `Spend of all blocks composed rises to ${eps(pts[pts.length - 1][1])}; no lifetime budget caps it (per block: ${eps(s.budget.epsilon)}).`
+        : `Spend rises to ${eps(pts[pts.length - 1][1])}; budget ${eps(capOf(d).epsilon)}.`,
       xLabel: byTime ? "time charged" : "ledger entry",
       xTime: byTime,
       xFormat: byTime ? timeFmt : undefined,
       yLabel: "epsilon",
       series: [{ name: "spent ε", points: pts }],
-      hlines: [{ y: capOf(d).epsilon, label: `budget ε = ${fmt(capOf(d).epsilon)}` }],
+      hlines: perBlock ? [] : [{ y: capOf(d).epsilon, label: `budget ε = ${fmt(capOf(d).epsilon)}` }],
       vlines,
       vlineName: "budget change",
       empty: "No ledger entries yet",
       table: { headers: ["entry", "time", "mechanism", "spent ε"], rows: s.points.map((p) => [p.seq, when(p.created_at), kindName(p.kind), p.epsilon]) },
     });
     $("fig-series").setAttribute("data-view", seriesView);
+    $("fig-series").setAttribute("data-budget-scope", perBlock ? "per_block" : s.budget_scope || "dataset");
   }
 
   function renderBreakdown(d) {
@@ -373,8 +443,10 @@
   }
 
   function renderCurves(d, c) {
+    // a per-block budget (no lifetime budget) is not drawn against the composition of all blocks
+    const perBlock = c.budget_scope ? c.budget_scope === "per_block" : perBlockOnly(d);
     const rdp = c.orders.map((a, i) => [a, c.rdp[i]]).filter((p) => p[1] !== null);
-    const bud = c.orders.map((a, i) => [a, c.budget_rdp[i]]).filter((p) => p[1] !== null);
+    const bud = perBlock ? [] : c.orders.map((a, i) => [a, c.budget_rdp[i]]).filter((p) => p[1] !== null);
     const points = [];
     if (c.spent.order) {
       const i = c.orders.indexOf(c.spent.order);
@@ -383,27 +455,31 @@
     lineChart($("fig-rdp"), {
       testid: "chart-rdp",
       title: "Privacy loss so far against the budget, at each Rényi order",
-      description: "The ledger is within budget as long as its curve (solid) stays below the budget (dashed curve, or square marks at the orders a fixed-order filter checks) at some order α; the marked order is where the reported spend comes from (values far above the budget are cut off).",
+      description: perBlock
+        ? "The privacy loss of all charges composed, at each Rényi order α; no budget curve: this dataset has no lifetime budget, and its budget applies to each block, not to this composition (its per-block curve is in the data table, not comparable); the marked order is where the reported spend comes from."
+        : "The ledger is within budget as long as its curve (solid) stays below the budget (dashed curve, or square marks at the orders a fixed-order filter checks) at some order α; the marked order is where the reported spend comes from (values far above the budget are cut off).",
       xLabel: "Rényi order α (log scale)",
       yLabel: "Rényi ε(α) (log scale)",
       xLog: true,
       yLog: true,
       yMax: bud.length ? 100 * Math.max(...bud.map((p) => p[1])) : undefined,
-      series: [{ name: "ledger", points: rdp }, { name: "budget", points: bud }],
+      series: perBlock ? [{ name: "ledger", points: rdp }] : [{ name: "ledger", points: rdp }, { name: "budget", points: bud }],
       points,
       empty: "No entries yet: the curve is zero",
-      table: { headers: ["order α", "ledger ε(α)", "budget ε(α)"], rows: c.orders.map((a, i) => [a, c.rdp[i] ?? "n/a", c.budget_rdp[i] ?? "none fits"]) },
+      table: { headers: ["order α", "ledger ε(α)", perBlock ? "one block's budget ε(α), not comparable" : "budget ε(α)"], rows: c.orders.map((a, i) => [a, c.rdp[i] ?? "n/a", c.budget_rdp[i] ?? "none fits"]) },
     });
     const trade = c.tradeoff.filter((t) => t.epsilon !== null).map((t) => [t.delta, t.epsilon]);
     lineChart($("fig-tradeoff"), {
       testid: "chart-tradeoff",
       title: "The same spend stated at other δ",
-      description: "The queries so far satisfy every (ε, δ) pair on this line: a smaller failure probability δ (left) costs a larger ε; the budget is marked.",
+      description: perBlock
+        ? "The queries so far, all blocks composed, satisfy every (ε, δ) pair on this line: a smaller failure probability δ (left) costs a larger ε; no budget is marked (no lifetime budget: the budget applies to each block)."
+        : "The queries so far satisfy every (ε, δ) pair on this line: a smaller failure probability δ (left) costs a larger ε; the budget is marked.",
       xLabel: "δ, the failure probability (log scale)",
       yLabel: "epsilon",
       xLog: true,
       series: [{ name: "spent ε(δ)", points: trade }],
-      points: [{ x: c.budget.delta, y: c.budget.epsilon, label: "budget" }],
+      points: perBlock ? [] : [{ x: c.budget.delta, y: c.budget.epsilon, label: "budget" }],
       table: { headers: ["δ", "ε", "method"], rows: c.tradeoff.map((t) => [t.delta, t.epsilon ?? "∞", t.method]) },
     });
   }
@@ -676,7 +752,7 @@
     return { cells, rows, cols, rowLabels, colLabels };
   }
 
-  async function renderBlocks(d) {
+  async function renderBlocks(d, budget) {
     const box = $("blocks");
     const c = await capabilities();
     if (!d.partition || !c.blocks) { box.hidden = true; return; }
@@ -684,10 +760,7 @@
     const layout = blockLayout(unit, d.partition.max_span, Date.now());
     const base = `/v1/datasets/${encodeURIComponent(d.id)}`;
     const first = layout.cells[0].key, last = layout.cells[layout.cells.length - 1].key;
-    const [list, budget] = await Promise.all([
-      api(`${base}/blocks?from=${encodeURIComponent(first)}&to=${encodeURIComponent(last)}`),
-      api(`${base}/budget`).catch(() => null),
-    ]);
+    const list = await api(`${base}/blocks?from=${encodeURIComponent(first)}&to=${encodeURIComponent(last)}`);
     const byKey = new Map((list.blocks || []).map((b) => [b.block, b]));
     const per = d.budget.epsilon;
     const cells = layout.cells.map((cell) => {
@@ -750,7 +823,9 @@
       detailId = id;
       for (const k of Object.keys(pagers)) pagers[k] = { stack: [], cursor: null, next: null };
     }
-    const [d, s, c] = await Promise.all([api(base), api(`${base}/series?points=400`), api(`${base}/curves`)]);
+    const [d, s, c, b] = await Promise.all([api(base), api(`${base}/series?points=400`), api(`${base}/curves`),
+      api(`${base}/budget`).catch(() => null)]);
+    if (b && b.blocks) d.topBlock = b.blocks.most_spent;
     renderSummary(d);
     renderSeries(d, s);
     renderBreakdown(d);
@@ -761,10 +836,12 @@
     sel.replaceChildren(html("option", { value: "" }, "any kind"));
     for (const k of kinds) sel.appendChild(html("option", { value: k }, kindName(k)));
     sel.value = kinds.includes(chosen) ? chosen : "";
-    await Promise.all([loadEntries(), loadRejections(), renderHolds(d), renderCsvLink(), renderTeams(d), renderBlocks(d)]);
+    await Promise.all([loadEntries(), loadRejections(), renderHolds(d), renderCsvLink(), renderTeams(d), renderBlocks(d, b)]);
     show("detail");
     await renderCalibration(d);
-    status(`${d.name}: ${eps(d.spent.epsilon)} of ${fmt(capOf(d).epsilon)} spent; ${stateText(d)}`);
+    status(perBlockOnly(d)
+      ? `${d.name}: ${eps(d.spent.epsilon)} over all blocks composed (no lifetime budget); ${stateText(d)}`
+      : `${d.name}: ${eps(d.spent.epsilon)} of ${fmt(capOf(d).epsilon)} spent; ${stateText(d)}`);
   }
 
   // ---- routing ----------------------------------------------------------------------------

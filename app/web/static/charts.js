@@ -292,7 +292,8 @@
 
   // a semicircular gauge of used / total, in the dataset's state (ok / warning / exhausted):
   // colour, a pattern on the arc, an icon and words, so it reads without colour
-  function gauge(used, total, label, state) {
+  // `sub`: the words under the percentage when ok (default "of epsilon budget")
+  function gauge(used, total, label, state, sub) {
     state = state || "ok";
     const f = total > 0 ? Math.max(0, Math.min(1, used / total)) : 0;
     const svg = el("svg", { viewBox: "0 0 200 118", role: "img", class: `gauge ${state}`, "aria-label": label, "data-state": state });
@@ -307,7 +308,7 @@
     }
     svg.appendChild(el("text", { x: cx, y: cy - 14, "text-anchor": "middle", class: "pct" }, pctUsed(used, total, state === "exhausted")));
     if (state !== "ok") svg.appendChild(stateIcon(state, cx - 44, cy + 8, 14));
-    svg.appendChild(el("text", { x: cx + 6, y: cy + 13, "text-anchor": "middle", class: "sub" }, state === "ok" ? "of epsilon budget" : STATE_WORDS[state]));
+    svg.appendChild(el("text", { x: cx + 6, y: cy + 13, "text-anchor": "middle", class: "sub" }, state === "ok" ? sub || "of epsilon budget" : STATE_WORDS[state]));
     return svg;
   }
 
