@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import Table, bindparam, func, insert, select
+from sqlalchemy import Table, bindparam, func, insert, select, text
 from sqlalchemy.orm import Session
 
 from app import observability
@@ -58,6 +58,11 @@ from app.services.tallies import ALLOCATION_BLOCK, BLOCK, Tally
 
 _LEDGER = cast(Table, LedgerEntry.__table__)
 _INSERT_ENTRY = insert(_LEDGER).returning(_LEDGER.c.id)
+_INSERT_ENTRIES = insert(_LEDGER)  # a group's entries, ids given (PostgreSQL)
+# PostgreSQL: ids for a group's entries, drawn from the ledger's own sequence in one round trip
+_ENTRY_IDS = text(
+    "SELECT nextval(pg_get_serial_sequence('ledger_entry', 'id')) FROM generate_series(1, :n)"
+)
 _ENTRY_COLUMNS = (
     "dataset_id",
     "seq",
@@ -180,8 +185,12 @@ def run_locked(
     @contextmanager
     def open_group(size: int) -> Iterator[tuple[Session, DatasetState]]:
         with db.write() as s, locked(s, ref, SYSTEM) as st:
-            # a lone unit writes the totals with its entry; a group, once at its end (``save``)
+            # a lone unit writes the totals with its entry; a group, once at its end (``save``),
+            # and on PostgreSQL its entries too, in one INSERT, with ids drawn up front
             st.totals_with_entry = size == 1
+            if size > 1 and s.get_bind().dialect.name == "postgresql":
+                ids = s.connection().execute(_ENTRY_IDS, {"n": size}).scalars().all()
+                st.entry_ids.extend(int(i) for i in ids)
             yield s, st
 
     def unit(context: tuple[Session, DatasetState]) -> T:
@@ -202,6 +211,9 @@ def locked(
     st = state.load(session, ref, principal, lock=True)
     settle(session, st, now)
     yield st
+    if st.pending_entries:  # the group's entries (``append``), before its totals
+        session.connection().execute(_INSERT_ENTRIES, st.pending_entries)
+        st.pending_entries.clear()
     state.save(session, st, now)
 
 
@@ -679,6 +691,9 @@ def append(
     if totals is not None:  # the totals are written with the entry (``state.save`` skips them)
         params = {"e_" + k: values[k] for k in _ENTRY_COLUMNS}
         entry_id = conn.execute(_INSERT_ENTRY_SAVING, {**params, **totals}).scalar_one()
+    elif st.entry_ids:  # inserted with the group's others when it ends (``locked``)
+        entry_id = st.entry_ids.popleft()
+        st.pending_entries.append({**values, "id": entry_id})
     else:
         entry_id = conn.execute(_INSERT_ENTRY, values).scalar_one()
     return answers.entry({**values, "id": entry_id, "key_name": ask.key_name})

@@ -14,7 +14,8 @@ admission therefore cost O(1) in the ledger length and in the number of active r
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
@@ -112,6 +113,10 @@ class DatasetState:
     # PostgreSQL: an admitted entry's INSERT also writes the totals (one round trip less) when
     # it is the only unit of its group; a group of several writes them once, on ``save``
     totals_with_entry: bool = True
+    # PostgreSQL, a group of several units: ids drawn for its entries, and the entries appended
+    # but not yet inserted (``admission.locked`` inserts them in one statement before the totals)
+    entry_ids: deque[int] = field(default_factory=deque)
+    pending_entries: list[dict[str, Any]] = field(default_factory=list)
     # pld datasets, under the lock: the composed PLD of the ledger and of the active holds
     pld: Pld | None = None
     pld_held: Pld | None = None
