@@ -41,16 +41,21 @@ def _run_as_one_group(
         proceed.wait()
 
     with ThreadPoolExecutor(len(calls) + 1) as pool:
-        first = pool.submit(admission.run_locked, db, dataset_id, SYSTEM, hold_the_group_open)
-        assert inside.wait(60)
-        futures = [pool.submit(call) for call in calls]
-        while True:  # every call queued behind the open group before it may finish
-            with db.groups._mutex:
-                if len(db.groups._queues[("dataset", dataset_id)]) == len(calls):
-                    break
-            threading.Event().wait(0.001)
-        queued()
-        proceed.set()
+        try:
+            first = pool.submit(admission.run_locked, db, dataset_id, SYSTEM, hold_the_group_open)
+            assert inside.wait(60)
+            futures = [pool.submit(call) for call in calls]
+            while True:  # every call queued behind the open group before it may finish
+                with db.groups._mutex:
+                    if len(db.groups._queues[("dataset", dataset_id)]) == len(calls):
+                        break
+                if done := [f for f in futures if f.done()]:  # an error, not a hang
+                    done[0].result()  # (a call that failed before queueing raises here)
+                    raise AssertionError("a call finished without queueing behind the group")
+                threading.Event().wait(0.001)
+            queued()
+        finally:
+            proceed.set()  # never leave the open group (and the pool's threads) waiting
         first.result()
         return [f.result() for f in futures]
 
