@@ -28,11 +28,6 @@ import service  # noqa: E402
 WARM_UP_S = 1.0
 
 
-def _cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _pids() -> list[int]:
     return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
 
@@ -43,7 +38,7 @@ def _group_cpu(pgid: int) -> float:
     for pid in _pids():
         try:
             if os.getpgid(pid) == pgid:
-                total += _cpu(pid)
+                total += service.proc_cpu(pid)
         except (ProcessLookupError, FileNotFoundError):
             pass
     return total
@@ -56,7 +51,7 @@ def _backend_cpu(database: str) -> float:
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             if cmd.startswith("postgres: ") and f" {database} " in cmd:
-                total += _cpu(pid)
+                total += service.proc_cpu(pid)
         except (ProcessLookupError, FileNotFoundError, PermissionError):
             pass
     return total

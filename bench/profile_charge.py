@@ -187,12 +187,6 @@ async def run(url: str, n: int, top: int) -> dict[str, Any]:
     return out
 
 
-def _proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system, every thread) of process ``pid``."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def server_cpu(url: str, n: int) -> dict[str, Any]:
     """CPU milliseconds per request of a real server (uvicorn, 1 worker: one process), requests
     sent one after another on one keep-alive connection (no grouping); thread hops included."""
@@ -221,11 +215,11 @@ def server_cpu(url: str, n: int) -> dict[str, Any]:
             ):
                 for _ in range(20):
                     c.request(method, path, json=body)
-                cpu0 = _proc_cpu(ours.proc.pid)
+                cpu0 = service.proc_cpu(ours.proc.pid)
                 for _ in range(n):
                     r = c.request(method, path, json=body)
                     assert r.status_code < 300, r.text
-                out[name] = 1000 * (_proc_cpu(ours.proc.pid) - cpu0) / n
+                out[name] = 1000 * (service.proc_cpu(ours.proc.pid) - cpu0) / n
     finally:
         ours.stop()
     return out

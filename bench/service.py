@@ -81,6 +81,12 @@ def insert(body: dict) -> dict:
 """
 
 
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system, every thread) of process ``pid``, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _free_port() -> int:
     import socket
 

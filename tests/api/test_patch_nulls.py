@@ -67,14 +67,19 @@ def test_null_in_a_dataset_member_that_cannot_be_null_is_422(
     assert client.get(f"/v1/datasets/{partitioned['id']}").json() == partitioned
 
 
-def test_null_in_an_allocation_budget_is_422(client: TestClient, db_url: str) -> None:
+def _allocation(client: TestClient) -> str:
+    """The URL of a new dataset's allocation team-a (epsilon 0.5, delta 1e-6)."""
     ds = new_dataset(client)["id"]
     made = client.post(
         f"/v1/datasets/{ds}/allocations",
         json={"name": "team-a", "budget": {"epsilon": 0.5, "delta": 1e-6}},
     )
     assert made.status_code == 201, made.text
-    url = f"/v1/datasets/{ds}/allocations/team-a"
+    return f"/v1/datasets/{ds}/allocations/team-a"
+
+
+def test_null_in_an_allocation_budget_is_422(client: TestClient, db_url: str) -> None:
+    url = _allocation(client)
     watcher = Watcher(db_url)
     try:
         before = watcher.take()
@@ -134,13 +139,7 @@ def test_members_left_out_keep_their_values(client: TestClient) -> None:
 def test_a_null_allocation_budget_is_not_told_to_leave_it_out(client: TestClient) -> None:
     """An allocation's PATCH changes only its budget, which is required: ``{"budget": null}``
     said "leave it out to keep its value", and leaving it out is a 422 as well (audit h2)."""
-    ds = new_dataset(client)["id"]
-    made = client.post(
-        f"/v1/datasets/{ds}/allocations",
-        json={"name": "team-a", "budget": {"epsilon": 0.5, "delta": 1e-6}},
-    )
-    assert made.status_code == 201, made.text
-    url = f"/v1/datasets/{ds}/allocations/team-a"
+    url = _allocation(client)
     left_out = client.patch(url, json={})
     assert left_out.status_code == 422 and left_out.json()["detail"].startswith("budget: ")
     null = client.patch(url, json={"budget": None})
