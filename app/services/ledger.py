@@ -501,11 +501,11 @@ def _curve_mismatches(db: Database, dataset_id: str, tick: Callable[[int], None]
 
 def _recomputed(
     s: Any, st: DatasetState, tick: Callable[[int], None]
-) -> tuple[PrivacyCurve, int, dict[str, Any], RunningSum]:
+) -> tuple[PrivacyCurve, int, dict[str, Any], RunningSum, datetime | None]:
     """From the ledger, read in the caller's transaction (which holds the dataset's lock, so the
     ledger cannot move): the sum of stored entry curves in ledger order (``compose_in_order``:
     bit for bit the charge path's running sum), the entry count and per-kind counts; and the
-    held sum of the active reservations."""
+    held sum of the active reservations and the earliest of their expiries."""
     total = PrivacyCurve.zero()
     n = 0
     counts: dict[str, Any] = {}
@@ -530,13 +530,16 @@ def _recomputed(
             c["rho"] = c["rho"] + rho if c["rho"] is not None and math.isfinite(rho) else None
         tick(len(chunk))
     held = RunningSum()
+    next_expiry: datetime | None = None
     for h in s.scalars(
         select(Reservation)
         .where(_R.dataset_id == st.id, _R.status == ReservationStatus.ACTIVE)
         .order_by(_R.created_at, _R.id)
     ):
         held = held.add(curve_of(h))
-    return total, n, counts, held
+        expires = admission.aware(h.expires_at)
+        next_expiry = expires if next_expiry is None else min(next_expiry, expires)
+    return total, n, counts, held, next_expiry
 
 
 PLD_TOLERANCE = 1e-2
@@ -572,9 +575,33 @@ def _pld_drift(st: DatasetState, fresh: Pld | None) -> bool:
     assert st.pld is not None
     if fresh is None:
         return st.entry_count != 0
+    return _pld_differs(st, st.pld, fresh)
+
+
+def _pld_held_drift(st: DatasetState, fresh: Pld | None) -> bool:
+    """The stored held PLD against the active holds' (admission composes it with the ledger's:
+    one lost or missing there under-counts what is held)."""
+    if st.pld_held is None or fresh is None:
+        return (st.pld_held is None) != (fresh is None)
+    return _pld_differs(st, st.pld_held, fresh)
+
+
+def _pld_differs(st: DatasetState, stored: Pld, fresh: Pld) -> bool:
+    """Certified epsilons at the budget's delta further apart than ``PLD_TOLERANCE``."""
     delta = st.budget.delta
-    a, b = st.pld.epsilon(delta), fresh.epsilon(delta)
+    a, b = stored.epsilon(delta), fresh.epsilon(delta)
     return not math.isclose(a, b, rel_tol=PLD_TOLERANCE, abs_tol=1e-12)
+
+
+def _expiry_drift(stored: datetime | None, fresh: datetime | None) -> bool:
+    """The stored next expiry must be the earliest expiry of the active holds (after ``settle``,
+    which ``locked`` ran: none of them is due). Later, or none while holds are active, and
+    ``settle`` skips due holds: they are not charged at expiry (fail closed) and their pipeline
+    can still commit or release them, a release then dropping budget the expiry should have
+    charged."""
+    if stored is None or fresh is None:
+        return (stored is None) != (fresh is None)
+    return admission.aware(stored) != fresh
 
 
 def _held_drift(stored: RunningSum, fresh: RunningSum) -> bool:
@@ -831,7 +858,7 @@ def verify(
     for dataset_id in ids:
         mismatched = _curve_mismatches(db, dataset_id, tick)
         with db.write() as s, admission.locked(s, dataset_id, principal) as st:
-            total, n, counts, held = _recomputed(s, st, tick)
+            total, n, counts, held, next_expiry = _recomputed(s, st, tick)
             stored = st.committed
             drift = {
                 "rho": stored.rho != total.rho,
@@ -840,10 +867,12 @@ def verify(
                 "gaussian_only": stored.gaussian_only != total.gaussian_only,
                 "entry_count": st.entry_count != n,
                 "held": _held_drift(st.held, held),
+                "held_next_expiry": _expiry_drift(st.held_next_expiry, next_expiry),
             }
             if st.is_pld:
                 pld, pld_held = _pld_of(s, st, False), _pld_of(s, st, True)
                 drift["pld"] = _pld_drift(st, pld)
+                drift["pld_held"] = _pld_held_drift(st, pld_held)
             structures = _verify_structures(s, st, rebuild)  # allocations and blocks
             drift.update(dict.fromkeys(structures, True))
             drifted = [k for k, v in drift.items() if v]
@@ -861,7 +890,7 @@ def verify(
             if rebuild and drifted:
                 st.committed, st.entry_count, st.mechanism_counts = total, n, counts
                 st.spent = admission.totals_filter_spend(st, total)
-                st.held = held
+                st.held, st.held_next_expiry = held, next_expiry
                 if st.is_pld:
                     assert st.pld is not None
                     st.pld = pld or Pld.identity(st.pld.interval, st.pld.extended)
