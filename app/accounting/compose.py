@@ -37,7 +37,7 @@ from app.accounting.kinds._spec import (
     params_of,
 )
 from app.accounting.orders import ORDERS
-from app.accounting.rounding import add_up
+from app.accounting.rounding import add_up, rounding_upward
 
 U = 2.0**-53
 
@@ -202,20 +202,50 @@ def compose_in_order(curves: UnitCurves) -> PrivacyCurve:
     what folding ``PrivacyCurve.__add__`` over them gives (each addition rounded up, the delta
     capped at 1 after each): a ledger's running totals are kept that way, so a consistent
     database matches this exactly. The additions of rho, pure_eps, delta and the RDP vector run
-    together on one row of |ORDERS| + 3 values, with preallocated buffers (one pass over the
-    rows; a few microseconds per row)."""
+    together on one row of |ORDERS| + 3 values.
+
+    Where the hardware rounds toward +infinity for us (``rounding_upward``), each row is one
+    numpy addition in that mode: the correctly rounded-up sum, which is what ``add_up``'s
+    TwoSum and one step up give, about 15x faster. Deltas are never negative, so capping the
+    delta once at the end equals capping it after every addition (once past 1 it stays past
+    1). Elsewhere, or with a negative delta, ``_in_order_software`` does the same sums."""
     n, m = curves.rdp.shape[0], ORDERS.size
     if n == 0:
         return PrivacyCurve.zero()
     rows = np.empty((n, m + 3), dtype=np.float64)
     rows[:, :m] = curves.rdp
     rows[:, m], rows[:, m + 1], rows[:, m + 2] = curves.rho, curves.pure_eps, curves.delta
-    acc = np.zeros(m + 3)
-    s, bb, t, up = np.empty(m + 3), np.empty(m + 3), np.empty(m + 3), np.empty(m + 3, dtype=bool)
-    last = m + 2
+    acc: Vector | None = None
+    if bool((curves.delta >= 0.0).all()):
+        with np.errstate(invalid="ignore", over="ignore"), rounding_upward() as upward:
+            if upward:
+                acc = rows[0].copy()
+                for row in rows[1:]:
+                    np.add(acc, row, out=acc)
+        if acc is not None:
+            acc[m + 2] = min(acc[m + 2], 1.0)
+    if acc is None:
+        acc = _in_order_software(rows)
+    return PrivacyCurve(
+        rho=float(acc[m]),
+        rdp=acc[:m].copy(),
+        pure_eps=float(acc[m + 1]),
+        gaussian_only=bool(curves.gaussian_only.all()),
+        delta=float(acc[m + 2]),
+    )
+
+
+def _in_order_software(rows: Vector) -> Vector:
+    """``compose_in_order``'s sums with ``add_up``'s arithmetic (TwoSum, then one step up where
+    the error is positive), on preallocated buffers, the delta (last column) capped after each
+    addition."""
+    width = rows.shape[1]
+    acc = np.zeros(width)
+    s, bb, t = np.empty(width), np.empty(width), np.empty(width)
+    up = np.empty(width, dtype=bool)
+    last = width - 1
     with np.errstate(invalid="ignore", over="ignore"):
         for row in rows:
-            # add_up (TwoSum): s = acc + row rounded up where the rounding error is positive
             np.add(acc, row, out=s)
             np.subtract(s, acc, out=bb)
             np.subtract(s, bb, out=t)
@@ -227,13 +257,7 @@ def compose_in_order(curves: UnitCurves) -> PrivacyCurve:
             acc, s = s, acc
             if acc[last] > 1.0:
                 acc[last] = 1.0
-    return PrivacyCurve(
-        rho=float(acc[m]),
-        rdp=acc[:m].copy(),
-        pure_eps=float(acc[m + 1]),
-        gaussian_only=bool(curves.gaussian_only.all()),
-        delta=float(acc[last]),
-    )
+    return acc
 
 
 Ints = np.ndarray[Any, np.dtype[np.int64]]

@@ -10,8 +10,14 @@ n ulps of the largest partial sum.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
-from typing import TypeVar
+import platform
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -102,4 +108,76 @@ def exp_up(log_value: float, ulps: int = 4) -> float:
     return max(up(math.exp(min(log_value, 709.0)), ulps), TINY)
 
 
-__all__ = ["TINY", "add_up", "exp_up", "mul_up", "sub_down", "sub_up", "up"]
+# --- the hardware's rounding toward +infinity ---------------------------------------------------
+
+_FE_UPWARD = {"x86_64": 0x800, "amd64": 0x800, "aarch64": 0x400000, "arm64": 0x400000}
+"""C99's FE_UPWARD of each architecture's <fenv.h> (glibc, musl, Apple's libm)."""
+
+_UPWARD_WORKS: bool | None = None
+_UPWARD_CHECK = threading.Lock()
+
+
+def _fenv() -> tuple[Any, int] | None:
+    """libm's fegetround / fesetround and FE_UPWARD here, or None where unknown."""
+    mode = _FE_UPWARD.get(platform.machine().lower())
+    name = ctypes.util.find_library("m")
+    if mode is None or name is None:
+        return None
+    try:
+        libm = ctypes.CDLL(name)
+        libm.fegetround.restype = ctypes.c_int
+        libm.fesetround.argtypes = [ctypes.c_int]
+        libm.fesetround.restype = ctypes.c_int
+    except (OSError, AttributeError):
+        return None
+    return libm, mode
+
+
+_FENV = _fenv()
+
+
+def _upward_checked() -> bool:
+    """Whether numpy's float64 additions here round toward +infinity under FE_UPWARD and to
+    nearest again once the mode is restored: checked once, on values whose exact sums are not
+    floats, through numpy's vector loops (67 elements) and its scalar tail, both signs."""
+    global _UPWARD_WORKS
+    with _UPWARD_CHECK:
+        if _UPWARD_WORKS is None:
+            a = np.array([1.0, -1.0] * 33 + [1.0])
+            b = np.full(a.size, 2.0**-60)
+            want = np.nextafter(a, np.inf)  # a + 2^-60 is between a and the float above
+            works = False
+            if _FENV is not None:
+                libm, mode = _FENV
+                old = libm.fegetround()
+                if libm.fesetround(mode) == 0:
+                    try:
+                        works = bool(np.array_equal(np.add(a, b), want))
+                    finally:
+                        libm.fesetround(old)
+                    works = works and bool(np.array_equal(np.add(a, b), a))
+            _UPWARD_WORKS = works
+    return _UPWARD_WORKS
+
+
+@contextmanager
+def rounding_upward() -> Iterator[bool]:
+    """This thread's IEEE 754 rounding mode set toward +infinity for the block (C99
+    ``fesetround(FE_UPWARD)``; the mode is per thread), restored on exit. Yields False, and
+    changes nothing, where that is not available or numpy's additions do not follow it
+    (``_upward_checked``): the caller then rounds up in software (``add_up``). Keep the block to
+    numpy additions: every float operation in it, Python's too, rounds up."""
+    if not _upward_checked():
+        yield False
+        return
+    assert _FENV is not None
+    libm, mode = _FENV
+    old = libm.fegetround()
+    libm.fesetround(mode)
+    try:
+        yield True
+    finally:
+        libm.fesetround(old)
+
+
+__all__ = ["TINY", "add_up", "exp_up", "mul_up", "rounding_upward", "sub_down", "sub_up", "up"]

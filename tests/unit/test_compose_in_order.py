@@ -3,12 +3,21 @@ arithmetic), including infinite values and the delta cap."""
 
 from __future__ import annotations
 
+import platform
 import random
+import sys
+import threading
+from fractions import Fraction
 
-from app.accounting.compose import compose_in_order
+import numpy as np
+import pytest
+
+from app.accounting.compose import _in_order_software, compose_in_order
 from app.accounting.curve import PrivacyCurve
 from app.accounting.kinds import UnitCurves
 from app.accounting.mechanisms import mechanism_from_dict
+from app.accounting.orders import ORDERS
+from app.accounting.rounding import rounding_upward
 
 
 def test_equals_the_fold_of_additions() -> None:
@@ -28,3 +37,69 @@ def test_equals_the_fold_of_additions() -> None:
     fast = compose_in_order(UnitCurves.stack(curves))
     assert fast == folded and fast.delta == 1.0
     assert compose_in_order(UnitCurves.stack(curves[:1])) == curves[0]
+
+
+# --- the hardware's upward rounding (``rounding_upward``) -----------------------------------
+
+
+def _rows(rng: np.random.Generator, n: int) -> UnitCurves:
+    """Curves whose sums round at every step: magnitudes from 1e-300 to 1e12, zeros, infinite
+    RDP orders and pure epsilons, deltas that pass 1 part way."""
+    m = ORDERS.size
+    scale = rng.choice([1e-300, 1e-12, 1e-3, 1.0, 1e12], size=(n, 1))
+    rdp = rng.exponential(1.0, (n, m)) * scale
+    rdp[rng.random((n, m)) < 0.01] = 0.0
+    rdp[rng.integers(0, n), rng.integers(0, m, 5)] = np.inf
+    pure = rng.exponential(1e-2, n)
+    pure[rng.random(n) < 0.05] = np.inf
+    return UnitCurves(
+        rho=rng.exponential(1e-3, n) * scale[:, 0],
+        rdp=rdp,
+        pure_eps=pure,
+        delta=rng.exponential(3.0 / n, n),
+        gaussian_only=np.zeros(n, dtype=bool),
+    )
+
+
+def test_the_hardware_path_is_the_software_sums_bit_for_bit() -> None:
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 3, 257, 5_000):
+        curves = _rows(rng, n)
+        fast = compose_in_order(curves)
+        rows = np.column_stack((curves.rdp, curves.rho, curves.pure_eps, curves.delta))
+        slow = _in_order_software(rows)
+        m = ORDERS.size
+        assert np.array_equal(fast.rdp, slow[:m])
+        assert (fast.rho, fast.pure_eps, fast.delta) == (slow[m], slow[m + 1], slow[m + 2])
+    assert fast.delta == 1.0  # the deltas passed 1: capped as after every addition
+    # each sum is rounded up: never below the exact (rational) sum of its terms
+    exact = sum((Fraction(float(x)) for x in curves.rho), Fraction(0))
+    assert Fraction(fast.rho) >= exact
+
+
+def test_the_hardware_rounds_up_here_and_the_mode_is_restored() -> None:
+    """On Linux x86-64 and arm64 (every machine this project runs on) the fast path is taken;
+    the mode is restored after the block, also when it raises, and other threads never see it."""
+    if sys.platform == "linux" and platform.machine().lower() in {"x86_64", "aarch64"}:
+        with rounding_upward() as upward:
+            assert upward
+            assert np.add(np.ones(3), 2.0**-60)[0] > 1.0
+    with pytest.raises(RuntimeError), rounding_upward():
+        raise RuntimeError
+    assert 1.0 + 2.0**-60 == 1.0 and np.add(np.ones(70), 2.0**-60).max() == 1.0
+
+    inside, seen = threading.Event(), threading.Event()
+    other: list[float] = []
+
+    def hold_the_mode() -> None:
+        with rounding_upward():
+            inside.set()
+            seen.wait()
+
+    t = threading.Thread(target=hold_the_mode)
+    t.start()
+    inside.wait()
+    other.append(float(np.add(np.ones(70), 2.0**-60).max()))
+    seen.set()
+    t.join()
+    assert other == [1.0]
