@@ -225,6 +225,26 @@ def test_a_partitioned_dataset_without_a_lifetime_budget_shows_its_most_spent_bl
                 }
                 r = api.post(f"/v1/datasets/{made[name]['id']}/charges", json=charge)
                 assert r.status_code == 201, r.text
+        # a third: one block charged 0.9 of its 1, past the warning threshold (0.8)
+        alerts = api.post(
+            "/v1/datasets",
+            json={
+                "name": "alerts",
+                "budget": {"epsilon": 1.0, "delta": 1e-6},
+                "partition": {"unit": "day"},
+                "adaptive": False,
+            },
+        ).json()
+        r = api.post(
+            f"/v1/datasets/{alerts['id']}/charges",
+            json={
+                "mechanism": {"mechanism": "laplace", "epsilon": 0.9},
+                "blocks": {"from": day(2), "to": day(2)},
+            },
+        )
+        assert r.status_code == 201, r.text
+        # the API's state stays "ok" (a new block has a fresh budget)
+        assert api.get(f"/v1/datasets/{alerts['id']}/budget").json()["state"] == "ok"
         viewer = api.post("/v1/keys", json={"role": "viewer"}).json()["key"]
         clicks, views = made["clicks"], made["views"]
         d = api.get(f"/v1/datasets/{clicks['id']}").json()
@@ -249,6 +269,14 @@ def test_a_partitioned_dataset_without_a_lifetime_budget_shows_its_most_spent_bl
             assert card.locator("svg.gauge").get_attribute("data-block") == top["block"]
             badge = card.locator("[data-testid=state]").inner_text()
             assert f"most-spent block {top['block']} {block_pct} used" in badge
+            assert card.get_attribute("data-state") == "ok"  # its top block at 60 %
+            # the badge warns when the most-spent block is past the threshold (the gauge beside
+            # it shows that block); before, it kept the API's "ok" under a 90 % gauge
+            acard = page.locator(f"li[data-dataset='{alerts['id']}']")
+            assert acard.get_attribute("data-state") == "warning"
+            abadge = acard.locator("[data-testid=state]")
+            assert abadge.get_attribute("data-state") == "warning"
+            assert f"Warning: most-spent block {day(2)} 90.0% used" in abadge.inner_text()
             assert wrong_pct not in card.inner_text()
             value = card.locator("[data-testid=spent]").get_attribute("data-value")
             assert value is not None and float(value) == d["spent"]["epsilon"]

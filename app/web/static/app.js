@@ -111,12 +111,19 @@
     const top = d.topBlock;
     return { spent: top ? top.spent.epsilon : 0, cap: d.budget, exhausted: !!(top && top.exhausted), block: top ? top.block : null };
   }
-  // state: the API's when it gives one, else from spent / budget (threshold 0.8 by default); a
-  // per-block dataset is never exhausted nor in warning (a new block has a fresh budget)
+  // state: the API's when it gives one, else from spent / budget (threshold 0.8 by default). A
+  // per-block dataset is never exhausted (a new block has a fresh budget, and the API says
+  // "ok"), but its badge warns when its most-spent block is exhausted or past the threshold:
+  // the gauge beside it shows that block (a charge to an exhausted block is refused)
   function stateOf(d) {
+    if (perBlockOnly(d)) {
+      const u = usage(d);
+      const t = d.warning_threshold ?? 0.8;
+      if (u && u.block && (u.exhausted || (u.cap.epsilon > 0 && u.spent / u.cap.epsilon >= t))) return "warning";
+      return d.state || "ok";
+    }
     if (d.state) return d.state;
     if (d.exhausted) return "exhausted";
-    if (perBlockOnly(d)) return "ok";
     const t = d.warning_threshold ?? 0.8;
     return capOf(d).epsilon > 0 && d.spent.epsilon / capOf(d).epsilon >= t ? "warning" : "ok";
   }
