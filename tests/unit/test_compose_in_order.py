@@ -43,11 +43,14 @@ def test_equals_the_fold_of_additions() -> None:
 
 
 def _rows(rng: np.random.Generator, n: int) -> UnitCurves:
-    """Curves whose sums round at every step: magnitudes from 1e-300 to 1e12, zeros, infinite
-    RDP orders and pure epsilons, deltas that pass 1 part way."""
+    """Curves whose sums round at every step: magnitudes from subnormal (1e-315) to 1e12 and
+    near overflow (6e307: a few of them overflow to infinity), zeros, infinite RDP orders and
+    pure epsilons, deltas that pass 1 part way."""
     m = ORDERS.size
-    scale = rng.choice([1e-300, 1e-12, 1e-3, 1.0, 1e12], size=(n, 1))
-    rdp = rng.exponential(1.0, (n, m)) * scale
+    scale = rng.choice([1e-315, 1e-300, 1e-12, 1e-3, 1.0, 1e12], size=(n, 1))
+    scale[rng.random((n, 1)) < 0.002] = 6e307
+    with np.errstate(over="ignore"):
+        rdp = rng.exponential(1.0, (n, m)) * scale
     rdp[rng.random((n, m)) < 0.01] = 0.0
     rdp[rng.integers(0, n), rng.integers(0, m, 5)] = np.inf
     pure = rng.exponential(1e-2, n)
@@ -63,18 +66,23 @@ def _rows(rng: np.random.Generator, n: int) -> UnitCurves:
 
 def test_the_hardware_path_is_the_software_sums_bit_for_bit() -> None:
     rng = np.random.default_rng(7)
-    for n in (1, 2, 3, 257, 5_000):
-        curves = _rows(rng, n)
+    subnormal = _rows(rng, 300)
+    subnormal.rdp[:] = rng.integers(1, 2**40, subnormal.rdp.shape) * 5e-324  # sums subnormal
+    cases = [_rows(rng, n) for n in (1, 2, 3, 257, 5_000)] + [subnormal]
+    m = ORDERS.size
+    for curves in cases:
         fast = compose_in_order(curves)
         rows = np.column_stack((curves.rdp, curves.rho, curves.pure_eps, curves.delta))
         slow = _in_order_software(rows)
-        m = ORDERS.size
         assert np.array_equal(fast.rdp, slow[:m])
         assert (fast.rho, fast.pure_eps, fast.delta) == (slow[m], slow[m + 1], slow[m + 2])
-    assert fast.delta == 1.0  # the deltas passed 1: capped as after every addition
-    # each sum is rounded up: never below the exact (rational) sum of its terms
-    exact = sum((Fraction(float(x)) for x in curves.rho), Fraction(0))
-    assert Fraction(fast.rho) >= exact
+    # what the cases reached: sums that overflowed to infinity, sums that stayed subnormal, a
+    # delta capped at 1; and each sum rounded up, never below the exact (rational) sum
+    big = compose_in_order(cases[4])
+    assert np.isinf(big.rdp).sum() > 5 and big.delta == 1.0
+    assert 0.0 < compose_in_order(subnormal).rdp.max() < 2.2e-308
+    exact = sum((Fraction(float(x)) for x in cases[4].rho), Fraction(0))
+    assert Fraction(big.rho) >= exact
 
 
 def test_the_hardware_rounds_up_here_and_the_mode_is_restored() -> None:
