@@ -155,7 +155,8 @@ class Spend:
 class Remaining:
     """What is left of a budget: ``epsilon`` (budget minus spend: composition is not additive,
     so an indication; the filter decides), ``delta`` and, for rho filters, the exact ``rho``
-    left under the filter's bound (None for RDP filters)."""
+    left under the filter's bound at what the entries' own deltas leave of the budget delta
+    (``Filter.rho_bound``; None for RDP filters)."""
 
     epsilon: float
     delta: float
