@@ -66,6 +66,9 @@ FILTER_NAME = "rdp_fixed_orders"
 
 FORMAT_VERSION = 1
 
+_U8 = 8.0 * 2.0**-53
+"""Rounding bound per unit of the terms' magnitudes in the spend readings (8 unit roundoffs)."""
+
 STEEP_CURVE_SLACK = 0.02
 """Gaussian capacity given up, at most, for a lower order when steep RDP curves may appear."""
 
@@ -172,7 +175,14 @@ class RenyiFilter:
         a = np.array(self.orders)
         s = np.asarray(rdp, dtype=np.float64)[self._indices(grid)]
         w = np.array(self.weights)
-        eps = s + np.log1p(-1.0 / a) - (math.log(dlt) + np.log(w) + np.log(a)) / (a - 1.0)
+        l1 = np.log1p(-1.0 / a)
+        tail = (math.log(dlt) + np.log(w) + np.log(a)) / (a - 1.0)
+        # raised by a bound on its rounding, a few ulps of the magnitudes of its terms (as
+        # ``conversions.rdp_epsilon_improved``): 4 ulps of the result fell short of it
+        err = _U8 * (
+            s + np.abs(l1) + (abs(math.log(dlt)) - np.log(w) + np.log(a)) / (a - 1.0) + 1.0
+        )
+        eps = s + l1 - tail + err
         j = int(np.argmin(eps))
         best = max(0.0, up(float(eps[j]), 4))
         if pure_eps <= best:
@@ -191,7 +201,11 @@ class RenyiFilter:
         s = np.asarray(rdp, dtype=np.float64)[self._indices(grid)]
         w = np.array(self.weights)
         with np.errstate(over="ignore", invalid="ignore"):
-            log_d = (a - 1.0) * (s - eps + np.log1p(-1.0 / a)) - np.log(a) - np.log(w)
+            l1 = np.log1p(-1.0 / a)
+            log_d = (a - 1.0) * (s - eps + l1) - np.log(a) - np.log(w)
+            # its rounding: s - eps cancels, and (a - 1) multiplies the error of the terms (as
+            # ``conversions.rdp_delta_improved``); 4 ulps of delta fell short of it
+            log_d = log_d + _U8 * ((a - 1.0) * (s + eps + np.abs(l1)) + np.log(a) - np.log(w) + 1.0)
         log_d = np.where(np.isnan(log_d), np.inf, log_d)
         return min(1.0, up(math.exp(min(float(log_d.min()), 0.0)), 4))
 

@@ -155,7 +155,8 @@ class Spend:
 class Remaining:
     """What is left of a budget: ``epsilon`` (budget minus spend: composition is not additive,
     so an indication; the filter decides), ``delta`` and, for rho filters, the exact ``rho``
-    left under the filter's bound (None for RDP filters)."""
+    left under the filter's bound at what the entries' own deltas leave of the budget delta
+    (``Filter.rho_bound``; None for RDP filters)."""
 
     epsilon: float
     delta: float
@@ -278,6 +279,13 @@ def _gdp_bound(budget: Budget) -> float:
 def _zcdp_bound(budget: Budget) -> float:
     """The largest rho whose tightest zCDP conversion is within budget."""
     return conv.zcdp_rho_for_budget(budget.epsilon, budget.delta)
+
+
+@functools.lru_cache(maxsize=256)
+def _rho_bound_at(epsilon: float, delta: float) -> float:
+    """The largest rho whose tightest zCDP conversion at ``delta`` is within ``epsilon`` (0 when
+    ``delta`` is not positive): a rho filter's bound at what entries' own deltas leave."""
+    return conv.zcdp_rho_for_budget(epsilon, delta) if delta > 0.0 else 0.0
 
 
 def _no_bound(budget: Budget) -> None:
@@ -577,13 +585,25 @@ class Filter:
         s = self.spend(total) if spent is None else spent
         rho = None
         if self.rule.by_rho:
-            assert self.bound is not None
-            rho = max(0.0, self.bound - total.rho)
+            rho = max(0.0, self.rho_bound(total) - total.rho)
         return Remaining(
             epsilon=max(0.0, self.budget.epsilon - s.epsilon),
             delta=max(0.0, sub_down(self.budget.delta, total.delta)),
             rho=rho,
         )
+
+    def rho_bound(self, total: PrivacyCurve) -> float:
+        """rho filters: the largest total rho admitted beside the entries' own deltas of
+        ``total``. Without them, ``bound``. With them, none more under an adaptive filter or
+        once they reach the budget delta; else the largest rho whose zCDP conversion at what
+        they leave of the budget delta is within the budget epsilon (``_within``'s rule for
+        such ledgers: the bound for the whole budget delta would overstate it)."""
+        assert self.bound is not None
+        if total.delta == 0.0:
+            return self.bound
+        if self.rule.adaptive or total.delta >= self.budget.delta:
+            return 0.0
+        return _rho_bound_at(self.budget.epsilon, sub_down(self.budget.delta, total.delta))
 
     def exhausted(self, total: PrivacyCurve, spent: Spend | None = None) -> bool:
         """No budget left: the bound is reached (rho filters), the spend reaches eps_B, or the

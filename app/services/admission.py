@@ -561,7 +561,21 @@ def refusal(st: DatasetState, ask: Ask, dry: Decision, *, dry_run: bool = False)
         if held is None
         else with_holds_bound(st.committed, held, ask.curve, st.held.count + 1)
     )
-    if f.kind in RHO_FILTERS:
+    # the entries' own deltas, holds counted (a pld dataset's curve rule counts them too)
+    own_deltas = (
+        compared
+        if st.held_curve is None
+        else with_holds_bound(st.committed, st.held_curve, ask.curve, st.held.count + 1)
+    ).delta
+    if own_deltas >= b.delta:
+        # refused by the entries' own deltas alone, whatever the epsilon or rho: say so (the
+        # figures below were not what refused it, and may well be within the budget)
+        detail = (
+            f"refused: the entries' own deltas would add up to {own_deltas:.6g} (with active "
+            f"reservations counted), reaching the budget delta {b.delta:g}: once they do, "
+            f"nothing more is admitted ({f.kind.value} filter)"
+        )
+    elif f.kind in RHO_FILTERS and compared.delta == 0.0:
         detail = (
             f"refused: rho would reach {compared.rho:.6g} (with active reservations "
             f"counted), above the {f.kind.value} filter's bound {f.bound:.6g} for budget "
