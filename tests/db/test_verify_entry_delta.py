@@ -72,3 +72,55 @@ def test_a_drifted_entry_delta_sum_is_drift_and_rebuilt(client: TestClient, db_u
     assert client.post("/v1/admin/verify").json()["ok"]
     assert _stored_delta(db_url, ds["id"]) == recount
     assert client.post(charges, params={"dry_run": "true"}, json=dry).status_code == 409
+
+
+def _allocation_delta(db_url: str, dataset_id: str, drifted: float | None = None) -> float:
+    """The allocation's stored sum of entry deltas (after writing ``drifted``, if given)."""
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            if drifted is not None:
+                conn.execute(
+                    text("UPDATE allocation SET delta = :v WHERE dataset_id = :d"),
+                    {"v": drifted, "d": dataset_id},
+                )
+            return float(
+                conn.execute(
+                    text("SELECT delta FROM allocation WHERE dataset_id = :d"), {"d": dataset_id}
+                ).scalar_one()
+            )
+    finally:
+        engine.dispose()
+
+
+def test_a_drifted_allocation_entry_delta_sum_is_drift_and_rebuilt(
+    client: TestClient, db_url: str
+) -> None:
+    """The same for an allocation's tally, whose filter admits by its own delta sum: the
+    dataset's budget is wide here, so only the allocation refuses the Gaussian."""
+    ds = new_dataset(client, budget={"epsilon": 5.0, "delta": 1e-5}, adaptive=False)
+    r = client.post(
+        f"/v1/datasets/{ds['id']}/allocations",
+        json={"name": "team", "budget": {"epsilon": 1.0, "delta": 1e-5}},
+    )
+    assert r.status_code == 201, r.text
+    charges = f"/v1/datasets/{ds['id']}/charges"
+    r = client.post(charges, json={"mechanism": OWN_DELTA, "allocation": "team"})
+    assert r.status_code == 201, r.text
+    dry = {"mechanism": GAUSSIAN, "allocation": "team"}
+    refused = client.post(charges, params={"dry_run": "true"}, json=dry)
+    assert refused.status_code == 409 and refused.json()["limit"] == "allocation", refused.text
+    assert client.post("/v1/admin/verify").json()["ok"]
+    recount = _ledger_delta(db_url, ds["id"])
+    assert _allocation_delta(db_url, ds["id"]) == recount
+
+    _allocation_delta(db_url, ds["id"], drifted=0.0)
+    assert client.post(charges, params={"dry_run": "true"}, json=dry).status_code == 200
+    report = client.post("/v1/admin/verify").json()
+    assert not report["ok"] and report["datasets"][0]["drift"] == ["allocation:team"], report
+
+    rebuilt = client.post("/v1/admin/verify", params={"rebuild": "true"}).json()
+    assert rebuilt["datasets"][0].get("rebuilt") is True, rebuilt
+    assert client.post("/v1/admin/verify").json()["ok"]
+    assert _allocation_delta(db_url, ds["id"]) >= recount
+    assert client.post(charges, params={"dry_run": "true"}, json=dry).status_code == 409
