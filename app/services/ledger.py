@@ -539,6 +539,18 @@ def _recomputed(
     return total, n, counts, held
 
 
+def _next_expiry(s: Any, dataset_id: str) -> datetime | None:
+    """The earliest expiry of the dataset's active holds (None without any): what its totals
+    row keeps beside the held sum, so that a locked write knows when to settle."""
+    active = (_R.dataset_id == dataset_id, _R.status == ReservationStatus.ACTIVE)
+    found: datetime | None = s.scalar(select(func.min(_R.expires_at)).where(*active))
+    return found
+
+
+def _time(ts: datetime | None) -> datetime | None:
+    return None if ts is None else admission.aware(ts)
+
+
 PLD_TOLERANCE = 1e-2
 """Relative difference in certified epsilon within which a stored PLD matches the ledger's.
 The check recomposes identical entries together (``self_compose``: a few convolutions), while
@@ -832,6 +844,7 @@ def verify(
         mismatched = _curve_mismatches(db, dataset_id, tick)
         with db.write() as s, admission.locked(s, dataset_id, principal) as st:
             total, n, counts, held = _recomputed(s, st, tick)
+            next_expiry = _next_expiry(s, st.id)
             stored = st.committed
             drift = {
                 "rho": stored.rho != total.rho,
@@ -842,6 +855,8 @@ def verify(
                 "delta": stored.delta != total.delta,
                 "entry_count": st.entry_count != n,
                 "held": _held_drift(st.held, held),
+                # expiry fails closed only through it: settling starts when it is due
+                "held_next_expiry": _time(st.held_next_expiry) != _time(next_expiry),
             }
             if st.is_pld:
                 pld, pld_held = _pld_of(s, st, False), _pld_of(s, st, True)
@@ -863,7 +878,7 @@ def verify(
             if rebuild and drifted:
                 st.committed, st.entry_count, st.mechanism_counts = total, n, counts
                 st.spent = admission.totals_filter_spend(st, total)
-                st.held = held
+                st.held, st.held_next_expiry = held, next_expiry
                 if st.is_pld:
                     assert st.pld is not None
                     st.pld = pld or Pld.identity(st.pld.interval, st.pld.extended)
