@@ -299,22 +299,23 @@ class RangeSums:
         keeps it: the same Gaussian-only flag; rho, pure_eps and every RDP value at least the
         lower bound (a running total rounds up, never down) and at most the upper bound raised
         by what ``additions`` round-up additions can add on top of an earlier upper bound
-        (``matches_running_sum``). The entries' delta is not compared (as the dataset check)."""
+        (``matches_running_sum``). The entries' delta too, as a running total caps it at 1:
+        a tally's filter converts at its budget delta less that sum."""
         if j is None:
             return bool(
                 stored.rho == 0.0
                 and stored.pure_eps == 0.0
+                and stored.delta == 0.0
                 and stored.gaussian_only
                 and not stored.rdp.any()
             )
         m = ORDERS.size
         if stored.gaussian_only != bool(self.non_gaussian[j] == 0):
             return False
-        values = np.concatenate((stored.rdp, [stored.rho, stored.pure_eps]))
-        keep = np.r_[0 : m + 2]
-        return matches_running_sum(
-            values, self.lower[j][keep], self.upper[j][keep], self.terms, additions
-        )
+        values = np.concatenate((stored.rdp, [stored.rho, stored.pure_eps, stored.delta]))
+        lower = self.lower[j].copy()
+        lower[m + 2] = min(1.0, float(lower[m + 2]))  # the stored sum is capped at 1
+        return matches_running_sum(values, lower, self.upper[j], self.terms, additions)
 
 
 def _lower(total: Vector, terms: int) -> Vector:

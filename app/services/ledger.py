@@ -865,8 +865,11 @@ def verify(
                 "rdp": not np.array_equal(stored.rdp, total.rdp),
                 "pure_eps": stored.pure_eps != total.pure_eps,
                 "gaussian_only": stored.gaussian_only != total.gaussian_only,
+                # the entries' own deltas: admission converts at the budget delta less this sum
+                "delta": stored.delta != total.delta,
                 "entry_count": st.entry_count != n,
                 "held": _held_drift(st.held, held),
+                # expiry fails closed only through it: settling starts when it is due
                 "held_next_expiry": _expiry_drift(st.held_next_expiry, next_expiry),
             }
             if st.is_pld:

@@ -48,29 +48,6 @@ def _mine(report: dict, ds: dict) -> dict:
     return mine
 
 
-def test_a_lost_next_expiry_is_drift_and_rebuilt(client: TestClient, db_url: str) -> None:
-    ds = new_dataset(client, budget={"epsilon": 5.0, "delta": 1e-6})
-    _reserve(client, ds)
-    assert _mine(client.post("/v1/admin/verify").json(), ds)["ok"]
-
-    _sql(
-        db_url, "UPDATE dataset_total SET held_next_expiry = NULL WHERE dataset_id = :d", d=ds["id"]
-    )
-    mine = _mine(client.post("/v1/admin/verify").json(), ds)
-    assert not mine["ok"] and mine["drift"] == ["held_next_expiry"], mine
-    rebuilt = _mine(client.post("/v1/admin/verify", params={"rebuild": "true"}).json(), ds)
-    assert rebuilt.get("rebuilt") is True, rebuilt
-    assert _mine(client.post("/v1/admin/verify").json(), ds)["ok"]
-    ((stored, earliest),) = _sql(
-        db_url,
-        "SELECT t.held_next_expiry, (SELECT min(expires_at) FROM reservation r "
-        "WHERE r.dataset_id = t.dataset_id AND r.status = 'active') "
-        "FROM dataset_total t WHERE t.dataset_id = :d",
-        d=ds["id"],
-    )
-    assert stored is not None and stored == earliest
-
-
 def test_a_due_hold_hidden_by_a_drifted_expiry_is_charged_after_rebuild(
     client: TestClient, db_url: str
 ) -> None:

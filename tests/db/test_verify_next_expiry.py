@@ -1,0 +1,67 @@
+"""verify compares the totals row's earliest hold expiry with the active holds'. Expiry fails
+closed only through it: a locked write settles due holds only when ``held_next_expiry`` says one
+is due (the sweeper too, as it settles by locking). Drifted to null beside an active hold, the
+hold never expired: past its time it was still released (its budget freed, never charged),
+and verify said ok."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
+
+from tests.conftest import expire_active_holds, new_dataset
+
+
+def _next_expiry(db_url: str, dataset_id: str, null: bool = False) -> object:
+    """The stored earliest expiry (after setting it to null, if asked), and the active holds'."""
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            if null:
+                conn.execute(
+                    text("UPDATE dataset_total SET held_next_expiry = NULL WHERE dataset_id = :d"),
+                    {"d": dataset_id},
+                )
+            stored = conn.execute(
+                text("SELECT held_next_expiry FROM dataset_total WHERE dataset_id = :d"),
+                {"d": dataset_id},
+            ).scalar_one()
+            active = conn.execute(
+                text(
+                    "SELECT min(expires_at) FROM reservation "
+                    "WHERE dataset_id = :d AND status = 'active'"
+                ),
+                {"d": dataset_id},
+            ).scalar_one()
+            return stored, active
+    finally:
+        engine.dispose()
+
+
+def test_a_lost_earliest_expiry_is_drift_and_rebuilt(client: TestClient, db_url: str) -> None:
+    ds = new_dataset(client, budget={"epsilon": 5.0, "delta": 1e-6})
+    hold = {"mechanism": {"mechanism": "gaussian", "sigma": 5.0}, "ttl_seconds": 600}
+    for _ in range(2):
+        r = client.post(f"/v1/datasets/{ds['id']}/reservations", json=hold)
+        assert r.status_code == 201, r.text
+    rid = r.json()["id"]
+    stored, active = _next_expiry(db_url, ds["id"])
+    assert stored is not None and str(stored) == str(active)
+    assert client.post("/v1/admin/verify").json()["ok"]
+
+    stored, active = _next_expiry(db_url, ds["id"], null=True)
+    assert stored is None and active is not None
+    report = client.post("/v1/admin/verify").json()
+    assert not report["ok"] and report["datasets"][0]["drift"] == ["held_next_expiry"], report
+    rebuilt = client.post("/v1/admin/verify", params={"rebuild": "true"}).json()
+    assert rebuilt["datasets"][0].get("rebuilt") is True, rebuilt
+    assert client.post("/v1/admin/verify").json()["ok"]
+    stored, active = _next_expiry(db_url, ds["id"])
+    assert stored is not None and str(stored) == str(active)
+
+    # rebuilt, expiry fails closed again: past its time the hold is charged, not released
+    expire_active_holds(db_url)
+    r = client.delete(f"/v1/reservations/{rid}")
+    assert r.status_code == 409, r.text
+    assert client.get(f"/v1/reservations/{rid}").json()["status"] == "expired"
+    assert client.get(f"/v1/datasets/{ds['id']}/budget").json()["entries"] == 2
