@@ -28,6 +28,12 @@ pool, and a request whose key is remembered never waits for the slot. Keys being
 (``mint``) are never refused: only an admin (or the server itself, at start-up) mints, and it
 waits for the slot.
 
+Concurrent requests presenting the same key not yet remembered share one computation: the
+first computes (counted against the limits above), the others wait for its result without a
+slot of their own (``joined``), so a pipeline's 16 parallel calls after a restart cost one scrypt
+and none is refused. A flood of one key is therefore one scrypt too; its requests each wait for
+that one computation at most.
+
 Rows written before this scheme (``lookup`` = unsalted SHA-256 hex, with a per-key salted
 SHA-256 in ``key_hash``) are still found by that digest, verified, and rewritten to the scrypt
 digest on their first successful use (their keys are not known before that).
@@ -122,6 +128,14 @@ class _Lru:
         return self._items.pop(tag, None)
 
 
+class _Flight:
+    """One key's digest being computed, which requests presenting the same key wait for."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.value: str | None = None
+
+
 class KeyDigester:
     """Lookup digests under one installation salt, remembered per process."""
 
@@ -131,9 +145,12 @@ class KeyDigester:
         self._presented = _Lru(CACHE_SIZE)  # other keys presented: unknown, or not yet found
         self._lock = threading.Lock()
         self._kdf_slots = threading.BoundedSemaphore(MAX_CONCURRENT_KDF)
+        self._flights: dict[bytes, _Flight] = {}
         self.admitted = 0
         """Presented keys computing or waiting for a KDF slot now (at most
         ``MAX_CONCURRENT_KDF + MAX_KDF_WAITING``)."""
+        self.joined = 0
+        """Requests that waited for another request's computation of the same key (counted)."""
 
     @staticmethod
     def _tag(key: str) -> bytes:
@@ -146,28 +163,48 @@ class KeyDigester:
 
     def digest(self, key: str) -> str:
         """``scrypt_digest(key, salt)`` of a presented key, computed once per process (until
-        evicted). ``ServerBusy`` at once, computing nothing, when ``MAX_CONCURRENT_KDF`` keys
-        are being digested and ``MAX_KDF_WAITING`` more wait for a slot."""
+        evicted), and once for all the requests presenting it while it is computed.
+        ``ServerBusy`` at once, computing nothing, when ``MAX_CONCURRENT_KDF`` keys are being
+        digested and ``MAX_KDF_WAITING`` more wait for a slot."""
         tag = self._tag(key)
         found = self._remembered(tag)
         if found is not None:
             return found
         with self._lock:
-            if self.admitted >= MAX_CONCURRENT_KDF + MAX_KDF_WAITING:
+            flight = self._flights.get(tag)
+            if flight is not None:  # the same key is being digested: wait for that
+                self.joined += 1
+            elif (found := self._known.get(tag) or self._presented.get(tag)) is not None:
+                return found  # remembered since the look above
+            elif self.admitted >= MAX_CONCURRENT_KDF + MAX_KDF_WAITING:
                 raise ServerBusy(
                     "too many API keys this server has not seen yet are being checked at once; "
                     "retry shortly (keys it knows are not affected)"
                 )
-            self.admitted += 1
+            else:
+                self.admitted += 1
+                self._flights[tag] = _Flight()
+        if flight is not None:
+            flight.done.wait()
+            if flight.value is None:  # the computation failed: this request tries on its own
+                return self.digest(key)
+            return flight.value
+        return self._compute(key, tag)
+
+    def _compute(self, key: str, tag: bytes) -> str:
+        """The digest of ``key`` (admitted, its flight open), handed to the waiting requests."""
+        value: str | None = None
         try:
             with self._kdf_slots:
                 value = scrypt_digest(key, self.salt)
         finally:
             with self._lock:
                 self.admitted -= 1
-        with self._lock:
-            if self._known.get(tag) is None:
-                self._presented.put(tag, value)
+                if value is not None and self._known.get(tag) is None:
+                    self._presented.put(tag, value)
+                flight = self._flights.pop(tag)
+            flight.value = value
+            flight.done.set()
         return value
 
     def known(self, key: str, value: str) -> None:

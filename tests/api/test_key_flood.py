@@ -157,3 +157,42 @@ def test_unknown_keys_never_evict_the_digests_of_known_keys(
     assert len(calls) == 2 + len(unknown)
     digester.digest(unknown[0])  # the oldest were evicted, by their own kind only
     assert calls[-1] == unknown[0]
+
+
+def test_parallel_requests_with_one_new_key_share_one_kdf_and_none_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Helper gc's finding: after a restart, a pipeline's 16 parallel charges with its stored key
+    got 7 x 503 (the KDF queue holds 9) and cost 9 scrypts of that one key; the docs promise one
+    scrypt per key per process and 503 only in a flood of keys. The 16 now share one computation.
+    The KDF is held until all 16 have asked (counted, not timed)."""
+    parallel = 16
+    assert parallel > key_digest.MAX_CONCURRENT_KDF + key_digest.MAX_KDF_WAITING
+    digester = KeyDigester(b"0123456789abcdef")
+    asked = threading.Semaphore(0)
+    kdf = HeldKdf()
+    monkeypatch.setattr(key_digest, "scrypt_digest", kdf)
+    real_remembered = digester._remembered
+
+    def remembered(tag: bytes) -> str | None:
+        found = real_remembered(tag)
+        asked.release()
+        return found
+
+    monkeypatch.setattr(digester, "_remembered", remembered)
+    key = "pl_p_" + secrets.token_urlsafe(32)
+    with ThreadPoolExecutor(parallel) as pool:
+        futures = [pool.submit(digester.digest, key) for _ in range(parallel)]
+        try:
+            for _ in range(parallel):  # every request has looked for a remembered digest
+                assert asked.acquire(timeout=HANG_GUARD)
+        finally:
+            kdf.release.set()
+        outcomes = []
+        for f in futures:
+            try:
+                outcomes.append(f.result(timeout=HANG_GUARD))
+            except key_digest.ServerBusy as exc:
+                outcomes.append(exc)
+    assert outcomes == [kdf._real(key, digester.salt)] * parallel
+    assert kdf.calls == 1 and digester.joined == parallel - 1 and digester.admitted == 0
