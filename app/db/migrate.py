@@ -96,17 +96,25 @@ _TRUE = ("1", "true", "yes", "on")
 
 def refuse_populated_downgrade() -> None:
     """Called first by every migration's ``downgrade()``: ``CommandError`` while the ledger has
-    rows, unless forced (``-x force=true`` or ``Config.attributes["force"]``). Offline (``--sql``)
-    runs only print SQL and are not checked."""
+    rows or any dataset or reservation exists, unless forced (``-x force=true`` or
+    ``Config.attributes["force"]``). Offline (``--sql``) runs only print SQL and are not
+    checked."""
     if context.is_offline_mode():
         return
     x_force = context.get_x_argument(as_dictionary=True).get("force", "")
     if context.config.attributes.get("force") is True or x_force.lower() in _TRUE:
         return
-    rows = op.get_bind().execute(text("SELECT count(*) FROM ledger_entry")).scalar_one()
-    if rows:
+    conn = op.get_bind()
+    rows, datasets, holds = (
+        conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
+        for table in ("ledger_entry", "dataset", "reservation")
+    )
+    # datasets and holds before any charge are data too: their budgets, allocations, archive
+    # marks and held budget go with the revision that holds them (the base drops them all)
+    if rows or datasets or holds:
         raise CommandError(
-            f"refusing to downgrade: the ledger has {rows} entries and a downgrade below head "
+            f"refusing to downgrade: the ledger has {rows} entries ({datasets} datasets, "
+            f"{holds} reservations) and a downgrade below head "
             "drops data; back the database up, then force it with "
             "'alembic -x force=true downgrade <revision>' or "
             "'privacy-ledger migrate --downgrade <revision> --force'"
