@@ -11,12 +11,14 @@ with ``alembic -x force=true downgrade <rev>``, ``privacy-ledger migrate --downg
 from __future__ import annotations
 
 import fcntl
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command, context, op
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import create_engine, inspect, make_url, text
 
@@ -121,6 +123,29 @@ def refuse_populated_downgrade() -> None:
         )
 
 
+@functools.lru_cache(maxsize=1)
+def _revisions() -> tuple[str, frozenset[str]]:
+    """This release's head revision and every revision it knows."""
+    scripts = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    head = scripts.get_current_head()
+    assert head is not None
+    return head, frozenset(r.revision for r in scripts.walk_revisions())
+
+
+def behind_head(revision: str | None) -> str | None:
+    """Why a database at ``revision`` cannot be served by this release (None when it can): an
+    older revision this release knows (the upgrade has not run: ``PRIVACY_LEDGER_AUTO_MIGRATE``
+    is off, or the migrator has not finished) lacks columns every request reads. A revision
+    this release does not know (written by a newer one) is not refused here."""
+    head, known = _revisions()
+    if revision == head or (revision is not None and revision not in known):
+        return None
+    return (
+        f"the schema is at revision {revision or 'none'} and this release needs {head}: "
+        "run 'privacy-ledger migrate'"
+    )
+
+
 def is_at_head(url: str) -> bool:
     """Whether the schema exists (the ``dataset`` table is present)."""
     engine = create_engine(url)
@@ -133,6 +158,7 @@ def is_at_head(url: str) -> bool:
 
 __all__ = [
     "alembic_config",
+    "behind_head",
     "downgrade",
     "is_at_head",
     "migrations_dir",
