@@ -36,7 +36,10 @@ def migrate(
         bool,
         typer.Option(
             "--force",
-            help="With --downgrade: go ahead even though the ledger has rows.",
+            help=(
+                "With --downgrade: go ahead even though the database holds ledger entries, "
+                "datasets or reservations."
+            ),
         ),
     ] = False,
 ) -> None:

@@ -3,7 +3,8 @@ guard that keeps a downgrade from dropping a populated ledger.
 
 A downgrade below head drops what the newer schema holds (the first revision's downgrade drops
 the ledger itself), so every revision's ``downgrade()`` first calls
-:func:`refuse_populated_downgrade`: while ``ledger_entry`` has rows it refuses, unless forced
+:func:`refuse_populated_downgrade`: while the database holds ledger entries, datasets or
+reservations it refuses, unless forced
 with ``alembic -x force=true downgrade <rev>``, ``privacy-ledger migrate --downgrade <rev>
 --force`` or ``downgrade(url, rev, force=True)``.
 """
@@ -87,7 +88,7 @@ def upgrade(url: str, revision: str = "head") -> None:
 
 def downgrade(url: str, revision: str = "base", *, force: bool = False) -> None:
     """Downgrade the database at ``url`` to ``revision``; refused (``CommandError``) while the
-    ledger has rows unless ``force``."""
+    database holds ledger entries, datasets or reservations unless ``force``."""
     cfg = alembic_config(url)
     cfg.attributes["force"] = force
     command.downgrade(cfg, revision)
