@@ -68,3 +68,43 @@ def test_rebuild_rederives_curves_an_older_release_stored(client: TestClient, db
     assert ledger.verify(db, SYSTEM).datasets[0].ok
     spent = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]["epsilon"]
     assert spent >= _compose(client, [TRUE, TRUE, TRUE])
+
+
+PLD_MIX = [
+    {"mechanism": "gaussian", "sigma": 3.0, "sensitivity": 1.0},
+    {"mechanism": "gaussian", "sigma": 10.0, "count": 5},
+    {"mechanism": "laplace", "epsilon": 0.05},
+    {"mechanism": "randomized_response", "epsilon": 0.1, "k": 4},
+    {"mechanism": "subsampled_gaussian", "sigma": 1.1, "sample_rate": 0.01, "steps": 100},
+    {"mechanism": "discrete_laplace", "epsilon": 0.04, "sensitivity": 2},
+]
+
+
+def test_rederiving_curves_keeps_a_pld_that_matches_its_ledger(
+    client: TestClient, db_url: str
+) -> None:
+    """Re-deriving entries' curves does not touch a ``pld`` dataset's distribution (it comes
+    from the mechanisms, not the curves): a stored distribution that matches the ledger is kept,
+    not replaced by the verify's regrouped recomposition, which can certify a lower epsilon (by
+    5.7e-7 on a 28-entry ledger an older release wrote) than the one the charges composed."""
+    ds = new_dataset(
+        client, budget={"epsilon": 50.0, "delta": 1e-6}, accounting="pld", adaptive=False
+    )
+    for i in range(24):
+        wire = PLD_MIX[i % len(PLD_MIX)]
+        r = client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": wire})
+        assert r.status_code == 201, r.text
+    before = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]["epsilon"]
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # one entry's curve as an older formula left it: lower
+        target = conn.execute(
+            text("SELECT id FROM ledger_entry WHERE dataset_id = :d AND seq = 5"), {"d": ds["id"]}
+        ).scalar_one()
+        conn.execute(text("UPDATE ledger_entry SET rho = rho / 2 WHERE id = :i"), {"i": target})
+    engine.dispose()
+    db = client.app.state.db  # type: ignore[attr-defined]
+    assert ledger.verify(db, SYSTEM).datasets[0].entries_with_curve_mismatch == [target]
+    ledger.verify(db, SYSTEM, rebuild=True)
+    assert ledger.verify(db, SYSTEM).datasets[0].ok
+    after = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]["epsilon"]
+    assert after >= before
