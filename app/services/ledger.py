@@ -31,7 +31,7 @@ from app.accounting.compose import RangeSums, compose_in_order, compose_ranges
 from app.accounting.curve import PrivacyCurve, Vector
 from app.accounting.kinds import UnitCurves
 from app.accounting.mechanisms import Mechanism, mechanism_from_dict
-from app.accounting.orders import ORDERS
+from app.accounting.orders import CURVE_FORMULAS_VERSION, ORDERS
 from app.accounting.pld import Pld
 from app.accounting.pld_filter import PldFilter
 from app.accounting.running import RunningSum
@@ -42,6 +42,7 @@ from app.db.models import (
     Allocation,
     AllocationBlock,
     ApiKey,
+    AppSetting,
     Dataset,
     DatasetBlock,
     LedgerEntry,
@@ -970,6 +971,32 @@ def verify(
     return r.VerifyReport(ok=all(x.ok for x in report), datasets=report)
 
 
+FORMULAS_SETTING = "curve_formulas_version"
+"""``app_setting`` key: the ``CURVE_FORMULAS_VERSION`` the stored curves were last re-derived
+under."""
+
+
+def rederive_if_formulas_changed(db: Database) -> r.VerifyReport | None:
+    """Once per ``CURVE_FORMULAS_VERSION``: ``verify --rebuild`` over every dataset (stored
+    curves that no longer match their mechanism are re-derived, totals rebuilt; audited), then
+    the version is stamped. None when the stamp is current. Called after ``migrate`` and by an
+    auto-migrating start-up: without it, a ledger written before a formula correction kept
+    reporting spends below what its mechanisms imply until an operator ran ``verify --rebuild``."""
+    version = str(CURVE_FORMULAS_VERSION)
+    with db.read() as s:
+        row = s.get(AppSetting, FORMULAS_SETTING)
+        if row is not None and row.value == version:
+            return None
+    report = verify(db, SYSTEM, rebuild=True)
+    with db.write() as s:
+        row = s.get(AppSetting, FORMULAS_SETTING)
+        if row is None:
+            s.add(AppSetting(key=FORMULAS_SETTING, value=version))
+        else:
+            row.value = version
+    return report
+
+
 __all__ = [
     "Progress",
     "decode_cursor",
@@ -981,6 +1008,7 @@ __all__ = [
     "export_page",
     "list_entries",
     "list_rejections",
+    "rederive_if_formulas_changed",
     "rejection_answer",
     "verify",
 ]

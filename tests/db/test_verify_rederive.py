@@ -16,9 +16,10 @@ import json
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
+from app.main import create_app
 from app.principal import SYSTEM
 from app.services import ledger
-from tests.conftest import new_dataset
+from tests.conftest import ADMIN, make_settings, new_dataset
 
 STORED = {"mechanism": "subsampled_gaussian", "sigma": 0.7, "sample_rate": 1e-6, "steps": 10**9}
 TRUE = {**STORED, "sigma": 0.65}  # what the rows say was run; its curve is higher everywhere
@@ -108,3 +109,35 @@ def test_rederiving_curves_keeps_a_pld_that_matches_its_ledger(
     assert ledger.verify(db, SYSTEM).datasets[0].ok
     after = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]["epsilon"]
     assert after >= before
+
+
+def test_the_first_auto_migrating_start_rederives_them(client: TestClient, db_url: str) -> None:
+    """Without an operator: the first start-up that migrates (and ``privacy-ledger migrate``)
+    re-derives once per formulas version; the version is stamped, so the next start reads
+    nothing."""
+    ds = new_dataset(client, budget={"epsilon": 50.0, "delta": 1e-6}, adaptive=False)
+    r = client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": STORED})
+    assert r.status_code == 201, r.text
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # as the older release left it: no formulas stamp
+        conn.execute(
+            text("UPDATE ledger_entry SET mechanism = :m WHERE dataset_id = :d"),
+            {"m": json.dumps({**TRUE, "count": 1, "v": 1}), "d": ds["id"]},
+        )
+        assert (
+            conn.execute(
+                text("SELECT count(*) FROM app_setting WHERE key = :k"),
+                {"k": ledger.FORMULAS_SETTING},
+            ).scalar_one()
+            == 0
+        )
+    engine.dispose()
+    owed = _compose(client, [TRUE])
+    with TestClient(
+        create_app(make_settings(db_url).model_copy(update={"auto_migrate": True})), headers=ADMIN
+    ) as c:
+        spent = c.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]["epsilon"]
+        assert spent >= owed
+        assert ledger.verify(c.app.state.db, SYSTEM).ok  # type: ignore[attr-defined]
+        again = ledger.rederive_if_formulas_changed(c.app.state.db)  # type: ignore[attr-defined]
+        assert again is None
