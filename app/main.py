@@ -31,6 +31,7 @@ from app.config import Settings, get_settings, settings_or_exit
 from app.db import migrate
 from app.db.engine import Database
 from app.services import keys
+from app.services import ledger as ledger_service
 from app.services import reservations as reservation_service
 
 log = logging.getLogger("privacy_ledger")
@@ -151,6 +152,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         observability.watch(db.write_engine, db.read_engine)
         app.state.db = db
         await run_in_threadpool(_bootstrap_keys, db, settings)
+        if settings.auto_migrate:  # curves stored under formulas since corrected
+            await run_in_threadpool(ledger_service.rederive_if_formulas_changed, db)
         task = asyncio.create_task(_sweeper(db))
         try:
             yield

@@ -64,10 +64,19 @@ ORDERS_VERSION = 2
 """Bump (with a migration rebuilding totals) whenever ``ORDERS`` changes. Version 1: 234 orders;
 version 2: 243 (1.01 .. 1.09 added)."""
 
+CURVE_FORMULAS_VERSION = 1
+"""Bump whenever a mechanism's curve formula changes (a correction found below the exact value,
+or a tightening): a database written before re-derives its stored curves from their mechanisms
+and rebuilds its totals once, at the first ``migrate`` or auto-migrating start-up of the release
+that bumps it (``app.services.ledger.rederive_if_formulas_changed``). Version 1: the formulas
+of 2026-11-24 (discrete Laplace margin 2556fc4, DP-SGD series ff22b6b / 4e9a4c1 / 3942eb9); a
+database without the stamp was written before them, or by a release that did not keep it."""
+
 INTEGER_MASK: npt.NDArray[np.bool_] = np.equal(np.floor(ORDERS), ORDERS)
 """True where the order is an integer (the subsampled Gaussian uses a different series)."""
 
 __all__ = [
+    "CURVE_FORMULAS_VERSION",
     "DPACC_DEFAULT_ORDERS",
     "INTEGER_MASK",
     "MAX_ORDER",

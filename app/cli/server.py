@@ -20,6 +20,7 @@ from app.db import migrate as m
 from app.db.engine import Database
 from app.principal import SYSTEM, Principal
 from app.services import datasets as dataset_service
+from app.services.ledger import rederive_if_formulas_changed
 from app.services.ledger import verify as run_verify
 
 
@@ -36,7 +37,10 @@ def migrate(
         bool,
         typer.Option(
             "--force",
-            help="With --downgrade: go ahead even though the ledger has rows.",
+            help=(
+                "With --downgrade: go ahead even though the database holds ledger entries, "
+                "datasets or reservations."
+            ),
         ),
     ] = False,
 ) -> None:
@@ -46,6 +50,18 @@ def migrate(
         if downgrade is None:
             m.upgrade(url)
             typer.echo(f"schema at head: {redact(url)}")
+            db = Database(url)
+            try:
+                report = rederive_if_formulas_changed(db)
+            finally:
+                db.dispose()
+            rebuilt = [
+                d.name
+                for d in (report.datasets if report is not None else [])
+                if (d.model_extra or {}).get("rebuilt")
+            ]
+            if rebuilt:  # curves stored under formulas since corrected (audited)
+                typer.echo(f"stored curves re-derived and totals rebuilt: {', '.join(rebuilt)}")
             return
         try:
             m.downgrade(url, downgrade, force=force)

@@ -3,7 +3,8 @@ guard that keeps a downgrade from dropping a populated ledger.
 
 A downgrade below head drops what the newer schema holds (the first revision's downgrade drops
 the ledger itself), so every revision's ``downgrade()`` first calls
-:func:`refuse_populated_downgrade`: while ``ledger_entry`` has rows it refuses, unless forced
+:func:`refuse_populated_downgrade`: while the database holds ledger entries, datasets or
+reservations it refuses, unless forced
 with ``alembic -x force=true downgrade <rev>``, ``privacy-ledger migrate --downgrade <rev>
 --force`` or ``downgrade(url, rev, force=True)``.
 """
@@ -11,12 +12,14 @@ with ``alembic -x force=true downgrade <rev>``, ``privacy-ledger migrate --downg
 from __future__ import annotations
 
 import fcntl
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command, context, op
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import create_engine, inspect, make_url, text
 
@@ -85,7 +88,7 @@ def upgrade(url: str, revision: str = "head") -> None:
 
 def downgrade(url: str, revision: str = "base", *, force: bool = False) -> None:
     """Downgrade the database at ``url`` to ``revision``; refused (``CommandError``) while the
-    ledger has rows unless ``force``."""
+    database holds ledger entries, datasets or reservations unless ``force``."""
     cfg = alembic_config(url)
     cfg.attributes["force"] = force
     command.downgrade(cfg, revision)
@@ -96,21 +99,52 @@ _TRUE = ("1", "true", "yes", "on")
 
 def refuse_populated_downgrade() -> None:
     """Called first by every migration's ``downgrade()``: ``CommandError`` while the ledger has
-    rows, unless forced (``-x force=true`` or ``Config.attributes["force"]``). Offline (``--sql``)
-    runs only print SQL and are not checked."""
+    rows or any dataset or reservation exists, unless forced (``-x force=true`` or
+    ``Config.attributes["force"]``). Offline (``--sql``) runs only print SQL and are not
+    checked."""
     if context.is_offline_mode():
         return
     x_force = context.get_x_argument(as_dictionary=True).get("force", "")
     if context.config.attributes.get("force") is True or x_force.lower() in _TRUE:
         return
-    rows = op.get_bind().execute(text("SELECT count(*) FROM ledger_entry")).scalar_one()
-    if rows:
+    conn = op.get_bind()
+    rows, datasets, holds = (
+        conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
+        for table in ("ledger_entry", "dataset", "reservation")
+    )
+    # datasets and holds before any charge are data too: their budgets, allocations, archive
+    # marks and held budget go with the revision that holds them (the base drops them all)
+    if rows or datasets or holds:
         raise CommandError(
-            f"refusing to downgrade: the ledger has {rows} entries and a downgrade below head "
+            f"refusing to downgrade: the ledger has {rows} entries ({datasets} datasets, "
+            f"{holds} reservations) and a downgrade below head "
             "drops data; back the database up, then force it with "
             "'alembic -x force=true downgrade <revision>' or "
             "'privacy-ledger migrate --downgrade <revision> --force'"
         )
+
+
+@functools.lru_cache(maxsize=1)
+def _revisions() -> tuple[str, frozenset[str]]:
+    """This release's head revision and every revision it knows."""
+    scripts = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    head = scripts.get_current_head()
+    assert head is not None
+    return head, frozenset(r.revision for r in scripts.walk_revisions())
+
+
+def behind_head(revision: str | None) -> str | None:
+    """Why a database at ``revision`` cannot be served by this release (None when it can): an
+    older revision this release knows (the upgrade has not run: ``PRIVACY_LEDGER_AUTO_MIGRATE``
+    is off, or the migrator has not finished) lacks columns every request reads. A revision
+    this release does not know (written by a newer one) is not refused here."""
+    head, known = _revisions()
+    if revision == head or (revision is not None and revision not in known):
+        return None
+    return (
+        f"the schema is at revision {revision or 'none'} and this release needs {head}: "
+        "run 'privacy-ledger migrate'"
+    )
 
 
 def is_at_head(url: str) -> bool:
@@ -125,6 +159,7 @@ def is_at_head(url: str) -> bool:
 
 __all__ = [
     "alembic_config",
+    "behind_head",
     "downgrade",
     "is_at_head",
     "migrations_dir",

@@ -24,24 +24,25 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import ColumnElement, Select, Text, cast, func, or_, select
+from sqlalchemy import ColumnElement, Select, Text, cast, func, or_, select, update
 
 from app import responses as r
 from app.accounting.compose import RangeSums, compose_in_order, compose_ranges
 from app.accounting.curve import PrivacyCurve, Vector
 from app.accounting.kinds import UnitCurves
 from app.accounting.mechanisms import Mechanism, mechanism_from_dict
-from app.accounting.orders import ORDERS
+from app.accounting.orders import CURVE_FORMULAS_VERSION, ORDERS
 from app.accounting.pld import Pld
 from app.accounting.pld_filter import PldFilter
 from app.accounting.running import RunningSum
-from app.db.codec import curve_of, rdp_from_bytes
+from app.db.codec import curve_columns, curve_of, rdp_from_bytes
 from app.db.engine import Database
 from app.db.models import (
     MAX_BIGINT,
     Allocation,
     AllocationBlock,
     ApiKey,
+    AppSetting,
     Dataset,
     DatasetBlock,
     LedgerEntry,
@@ -499,6 +500,48 @@ def _curve_mismatches(db: Database, dataset_id: str, tick: Callable[[int], None]
     return sorted(bad)
 
 
+def _matches(fresh: PrivacyCurve, stored: PrivacyCurve) -> bool:
+    """Whether a stored curve is its mechanism's curve (``_curve_mismatches``' test)."""
+    rho = _close(np.array([fresh.rho]), np.array([stored.rho]))
+    return bool(rho.all() and _close(fresh.rdp, stored.rdp).all())
+
+
+def _held_mismatches(s: Any, dataset_id: str) -> list[Reservation]:
+    """The dataset's active holds whose stored curve no longer matches their mechanism (a
+    hold made by an older release, before a formula was corrected)."""
+    holds = s.scalars(
+        select(Reservation)
+        .where(_R.dataset_id == dataset_id, _R.status == ReservationStatus.ACTIVE)
+        .order_by(_R.created_at, _R.id)
+    ).all()
+    return [h for h in holds if not _matches(mechanism_from_dict(h.mechanism).curve(), curve_of(h))]
+
+
+def _rederive(s: Any, entry_ids: list[int], holds: list[Reservation]) -> None:
+    """Rewrite the stored curves of these entries and holds from their mechanisms (the ledger's
+    source of truth) under the current formulas, as migration 0005 did for the order grid: a
+    curve stored by an older release whose formula was since found below the exact value (e.g.
+    DP-SGD at sigma 0.65, q 1e-6: 14 % below at order 2.6) would otherwise stay in every sum,
+    and in the entry a hold's commit makes. Runs under the dataset's lock, before the sums."""
+    fresh: dict[str, dict[str, Any]] = {}
+
+    def columns(mechanism: Any) -> dict[str, Any]:
+        key = json.dumps(mechanism, sort_keys=True)
+        if key not in fresh:
+            fresh[key] = curve_columns(mechanism_from_dict(mechanism).curve())
+        return fresh[key]
+
+    conn = s.connection()
+    for start in range(0, len(entry_ids), READ_CHUNK):
+        part = entry_ids[start : start + READ_CHUNK]
+        for entry_id, mechanism in s.execute(select(_L.id, _L.mechanism).where(_L.id.in_(part))):
+            conn.execute(update(LedgerEntry).where(_L.id == entry_id).values(**columns(mechanism)))
+    for hold in holds:
+        for name, value in columns(hold.mechanism).items():
+            setattr(hold, name, value)
+    s.flush()
+
+
 def _recomputed(
     s: Any, st: DatasetState, tick: Callable[[int], None]
 ) -> tuple[PrivacyCurve, int, dict[str, Any], RunningSum, datetime | None]:
@@ -858,6 +901,10 @@ def verify(
     for dataset_id in ids:
         mismatched = _curve_mismatches(db, dataset_id, tick)
         with db.write() as s, admission.locked(s, dataset_id, principal) as st:
+            holds = _held_mismatches(s, st.id)
+            rederive = rebuild and bool(mismatched or holds)
+            if rederive:
+                _rederive(s, mismatched, holds)
             total, n, counts, held, next_expiry = _recomputed(s, st, tick)
             stored = st.committed
             drift = {
@@ -883,21 +930,28 @@ def verify(
                 "dataset_id": st.id,
                 "name": st.name,
                 "entries": n,
-                "ok": not drifted and not mismatched,
+                "ok": not drifted and not mismatched and not holds,
                 "drift": drifted,
                 "entries_with_curve_mismatch": mismatched,
+                "holds_with_curve_mismatch": [h.id for h in holds],
             }
-            if drifted:
+            if drifted or rederive:
                 item["stored"] = {"rho": stored.rho, "entries": st.entry_count}
                 item["recomputed"] = {"rho": total.rho, "entries": n}
-            if rebuild and drifted:
+            if rebuild and (drifted or rederive):
                 st.committed, st.entry_count, st.mechanism_counts = total, n, counts
                 st.spent = admission.totals_filter_spend(st, total)
                 st.held, st.held_next_expiry = held, next_expiry
                 if st.is_pld:
                     assert st.pld is not None
-                    st.pld = pld or Pld.identity(st.pld.interval, st.pld.extended)
-                    st.pld_held, st.pld_dirty = pld_held, True
+                    # a distribution that matches the ledger is kept: the regrouped
+                    # recomposition is pessimistic too, but can certify a lower epsilon than
+                    # the one the charges composed (rebuilding curves never needs it)
+                    if drift["pld"]:
+                        st.pld = pld or Pld.identity(st.pld.interval, st.pld.extended)
+                        st.pld_dirty = True
+                    if drift["pld_held"]:
+                        st.pld_held, st.pld_dirty = pld_held, True
                     st.spent = PldFilter(st.filter).spend(st.pld, total)
                 st.dirty = True
                 audit.record(
@@ -909,11 +963,41 @@ def verify(
                         "drift": drifted,
                         "recomputed": item["recomputed"],
                         "stored": item["stored"],
+                        "curves_rederived": {
+                            "entries": mismatched,
+                            "holds": item["holds_with_curve_mismatch"],
+                        },
                     },
                 )
                 item["rebuilt"] = True
             report.append(r.VerifiedDataset(**item))
     return r.VerifyReport(ok=all(x.ok for x in report), datasets=report)
+
+
+FORMULAS_SETTING = "curve_formulas_version"
+"""``app_setting`` key: the ``CURVE_FORMULAS_VERSION`` the stored curves were last re-derived
+under."""
+
+
+def rederive_if_formulas_changed(db: Database) -> r.VerifyReport | None:
+    """Once per ``CURVE_FORMULAS_VERSION``: ``verify --rebuild`` over every dataset (stored
+    curves that no longer match their mechanism are re-derived, totals rebuilt; audited), then
+    the version is stamped. None when the stamp is current. Called after ``migrate`` and by an
+    auto-migrating start-up: without it, a ledger written before a formula correction kept
+    reporting spends below what its mechanisms imply until an operator ran ``verify --rebuild``."""
+    version = str(CURVE_FORMULAS_VERSION)
+    with db.read() as s:
+        row = s.get(AppSetting, FORMULAS_SETTING)
+        if row is not None and row.value == version:
+            return None
+    report = verify(db, SYSTEM, rebuild=True)
+    with db.write() as s:
+        row = s.get(AppSetting, FORMULAS_SETTING)
+        if row is None:
+            s.add(AppSetting(key=FORMULAS_SETTING, value=version))
+        else:
+            row.value = version
+    return report
 
 
 __all__ = [
@@ -927,6 +1011,7 @@ __all__ = [
     "export_page",
     "list_entries",
     "list_rejections",
+    "rederive_if_formulas_changed",
     "rejection_answer",
     "verify",
 ]

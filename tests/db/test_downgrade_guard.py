@@ -20,7 +20,7 @@ from app.accounting.mechanisms import Laplace
 from app.db import migrate
 from app.db.engine import Database
 from app.db.models import Base
-from app.services import charges, datasets
+from app.services import charges, datasets, reservations
 from app.services.keys import SYSTEM
 from tests.live import ROOT
 
@@ -136,3 +136,41 @@ def test_an_empty_ledger_downgrades_without_force(db_url: str) -> None:
     migrate.downgrade(db_url, "base")
     assert _revision(db_url) is None
     migrate.upgrade(db_url)
+
+
+def test_datasets_and_holds_without_entries_are_not_dropped_unforced(db_url: str) -> None:
+    """A dataset (its budget, allocations, archive mark) and an active hold made before any
+    charge are data too: the base revision's downgrade dropped them, unforced, because only
+    ``ledger_entry`` was counted."""
+    db = Database(db_url)
+    try:
+        ds = datasets.create_dataset(db, SYSTEM, name="kept", budget_epsilon=1.0, budget_delta=1e-6)
+        mech = Laplace(epsilon=0.1)
+        reservations.reserve(
+            db,
+            SYSTEM,
+            ds.id,
+            mechanism=mech,
+            wire=mech.to_dict(),
+            ttl_seconds=3600,
+            label=None,
+            metadata=None,
+            max_ttl_seconds=7200,
+        )
+    finally:
+        db.dispose()
+    assert _ledger_rows(db_url) == 0
+    try:
+        with pytest.raises(CommandError, match="refusing to downgrade"):
+            migrate.downgrade(db_url, "base")
+        assert _revision(db_url) == _head()
+        engine = create_engine(db_url)
+        try:
+            with engine.connect() as conn:
+                names = conn.execute(text("SELECT name FROM dataset")).scalars().all()
+                holds = conn.execute(text("SELECT count(*) FROM reservation")).scalar_one()
+        finally:
+            engine.dispose()
+        assert names == ["kept"] and holds == 1
+    finally:
+        migrate.upgrade(db_url)

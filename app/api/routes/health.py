@@ -10,6 +10,7 @@ from sqlalchemy import text
 
 from app import __version__, observability
 from app.api.deps import DbDep, metrics_access
+from app.db.migrate import behind_head
 from app.services.metrics import DatasetCollector
 
 router = APIRouter(tags=["health"])
@@ -22,10 +23,13 @@ def healthz() -> dict[str, Any]:
 
 @router.get(
     "/readyz",
-    summary="Readiness: the database answers and the schema is present",
+    summary="Readiness: the database answers and the schema is at this release's head",
     responses={
         503: {
-            "description": "not ready: the database does not answer or has no schema",
+            "description": (
+                "not ready: the database does not answer, has no schema, or its schema is at "
+                "an older revision (run migrate)"
+            ),
             "content": {
                 "application/json": {
                     "schema": {
@@ -42,10 +46,14 @@ def readyz(db: DbDep) -> JSONResponse:
     try:
         with db.read() as s:
             s.execute(text("SELECT 1 FROM dataset_total LIMIT 1"))
+            revision = s.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        behind = behind_head(revision)
     except Exception as exc:  # any database failure means not ready
         return JSONResponse(
             {"status": "unavailable", "detail": type(exc).__name__}, status_code=503
         )
+    if behind is not None:  # every other request would fail on the missing columns
+        return JSONResponse({"status": "unavailable", "detail": behind}, status_code=503)
     return JSONResponse({"status": "ready", "database": "sqlite" if db.is_sqlite else "postgresql"})
 
 

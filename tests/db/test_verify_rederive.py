@@ -1,0 +1,143 @@
+"""A ledger written by an older release keeps the curves that release computed: where a formula
+was since corrected upward (DP-SGD at sigma 0.65, q 1e-6 was stored 14 % below the exact RDP at
+order 2.6 before ff22b6b / 4e9a4c1; discrete Laplace at Delta 1e7 before 2556fc4), the upgraded
+service went on summing the old, too-low curves. ``verify`` named the entries, but ``--rebuild``
+only re-summed the same stored curves: the dataset's spend stayed below what its mechanisms imply,
+and a hold made before the upgrade was committed with its old curve.
+
+The rows are shaped as such a release left them: a stored curve (with totals consistent with it)
+below what the current formula gives for the stored mechanism. The oracle is the service's own
+``compose`` of the ledger's mechanisms (which computes every curve afresh)."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
+
+from app.main import create_app
+from app.principal import SYSTEM
+from app.services import ledger
+from tests.conftest import ADMIN, make_settings, new_dataset
+
+STORED = {"mechanism": "subsampled_gaussian", "sigma": 0.7, "sample_rate": 1e-6, "steps": 10**9}
+TRUE = {**STORED, "sigma": 0.65}  # what the rows say was run; its curve is higher everywhere
+
+
+def _compose(client: TestClient, mechanisms: list[dict[str, object]]) -> float:
+    r = client.post(
+        "/v1/accounting/compose",
+        json={"mechanisms": mechanisms, "delta": 1e-6, "accounting": "rdp"},
+    )
+    assert r.status_code == 200, r.text
+    return float(r.json()["epsilon"])
+
+
+def test_rebuild_rederives_curves_an_older_release_stored(client: TestClient, db_url: str) -> None:
+    ds = new_dataset(client, budget={"epsilon": 50.0, "delta": 1e-6}, adaptive=False)
+    for _ in range(2):
+        r = client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": STORED})
+        assert r.status_code == 201, r.text
+    r = client.post(
+        f"/v1/datasets/{ds['id']}/reservations", json={"mechanism": STORED, "ttl_seconds": 3600}
+    )
+    assert r.status_code == 201, r.text
+    hold = r.json()["id"]
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # the rows' mechanism is TRUE; their curves are STORED's
+        for table in ("ledger_entry", "reservation"):
+            conn.execute(
+                text(f"UPDATE {table} SET mechanism = :m WHERE dataset_id = :d"),
+                {"m": json.dumps({**TRUE, "count": 1, "v": 1}), "d": ds["id"]},
+            )
+    engine.dispose()
+    owed = _compose(client, [TRUE, TRUE])
+    assert owed > _compose(client, [STORED, STORED])  # the case is not vacuous
+    db = client.app.state.db  # type: ignore[attr-defined]
+    found = ledger.verify(db, SYSTEM).datasets[0]
+    assert len(found.entries_with_curve_mismatch) == 2 and not found.ok
+
+    ledger.verify(db, SYSTEM, rebuild=True)
+    after = ledger.verify(db, SYSTEM).datasets[0]
+    assert after.ok, after
+    spent = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]["epsilon"]
+    assert spent >= owed
+
+    # the hold made before the upgrade is committed with the current curve of its mechanism
+    assert client.post(f"/v1/reservations/{hold}/commit").status_code in (200, 201)
+    assert ledger.verify(db, SYSTEM).datasets[0].ok
+    spent = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]["epsilon"]
+    assert spent >= _compose(client, [TRUE, TRUE, TRUE])
+
+
+PLD_MIX = [
+    {"mechanism": "gaussian", "sigma": 3.0, "sensitivity": 1.0},
+    {"mechanism": "gaussian", "sigma": 10.0, "count": 5},
+    {"mechanism": "laplace", "epsilon": 0.05},
+    {"mechanism": "randomized_response", "epsilon": 0.1, "k": 4},
+    {"mechanism": "subsampled_gaussian", "sigma": 1.1, "sample_rate": 0.01, "steps": 100},
+    {"mechanism": "discrete_laplace", "epsilon": 0.04, "sensitivity": 2},
+]
+
+
+def test_rederiving_curves_keeps_a_pld_that_matches_its_ledger(
+    client: TestClient, db_url: str
+) -> None:
+    """Re-deriving entries' curves does not touch a ``pld`` dataset's distribution (it comes
+    from the mechanisms, not the curves): a stored distribution that matches the ledger is kept,
+    not replaced by the verify's regrouped recomposition, which can certify a lower epsilon (by
+    5.7e-7 on a 28-entry ledger an older release wrote) than the one the charges composed."""
+    ds = new_dataset(
+        client, budget={"epsilon": 50.0, "delta": 1e-6}, accounting="pld", adaptive=False
+    )
+    for i in range(24):
+        wire = PLD_MIX[i % len(PLD_MIX)]
+        r = client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": wire})
+        assert r.status_code == 201, r.text
+    before = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]["epsilon"]
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # one entry's curve as an older formula left it: lower
+        target = conn.execute(
+            text("SELECT id FROM ledger_entry WHERE dataset_id = :d AND seq = 5"), {"d": ds["id"]}
+        ).scalar_one()
+        conn.execute(text("UPDATE ledger_entry SET rho = rho / 2 WHERE id = :i"), {"i": target})
+    engine.dispose()
+    db = client.app.state.db  # type: ignore[attr-defined]
+    assert ledger.verify(db, SYSTEM).datasets[0].entries_with_curve_mismatch == [target]
+    ledger.verify(db, SYSTEM, rebuild=True)
+    assert ledger.verify(db, SYSTEM).datasets[0].ok
+    after = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]["epsilon"]
+    assert after >= before
+
+
+def test_the_first_auto_migrating_start_rederives_them(client: TestClient, db_url: str) -> None:
+    """Without an operator: the first start-up that migrates (and ``privacy-ledger migrate``)
+    re-derives once per formulas version; the version is stamped, so the next start reads
+    nothing."""
+    ds = new_dataset(client, budget={"epsilon": 50.0, "delta": 1e-6}, adaptive=False)
+    r = client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": STORED})
+    assert r.status_code == 201, r.text
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # as the older release left it: no formulas stamp
+        conn.execute(
+            text("UPDATE ledger_entry SET mechanism = :m WHERE dataset_id = :d"),
+            {"m": json.dumps({**TRUE, "count": 1, "v": 1}), "d": ds["id"]},
+        )
+        assert (
+            conn.execute(
+                text("SELECT count(*) FROM app_setting WHERE key = :k"),
+                {"k": ledger.FORMULAS_SETTING},
+            ).scalar_one()
+            == 0
+        )
+    engine.dispose()
+    owed = _compose(client, [TRUE])
+    with TestClient(
+        create_app(make_settings(db_url).model_copy(update={"auto_migrate": True})), headers=ADMIN
+    ) as c:
+        spent = c.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]["epsilon"]
+        assert spent >= owed
+        assert ledger.verify(c.app.state.db, SYSTEM).ok  # type: ignore[attr-defined]
+        again = ledger.rederive_if_formulas_changed(c.app.state.db)  # type: ignore[attr-defined]
+        assert again is None
