@@ -153,7 +153,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.db = db
         await run_in_threadpool(_bootstrap_keys, db, settings)
         if settings.auto_migrate:  # curves stored under formulas since corrected
-            await run_in_threadpool(ledger_service.rederive_if_formulas_changed, db)
+            try:
+                await run_in_threadpool(ledger_service.rederive_if_formulas_changed, db)
+            except Exception:  # the server still serves; the repair is tried at the next start
+                log.exception(
+                    "stored curves could not be re-derived under this release's formulas; run "
+                    "`privacy-ledger verify --rebuild` (or `privacy-ledger migrate`) to see why"
+                )
         task = asyncio.create_task(_sweeper(db))
         try:
             yield

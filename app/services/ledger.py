@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import ColumnElement, Select, Text, cast, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
 
 from app import responses as r
 from app.accounting.compose import RangeSums, compose_in_order, compose_ranges
@@ -991,12 +992,15 @@ def rederive_if_formulas_changed(db: Database) -> r.VerifyReport | None:
         if row is not None and row.value == version:
             return None
     report = verify(db, SYSTEM, rebuild=True)
-    with db.write() as s:
-        row = s.get(AppSetting, FORMULAS_SETTING)
-        if row is None:
-            s.add(AppSetting(key=FORMULAS_SETTING, value=version))
-        else:
-            row.value = version
+    try:
+        with db.write() as s:
+            row = s.get(AppSetting, FORMULAS_SETTING)
+            if row is None:
+                s.add(AppSetting(key=FORMULAS_SETTING, value=version))
+            else:
+                row.value = version
+    except IntegrityError:  # a replica starting at the same time stamped it first
+        pass
     return report
 
 

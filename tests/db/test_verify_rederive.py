@@ -12,7 +12,9 @@ below what the current formula gives for the stored mechanism. The oracle is the
 from __future__ import annotations
 
 import json
+import logging
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
@@ -141,3 +143,22 @@ def test_the_first_auto_migrating_start_rederives_them(client: TestClient, db_ur
         assert ledger.verify(c.app.state.db, SYSTEM).ok  # type: ignore[attr-defined]
         again = ledger.rederive_if_formulas_changed(c.app.state.db)  # type: ignore[attr-defined]
         assert again is None
+
+
+def test_a_start_whose_rederivation_fails_still_serves_and_says_why(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The repair runs inside the start-up: if it fails (a stored mechanism this release no longer
+    reads, a database error), the server starts anyway, logs what to run, and leaves the version
+    unstamped so that the next start tries again; it did not start at all."""
+
+    def broken(_db: object) -> None:
+        raise RuntimeError("a stored mechanism this release cannot read")
+
+    monkeypatch.setattr(ledger, "rederive_if_formulas_changed", broken)
+    settings = make_settings(db_url).model_copy(update={"auto_migrate": True})
+    with caplog.at_level(logging.ERROR), TestClient(create_app(settings), headers=ADMIN) as c:
+        assert c.get("/healthz").status_code == 200
+        assert c.get("/v1/datasets").status_code == 200
+    assert "privacy-ledger verify --rebuild" in caplog.text
+    assert "a stored mechanism this release cannot read" in caplog.text
