@@ -12,7 +12,7 @@ import app.main
 from app.db.engine import Database
 from app.main import create_app
 from app.services import reservations
-from tests.conftest import make_settings
+from tests.conftest import ADMIN, expire_active_holds, make_settings, new_dataset
 
 HANG_GUARD = 120.0  # seconds: only so that a regression fails instead of hanging the suite
 DISPOSE_WINDOW = 2.0
@@ -59,3 +59,34 @@ def test_shutdown_lets_the_sweep_in_progress_return_its_connection_before_dispos
     with TestClient(create_app(make_settings(sqlite_url))):
         assert sweeping.wait(HANG_GUARD)  # a sweep is in progress, its connection checked out
     assert checked_out_at_dispose == [0]
+
+
+def test_the_background_sweeper_charges_a_due_hold(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The apps of the other tests never sweep by themselves (tests/conftest.py); here the
+    sweeper runs at once and often: a hold made due is charged without any request."""
+    monkeypatch.setattr(app.main, "SWEEP_INTERVAL_SECONDS", 0.0)
+    charged = threading.Event()
+    real_sweep = reservations.sweep_expired
+
+    def observed_sweep(db: Database) -> int:
+        n = real_sweep(db)
+        if n:
+            charged.set()
+        return n
+
+    monkeypatch.setattr(reservations, "sweep_expired", observed_sweep)
+    with TestClient(create_app(make_settings(db_url)), headers=ADMIN) as c:
+        ds = new_dataset(c)
+        hold = c.post(
+            f"/v1/datasets/{ds['id']}/reservations",
+            json={"mechanism": {"mechanism": "laplace", "epsilon": 0.25}},
+        ).json()
+        expire_active_holds(db_url)
+        assert charged.wait(HANG_GUARD)
+        assert c.get(f"/v1/reservations/{hold['id']}").json()["status"] == "expired"
+        entries = c.get(f"/v1/datasets/{ds['id']}/ledger").json()["entries"]
+        assert [(e["source"], e["reservation_id"]) for e in entries] == [
+            ("reservation_expired", hold["id"])
+        ]
