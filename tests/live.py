@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -17,10 +18,29 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 
 
+PORT_ATTEMPTS = 5
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _listening_inodes(port: int) -> set[str] | None:
+    """The inodes of the sockets listening on 127.0.0.1:``port`` (or on every address), from
+    /proc/net/tcp; None where there is no /proc (not Linux)."""
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return None
+    found = set()
+    for line in lines:
+        fields = line.split()
+        address, at, state, inode = *fields[1].split(":"), fields[3], fields[9]
+        if state == "0A" and int(at, 16) == port and address in ("0100007F", "00000000"):
+            found.add(inode)
+    return found
 
 
 class Server:
@@ -38,12 +58,30 @@ class Server:
         self.database_url = database_url
         self.admin_key = admin_key
         self.workers = workers
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self._chosen_port = port is None
+        self._use_port(port or free_port())
         self.proc: subprocess.Popen[bytes] | None = None
+
+    def _use_port(self, port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{self.port}"
         self.log = ROOT / f".server-{self.port}.log"
 
     def start(self, timeout: float = 180.0) -> None:
+        """Start the server and wait until it answers ``/readyz``. The port ``free_port`` chose
+        is free only until the server binds it: another process (the other xdist worker's
+        ``free_port`` and server) may take it in between. Then this server cannot bind and
+        exits, and before it does the other server answers ``/readyz`` on that port: a server is
+        ready only when it answers from a socket of its own, and one that lost its port is
+        started again on another."""
+        for _ in range(PORT_ATTEMPTS if self._chosen_port else 1):
+            if self._start_once(timeout):
+                return
+            self._use_port(free_port())
+        raise RuntimeError(f"the server could not bind its port ({self.port}, or one before)")
+
+    def _start_once(self, timeout: float) -> bool:
+        """Start the process: True once it is ready, False if its port was taken."""
         env = {
             **os.environ,
             "PRIVACY_LEDGER_DATABASE_URL": self.database_url,
@@ -76,15 +114,40 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.log.read_text()[-2000:]}")
+                said = self.log.read_text()
+                self.stop()
+                if "address already in use" in said.lower():
+                    return False
+                raise RuntimeError(f"server exited: {said[-2000:]}")
             try:
-                if httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200:
-                    return
+                if (
+                    httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200
+                    and self._listens()
+                ):
+                    return True
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
         self.stop()
         raise RuntimeError("server did not become ready")
+
+    def _listens(self) -> bool:
+        """Whether the socket listening on the port is this server's (uvicorn binds it in the
+        process started, also with several workers). Linux's /proc tells; without it, yes."""
+        assert self.proc is not None
+        inodes = _listening_inodes(self.port)
+        if inodes is None:
+            return True
+        try:
+            fds = list(Path(f"/proc/{self.proc.pid}/fd").iterdir())
+        except OSError:
+            return False
+        theirs = {f"socket:[{inode}]" for inode in inodes}
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) in theirs:
+                    return True
+        return False
 
     def kill(self) -> None:
         """SIGKILL the whole process group (no clean shutdown)."""
