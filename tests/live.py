@@ -43,6 +43,50 @@ def _listening_inodes(port: int) -> set[str] | None:
     return found
 
 
+def owns_port(pid: int, port: int) -> bool:
+    """Whether the socket listening on 127.0.0.1:``port`` is held by process ``pid`` (uvicorn
+    binds it in the process started, with any number of workers). Linux's /proc tells; without
+    /proc, yes."""
+    inodes = _listening_inodes(port)
+    if inodes is None:
+        return True
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    theirs = {f"socket:[{inode}]" for inode in inodes}
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(fd) in theirs:
+                return True
+    return False
+
+
+def await_ready(proc: subprocess.Popen[bytes], port: int, log: Path, timeout: float) -> bool:
+    """Wait until the server ``proc`` (its output in ``log``) answers ``/readyz`` on ``port``
+    from a socket of its own: True. False if it exited because the port was taken (start it
+    again on another). RuntimeError if it exited otherwise or was not ready in ``timeout``.
+
+    A port from ``free_port`` is free only until the server binds it: another process (the
+    other xdist worker's ``free_port`` and server) may take it in between; this server then
+    cannot bind and exits, and before it does the other server answers on that port."""
+    url = f"http://127.0.0.1:{port}/readyz"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            said = log.read_text()
+            if "address already in use" in said.lower():
+                return False
+            raise RuntimeError(f"server exited: {said[-2000:]}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200 and owns_port(proc.pid, port):
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("server did not become ready")
+
+
 class Server:
     """A uvicorn process group serving app.main:app."""
 
@@ -68,12 +112,8 @@ class Server:
         self.log = ROOT / f".server-{self.port}.log"
 
     def start(self, timeout: float = 180.0) -> None:
-        """Start the server and wait until it answers ``/readyz``. The port ``free_port`` chose
-        is free only until the server binds it: another process (the other xdist worker's
-        ``free_port`` and server) may take it in between. Then this server cannot bind and
-        exits, and before it does the other server answers ``/readyz`` on that port: a server is
-        ready only when it answers from a socket of its own, and one that lost its port is
-        started again on another."""
+        """Start the server and wait until it is ready (``await_ready``); one that lost the port
+        ``free_port`` chose to another process is started again on another."""
         for _ in range(PORT_ATTEMPTS if self._chosen_port else 1):
             if self._start_once(timeout):
                 return
@@ -111,43 +151,14 @@ class Server:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                said = self.log.read_text()
-                self.stop()
-                if "address already in use" in said.lower():
-                    return False
-                raise RuntimeError(f"server exited: {said[-2000:]}")
-            try:
-                if (
-                    httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200
-                    and self._listens()
-                ):
-                    return True
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("server did not become ready")
-
-    def _listens(self) -> bool:
-        """Whether the socket listening on the port is this server's (uvicorn binds it in the
-        process started, also with several workers). Linux's /proc tells; without it, yes."""
-        assert self.proc is not None
-        inodes = _listening_inodes(self.port)
-        if inodes is None:
-            return True
         try:
-            fds = list(Path(f"/proc/{self.proc.pid}/fd").iterdir())
-        except OSError:
-            return False
-        theirs = {f"socket:[{inode}]" for inode in inodes}
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                if os.readlink(fd) in theirs:
-                    return True
-        return False
+            ready = await_ready(self.proc, self.port, self.log, timeout)
+        except RuntimeError:
+            self.stop()
+            raise
+        if not ready:
+            self.stop()
+        return ready
 
     def kill(self) -> None:
         """SIGKILL the whole process group (no clean shutdown)."""
