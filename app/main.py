@@ -130,9 +130,17 @@ def _bootstrap_keys(db: Database, settings: Settings) -> None:
         print(banner, flush=True)
 
 
-async def _sweeper(db: Database) -> None:
+async def _sweeper(db: Database, stop: asyncio.Event) -> None:
+    """Charge the due holds every ``SWEEP_INTERVAL_SECONDS`` until ``stop`` is set; a sweep in
+    progress then finishes first. Stopped, never cancelled: a cancelled ``run_in_threadpool``
+    returns at once but leaves its thread running, and the sweep then handed its connection
+    back to a pool that ``Database.dispose`` had already closed, where it stayed open (never
+    closed: psycopg's "connection deleted while still open" when it was collected)."""
     while True:
-        await asyncio.sleep(SWEEP_INTERVAL_SECONDS)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), SWEEP_INTERVAL_SECONDS)
+        if stop.is_set():
+            return
         try:
             await run_in_threadpool(reservation_service.sweep_expired, db)
         except Exception:  # keep sweeping; the error is logged
@@ -160,14 +168,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     "stored curves could not be re-derived under this release's formulas; run "
                     "`privacy-ledger verify --rebuild` (or `privacy-ledger migrate`) to see why"
                 )
-        task = asyncio.create_task(_sweeper(db))
+        stop = asyncio.Event()
+        task = asyncio.create_task(_sweeper(db, stop))
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            db.dispose()
+            stop.set()
+            try:
+                await task  # the sweep in progress returns its connections before the dispose
+            finally:
+                db.dispose()
 
     app = FastAPI(
         title="privacy-ledger",

@@ -22,6 +22,7 @@ from hypothesis import settings
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+import app.main as app_main
 from app.config import Settings
 from app.db import migrate
 from app.main import create_app
@@ -109,6 +110,16 @@ def _drop_worker_database() -> None:
     if not PG_URL or not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     _on_server(PG_URL, f'DROP DATABASE IF EXISTS "{make_url(PG_URL).database}" WITH (FORCE)')
+
+
+@pytest.fixture(autouse=True)
+def _no_background_sweeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The apps built in tests never sweep by themselves (tests sweep with
+    ``reservations.sweep_expired``): a sweep fired by the clock, every 5 s of an app's life,
+    raced the tests that back-date holds (``expire_active_holds``) and then check how they were
+    settled, e.g. it charged a hold in the moment it was expired before the test made it active
+    again. tests/api/test_sweeper.py turns the sweeper on to test it."""
+    monkeypatch.setattr(app_main, "SWEEP_INTERVAL_SECONDS", 24 * 3600.0)
 
 
 @pytest.fixture(autouse=True)

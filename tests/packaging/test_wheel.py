@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.live import free_port
+from tests.live import PORT_ATTEMPTS, await_ready, free_port
 from tests.packaging.dockerfile import stages
 from tests.packaging.venvs import ROOT, clean_env, create_venv, run
 
@@ -118,42 +117,39 @@ def test_the_installed_wheel_migrates_a_new_database(installed: Path, workdir: P
 
 @pytest.fixture
 def served(installed: Path, workdir: Path) -> Iterator[str]:
-    """``privacy-ledger serve`` from the wheel on a fresh database (migrated at start-up)."""
-    port = free_port()
+    """``privacy-ledger serve`` from the wheel on a fresh database (migrated at start-up); on
+    another port if another process took the one ``free_port`` chose before it bound it."""
     env = clean_env(
         {
             "PRIVACY_LEDGER_DATABASE_URL": f"sqlite:///{workdir / 'served.db'}",
             "PRIVACY_LEDGER_ADMIN_KEY": ADMIN_KEY,
         }
     )
-    log = (workdir / "server.log").open("wb")
-    proc = subprocess.Popen(
-        [str(installed / "privacy-ledger"), "serve", "--port", str(port)],
-        cwd=workdir,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):  # start-up: bounded number of polls
-            if proc.poll() is not None:
-                pytest.fail(f"server exited: {(workdir / 'server.log').read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        else:
-            pytest.fail("the server from the wheel never became ready")
-        yield url
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
-        log.close()
+    for _ in range(PORT_ATTEMPTS):
+        port = free_port()
+        log_path = workdir / f"server-{port}.log"
+        log = log_path.open("wb")
+        proc = subprocess.Popen(
+            [str(installed / "privacy-ledger"), "serve", "--port", str(port)],
+            cwd=workdir,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            ready = await_ready(proc, port, log_path, timeout=180)
+            if ready:
+                yield f"http://127.0.0.1:{port}"
+                return
+        except RuntimeError as exc:
+            pytest.fail(f"the server from the wheel: {exc}")
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=30)
+            log.close()
+    pytest.fail(f"the server from the wheel lost its port {PORT_ATTEMPTS} times")
 
 
 def test_the_installed_wheel_serves_a_charge(served: str) -> None:
