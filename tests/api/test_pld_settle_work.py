@@ -33,18 +33,21 @@ def test_expiring_a_batch_of_pld_holds_composes_linearly(
     expire_active_holds(db_url)
     # the hold to keep is made active again with a later expiry
     engine = create_engine(db_url)
-    with engine.begin() as conn:
-        conn.execute(
-            text(
-                "UPDATE reservation SET expires_at = CURRENT_TIMESTAMP + INTERVAL '1 hour' WHERE id = :id"
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "UPDATE reservation SET expires_at = CURRENT_TIMESTAMP + INTERVAL '1 hour' "
+                    "WHERE id = :id"
+                )
+                if db_url.startswith("postgresql")
+                else text(
+                    "UPDATE reservation SET expires_at = datetime('now', '+1 hour') WHERE id = :id"
+                ),
+                {"id": keep.json()["id"]},
             )
-            if db_url.startswith("postgresql")
-            else text(
-                "UPDATE reservation SET expires_at = datetime('now', '+1 hour') WHERE id = :id"
-            ),
-            {"id": keep.json()["id"]},
-        )
-    engine.dispose()
+    finally:  # a failed statement must not leave the engine's connection to a later test
+        engine.dispose()
     calls = 0
     compose = Pld.compose
 

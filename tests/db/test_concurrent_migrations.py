@@ -25,7 +25,8 @@ def test_four_processes_migrate_one_database_at_once(db_url: str, tmp_path) -> N
         )
         for _ in range(4)
     ]
-    outcomes = [(p.wait(timeout=600), p.communicate()[1]) for p in procs]
+    # communicate reads the pipes while waiting (wait() first could block on a full pipe)
+    outcomes = [(p.returncode, err) for p in procs for _, err in [p.communicate(timeout=600)]]
     assert [code for code, _ in outcomes] == [0, 0, 0, 0], [err[-500:] for _, err in outcomes]
     engine = create_engine(url)
     try:

@@ -31,12 +31,15 @@ def test_pages_progress_and_curve_mismatches(client: TestClient, db_url: str, mo
     assert calls[0] == (0, 2 * len(wires)) and calls[-1] == (2 * len(wires), 2 * len(wires))
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
     engine = create_engine(db_url)
-    with engine.begin() as conn:  # corrupt one stored curve (its rho) behind the service's back
-        target = conn.execute(
-            text("SELECT id FROM ledger_entry WHERE dataset_id = :d AND seq = 6"), {"d": ds["id"]}
-        ).scalar_one()
-        conn.execute(text("UPDATE ledger_entry SET rho = rho * 2 WHERE id = :i"), {"i": target})
-    engine.dispose()
+    try:
+        with engine.begin() as conn:  # corrupt one stored curve (its rho) behind the service
+            target = conn.execute(
+                text("SELECT id FROM ledger_entry WHERE dataset_id = :d AND seq = 6"),
+                {"d": ds["id"]},
+            ).scalar_one()
+            conn.execute(text("UPDATE ledger_entry SET rho = rho * 2 WHERE id = :i"), {"i": target})
+    finally:  # a failed statement must not leave the engine's connection to a later test
+        engine.dispose()
     item = ledger.verify(db, SYSTEM).datasets[0]
     assert item.entries_with_curve_mismatch == [target]
     assert "rho" in item.drift and not item.ok

@@ -151,17 +151,21 @@ def test_drifted_block_tallies_are_found_and_rebuilt(client: TestClient, db_url:
         _charge(client, ds, i, 7, **({"allocation": "team-a"} if i % 2 else {}))
     assert client.post("/v1/admin/verify").json()["ok"] is True
     engine = create_engine(db_url)
-    with engine.begin() as conn:
-        conn.execute(
-            text("UPDATE dataset_block SET rho = rho * (1 + 1e-9) WHERE key = '2026-01-03'")
-        )
-        conn.execute(
-            text("UPDATE allocation_block SET rho = rho * (1 - 1e-9) WHERE key = '2026-01-04'")
-        )
-        conn.execute(
-            text("UPDATE dataset_block SET entry_count = entry_count + 1 WHERE key = '2026-01-09'")
-        )
-    engine.dispose()
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text("UPDATE dataset_block SET rho = rho * (1 + 1e-9) WHERE key = '2026-01-03'")
+            )
+            conn.execute(
+                text("UPDATE allocation_block SET rho = rho * (1 - 1e-9) WHERE key = '2026-01-04'")
+            )
+            conn.execute(
+                text(
+                    "UPDATE dataset_block SET entry_count = entry_count + 1 WHERE key = '2026-01-09'"
+                )
+            )
+    finally:  # a failed statement must not leave the engine's connection to a later test
+        engine.dispose()
     report = client.post("/v1/admin/verify").json()["datasets"]
     mine = next(d for d in report if d["dataset_id"] == ds)
     assert not mine["ok"]

@@ -61,6 +61,10 @@ def test_a_lone_unit_runs_in_its_own_transaction() -> None:
     assert (gc.stats.units, gc.stats.groups) == (2, 2)
 
 
+QUEUE_POLLS = 120_000
+"""Polls (1 ms apart, at least) for units to queue: a bound on work, not a deadline."""
+
+
 def _queue_behind_an_open_group(gc: GroupCommit, store: Ledger, values: list[int]):
     """Start one unit whose group blocks, queue ``values`` behind it, then let it finish."""
     store.proceed.clear()
@@ -70,12 +74,16 @@ def _queue_behind_an_open_group(gc: GroupCommit, store: Ledger, values: list[int
     futures = []
     for v in values:
         futures.append(pool.submit(gc.submit, "k", store.transaction, _append(v), (Own,)))
-    # every unit is queued (not yet run) before the open group may finish
-    while True:
+    # every unit is queued (not yet run) before the open group may finish; the polls are
+    # counted, so a unit that never queues fails the test instead of hanging it
+    for _ in range(QUEUE_POLLS):
         with gc._mutex:
             if len(gc._queues["k"]) == len(values):
                 break
         threading.Event().wait(0.001)
+    else:
+        store.proceed.set()
+        raise AssertionError(f"the units did not all queue behind the open group: {values}")
     store.proceed.set()
     pool.shutdown(wait=True)
     return first, futures
