@@ -561,11 +561,12 @@ def refusal(st: DatasetState, ask: Ask, dry: Decision, *, dry_run: bool = False)
         if held is None
         else with_holds_bound(st.committed, held, ask.curve, st.held.count + 1)
     )
-    # the entries' own deltas, holds counted (a pld dataset's curve rule counts them too)
+    # the entries' own deltas, holds counted (a pld dataset's curve rule counts them too;
+    # ``compared`` leaves its holds out, every other dataset's already counts them)
     own_deltas = (
-        compared
-        if st.held_curve is None
-        else with_holds_bound(st.committed, st.held_curve, ask.curve, st.held.count + 1)
+        with_holds_bound(st.committed, st.held_curve, ask.curve, st.held.count + 1)
+        if st.is_pld and st.held_curve is not None
+        else compared
     ).delta
     if own_deltas >= b.delta:
         # refused by the entries' own deltas alone, whatever the epsilon or rho: say so (the
