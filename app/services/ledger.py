@@ -450,6 +450,11 @@ def _close(fresh: Vector, stored: Vector) -> Mask:
     return close
 
 
+def _stale(fresh_rho: Vector, fresh_rdp: Vector, stored_rho: Vector, stored_rdp: Vector) -> Mask:
+    """Rows whose stored curve is not their mechanism's fresh one (rho or any order's RDP)."""
+    return ~(_close(fresh_rho, stored_rho) & _close(fresh_rdp, stored_rdp).all(axis=1))
+
+
 def _fresh_curves(mechanisms: list[Mechanism]) -> tuple[Vector, Vector]:
     """rho (n,) and RDP (n, |ORDERS|) of ``mechanisms`` as ``Mechanism.curve()`` gives them to
     within its last rounding: each kind's unit curves computed together (the same numbers as one
@@ -496,26 +501,37 @@ def _curve_mismatches(db: Database, dataset_id: str, tick: Callable[[int], None]
         stored_rdp = np.frombuffer(b"".join(k[2] for k in part), dtype="<f8").reshape(
             len(part), ORDERS.size
         )
-        ok = _close(fresh_rho, stored_rho) & _close(fresh_rdp, stored_rdp).all(axis=1)
-        bad += [i for k, good in zip(part, ok, strict=True) if not good for i in groups[k]]
+        stale = _stale(fresh_rho, fresh_rdp, stored_rho, stored_rdp)
+        bad += [i for k, old in zip(part, stale, strict=True) if old for i in groups[k]]
     return sorted(bad)
 
 
-def _matches(fresh: PrivacyCurve, stored: PrivacyCurve) -> bool:
-    """Whether a stored curve is its mechanism's curve (``_curve_mismatches``' test)."""
-    rho = _close(np.array([fresh.rho]), np.array([stored.rho]))
-    return bool(rho.all() and _close(fresh.rdp, stored.rdp).all())
+def _active_holds(s: Any, dataset_id: str) -> list[Reservation]:
+    """The dataset's active holds, in creation order (read under its lock)."""
+    return list(
+        s.scalars(
+            select(Reservation)
+            .where(_R.dataset_id == dataset_id, _R.status == ReservationStatus.ACTIVE)
+            .order_by(_R.created_at, _R.id)
+        )
+    )
 
 
-def _held_mismatches(s: Any, dataset_id: str) -> list[Reservation]:
-    """The dataset's active holds whose stored curve no longer matches their mechanism (a
-    hold made by an older release, before a formula was corrected)."""
-    holds = s.scalars(
-        select(Reservation)
-        .where(_R.dataset_id == dataset_id, _R.status == ReservationStatus.ACTIVE)
-        .order_by(_R.created_at, _R.id)
-    ).all()
-    return [h for h in holds if not _matches(mechanism_from_dict(h.mechanism).curve(), curve_of(h))]
+def _held_mismatches(holds: list[Reservation]) -> list[Reservation]:
+    """The holds whose stored curve no longer matches their mechanism (a hold made by an older
+    release, before a formula was corrected): ``_curve_mismatches``' test, curves of a kind
+    computed together."""
+    if not holds:
+        return []
+    fresh_rho, fresh_rdp = _fresh_curves([mechanism_from_dict(h.mechanism) for h in holds])
+    stored = [curve_of(h) for h in holds]
+    stale = _stale(
+        fresh_rho,
+        fresh_rdp,
+        np.array([c.rho for c in stored], dtype=np.float64),
+        np.vstack([c.rdp for c in stored]),
+    )
+    return [h for h, old in zip(holds, stale, strict=True) if old]
 
 
 def _rederive(s: Any, entry_ids: list[int], holds: list[Reservation]) -> None:
@@ -544,12 +560,12 @@ def _rederive(s: Any, entry_ids: list[int], holds: list[Reservation]) -> None:
 
 
 def _recomputed(
-    s: Any, st: DatasetState, tick: Callable[[int], None]
+    s: Any, st: DatasetState, holds: list[Reservation], tick: Callable[[int], None]
 ) -> tuple[PrivacyCurve, int, dict[str, Any], RunningSum, datetime | None]:
     """From the ledger, read in the caller's transaction (which holds the dataset's lock, so the
     ledger cannot move): the sum of stored entry curves in ledger order (``compose_in_order``:
     bit for bit the charge path's running sum), the entry count and per-kind counts; and the
-    held sum of the active reservations and the earliest of their expiries."""
+    held sum of the active reservations ``holds`` and the earliest of their expiries."""
     total = PrivacyCurve.zero()
     n = 0
     counts: dict[str, Any] = {}
@@ -575,11 +591,7 @@ def _recomputed(
         tick(len(chunk))
     held = RunningSum()
     next_expiry: datetime | None = None
-    for h in s.scalars(
-        select(Reservation)
-        .where(_R.dataset_id == st.id, _R.status == ReservationStatus.ACTIVE)
-        .order_by(_R.created_at, _R.id)
-    ):
+    for h in holds:
         held = held.add(curve_of(h))
         expires = admission.aware(h.expires_at)
         next_expiry = expires if next_expiry is None else min(next_expiry, expires)
@@ -902,11 +914,12 @@ def verify(
     for dataset_id in ids:
         mismatched = _curve_mismatches(db, dataset_id, tick)
         with db.write() as s, admission.locked(s, dataset_id, principal) as st:
-            holds = _held_mismatches(s, st.id)
+            active = _active_holds(s, st.id)
+            holds = _held_mismatches(active)
             rederive = rebuild and bool(mismatched or holds)
             if rederive:
                 _rederive(s, mismatched, holds)
-            total, n, counts, held, next_expiry = _recomputed(s, st, tick)
+            total, n, counts, held, next_expiry = _recomputed(s, st, active, tick)
             stored = st.committed
             drift = {
                 "rho": stored.rho != total.rho,
