@@ -156,10 +156,14 @@ class KeyDigester:
     def _tag(key: str) -> bytes:
         return hashlib.blake2b(_bytes(key), key=_PROCESS_MAC_KEY, digest_size=32).digest()
 
+    def _lookup(self, tag: bytes) -> str | None:
+        """The remembered digest of ``tag`` (the caller holds the lock)."""
+        found = self._known.get(tag)
+        return found if found is not None else self._presented.get(tag)
+
     def _remembered(self, tag: bytes) -> str | None:
         with self._lock:
-            found = self._known.get(tag)
-            return found if found is not None else self._presented.get(tag)
+            return self._lookup(tag)
 
     def digest(self, key: str) -> str:
         """``scrypt_digest(key, salt)`` of a presented key, computed once per process (until
@@ -167,15 +171,13 @@ class KeyDigester:
         ``ServerBusy`` at once, computing nothing, when ``MAX_CONCURRENT_KDF`` keys are being
         digested and ``MAX_KDF_WAITING`` more wait for a slot."""
         tag = self._tag(key)
-        found = self._remembered(tag)
-        if found is not None:
-            return found
         with self._lock:
+            found = self._lookup(tag)
+            if found is not None:
+                return found
             flight = self._flights.get(tag)
             if flight is not None:  # the same key is being digested: wait for that
                 self.joined += 1
-            elif (found := self._known.get(tag) or self._presented.get(tag)) is not None:
-                return found  # remembered since the look above
             elif self.admitted >= MAX_CONCURRENT_KDF + MAX_KDF_WAITING:
                 raise ServerBusy(
                     "too many API keys this server has not seen yet are being checked at once; "

@@ -172,14 +172,14 @@ def test_parallel_requests_with_one_new_key_share_one_kdf_and_none_is_refused(
     asked = threading.Semaphore(0)
     kdf = HeldKdf()
     monkeypatch.setattr(key_digest, "scrypt_digest", kdf)
-    real_remembered = digester._remembered
+    real_lookup = digester._lookup
 
-    def remembered(tag: bytes) -> str | None:
-        found = real_remembered(tag)
+    def lookup(tag: bytes) -> str | None:
+        found = real_lookup(tag)
         asked.release()
         return found
 
-    monkeypatch.setattr(digester, "_remembered", remembered)
+    monkeypatch.setattr(digester, "_lookup", lookup)
     key = "pl_p_" + secrets.token_urlsafe(32)
     with ThreadPoolExecutor(parallel) as pool:
         futures = [pool.submit(digester.digest, key) for _ in range(parallel)]
