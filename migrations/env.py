@@ -5,9 +5,10 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import Engine, create_engine, event, pool
+from sqlalchemy import create_engine, pool
 
 from app.config import get_settings
+from app.db.engine import own_sqlite_transactions
 from app.db.models import Base
 
 config = context.config
@@ -40,7 +41,11 @@ def run_migrations_online() -> None:
         return
     engine = create_engine(_url(), poolclass=pool.NullPool)
     if engine.dialect.name == "sqlite":
-        _transactional_sqlite(engine)
+        # each revision in one transaction, its DDL included: with pysqlite's own transaction
+        # control a revision's ALTER TABLE / CREATE TABLE before its first row change were
+        # committed one by one, and a migrator killed half way left them behind (every later
+        # ``migrate`` then failed on "duplicate column name")
+        own_sqlite_transactions(engine, "BEGIN IMMEDIATE")
     with engine.connect() as conn:
         context.configure(
             connection=conn,
@@ -50,23 +55,6 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
     engine.dispose()
-
-
-def _transactional_sqlite(engine: Engine) -> None:
-    """Each revision in one SQLite transaction, its DDL included: pysqlite opens a transaction
-    only before INSERT / UPDATE / DELETE, so a revision's ``ALTER TABLE ... ADD COLUMN`` and
-    ``CREATE TABLE`` before its first row change were committed one by one; a migrator killed
-    half way left them behind, and every later ``migrate`` failed on them ("duplicate column
-    name"). SQLite's DDL is transactional: take over ``BEGIN`` as ``app.db.engine`` does, and
-    the interrupted revision rolls back whole."""
-
-    @event.listens_for(engine, "connect")
-    def _no_pysqlite_transactions(dbapi_connection, _record):  # type: ignore[no-untyped-def]
-        dbapi_connection.isolation_level = None
-
-    @event.listens_for(engine, "begin")
-    def _begin(conn):  # type: ignore[no-untyped-def]
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 if context.is_offline_mode():

@@ -40,6 +40,22 @@ def json_dumps(value: Any) -> str:
         return json.dumps(json_finite(value), allow_nan=False)
 
 
+def own_sqlite_transactions(engine: Engine, begin: str | None) -> None:
+    """Take transaction control over from pysqlite (``isolation_level = None``: it opens no
+    transaction by itself, and its own opens one only before a row change, so DDL ran outside
+    any) and, with ``begin``, start each of the engine's transactions with that statement."""
+
+    @event.listens_for(engine, "connect")
+    def _no_pysqlite_transactions(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    if begin is not None:
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Any) -> None:
+            conn.exec_driver_sql(begin)
+
+
 def _sqlite_engine(url: str, writer: bool) -> Engine:
     """A SQLite engine: the writer's transactions start with ``BEGIN IMMEDIATE``; the reader's
     statements run in autocommit (pysqlite's ``isolation_level = None``: each SELECT is its own
@@ -52,22 +68,16 @@ def _sqlite_engine(url: str, writer: bool) -> Engine:
         json_serializer=json_dumps,
     )
 
+    own_sqlite_transactions(engine, "BEGIN IMMEDIATE" if writer else None)
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # take over transaction control from pysqlite so that BEGIN is ours
-        dbapi_connection.isolation_level = None
         cur = dbapi_connection.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=FULL")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cur.close()
-
-    if writer:
-
-        @event.listens_for(engine, "begin")
-        def _on_begin(conn: Any) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
 
@@ -150,4 +160,4 @@ class Database:
             self.read_engine.dispose()
 
 
-__all__ = ["Database", "core"]
+__all__ = ["Database", "core", "own_sqlite_transactions"]
