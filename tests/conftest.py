@@ -23,9 +23,13 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 import app.main as app_main
+from app.accounting.mechanisms import Mechanism
 from app.config import Settings
 from app.db import migrate
+from app.db.engine import Database
 from app.main import create_app
+from app.principal import SYSTEM
+from app.services import reservations
 
 # No deadline anywhere: an example's outcome never depends on how busy the machine is. And the
 # same examples on every run (derandomize): `make test` passes or fails the same way twice in a
@@ -216,6 +220,33 @@ def expire_active_holds(db_url: str) -> None:
             )
     finally:
         engine.dispose()
+
+
+def run_sql(db_url: str, sql: str, **params: Any) -> list[tuple[Any, ...]]:
+    """One statement in its own transaction on ``db_url``, behind the service's back (to corrupt
+    or back-date what it stored, or read it raw); its rows, if it returns any."""
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            result = conn.execute(text(sql), params)
+            return [tuple(row) for row in result] if result.returns_rows else []
+    finally:
+        engine.dispose()
+
+
+def reserve_hold(db: Database, dataset_id: str, mechanism: Mechanism) -> None:
+    """An active hold of ``mechanism`` on the dataset, through the service (an hour to live)."""
+    reservations.reserve(
+        db,
+        SYSTEM,
+        dataset_id,
+        mechanism=mechanism,
+        wire=mechanism.to_dict(),
+        ttl_seconds=3600,
+        label=None,
+        metadata=None,
+        max_ttl_seconds=7200,
+    )
 
 
 def new_dataset(client: TestClient, name: str = "census", **fields: Any) -> dict[str, Any]:

@@ -18,8 +18,9 @@ from sqlalchemy import StaticPool, create_engine, event, text
 from app.accounting.mechanisms import Gaussian, Laplace
 from app.db.engine import Database
 from app.principal import SYSTEM, Credentials, Role
-from app.services import charges, datasets, keys, reservations
+from app.services import charges, datasets, keys
 from app.services.auth import forget_keys
+from tests.conftest import reserve_hold
 
 HOLD = Laplace(epsilon=1e-4)
 CHARGE = Gaussian(sigma=50.0)
@@ -87,17 +88,7 @@ def _count_sqlite(db: Database) -> Counter:
 def _dataset_with_holds(db: Database, name: str, holds: int) -> str:
     ds = datasets.create_dataset(db, SYSTEM, name=name, budget_epsilon=1e3, budget_delta=1e-6)
     for _ in range(holds):
-        reservations.reserve(
-            db,
-            SYSTEM,
-            ds.id,
-            mechanism=HOLD,
-            wire=HOLD.to_dict(),
-            ttl_seconds=3600,
-            label=None,
-            metadata=None,
-            max_ttl_seconds=7200,
-        )
+        reserve_hold(db, ds.id, HOLD)
     return ds.id
 
 

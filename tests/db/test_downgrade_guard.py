@@ -20,8 +20,9 @@ from app.accounting.mechanisms import Laplace
 from app.db import migrate
 from app.db.engine import Database
 from app.db.models import Base
-from app.services import charges, datasets, reservations
+from app.services import charges, datasets
 from app.services.keys import SYSTEM
+from tests.conftest import reserve_hold
 from tests.live import ROOT
 
 ALEMBIC = str(ROOT / ".venv" / "bin" / "alembic") if (ROOT / ".venv").exists() else "alembic"
@@ -145,18 +146,7 @@ def test_datasets_and_holds_without_entries_are_not_dropped_unforced(db_url: str
     db = Database(db_url)
     try:
         ds = datasets.create_dataset(db, SYSTEM, name="kept", budget_epsilon=1.0, budget_delta=1e-6)
-        mech = Laplace(epsilon=0.1)
-        reservations.reserve(
-            db,
-            SYSTEM,
-            ds.id,
-            mechanism=mech,
-            wire=mech.to_dict(),
-            ttl_seconds=3600,
-            label=None,
-            metadata=None,
-            max_ttl_seconds=7200,
-        )
+        reserve_hold(db, ds.id, Laplace(epsilon=0.1))
     finally:
         db.dispose()
     assert _ledger_rows(db_url) == 0

@@ -13,23 +13,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, text
 
 from app.accounting import pld_mechanisms as pm
 from app.accounting.pld import interval_for_budget
-from tests.conftest import new_dataset
+from tests.conftest import new_dataset, run_sql
 
 HOLDS = [{"mechanism": "laplace", "epsilon": 0.2}, {"mechanism": "gaussian", "sigma": 6.0}]
-
-
-def _sql(db_url: str, sql: str, **params: object) -> list[tuple[object, ...]]:
-    engine = create_engine(db_url)
-    try:
-        with engine.begin() as conn:
-            result = conn.execute(text(sql), params)
-            return [tuple(row) for row in result] if result.returns_rows else []
-    finally:
-        engine.dispose()
 
 
 def _reserve(client: TestClient, ds: dict, ttl: int = 600) -> list[str]:
@@ -57,8 +46,10 @@ def test_a_due_hold_hidden_by_a_drifted_expiry_is_charged_after_rebuild(
     ds = new_dataset(client, budget={"epsilon": 5.0, "delta": 1e-6})
     ids = _reserve(client, ds)
     past = datetime.now(UTC) - timedelta(hours=1)
-    _sql(db_url, "UPDATE reservation SET expires_at = :t WHERE dataset_id = :d", t=past, d=ds["id"])
-    _sql(
+    run_sql(
+        db_url, "UPDATE reservation SET expires_at = :t WHERE dataset_id = :d", t=past, d=ds["id"]
+    )
+    run_sql(
         db_url, "UPDATE dataset_total SET held_next_expiry = NULL WHERE dataset_id = :d", d=ds["id"]
     )
 
@@ -82,11 +73,11 @@ def test_a_pld_datasets_held_distribution_is_verified_and_rebuilt(
     )
     _reserve(client, ds)
     assert _mine(client.post("/v1/admin/verify").json(), ds)["ok"]
-    (good,) = _sql(db_url, "SELECT held FROM dataset_pld WHERE dataset_id = :d", d=ds["id"])
+    (good,) = run_sql(db_url, "SELECT held FROM dataset_pld WHERE dataset_id = :d", d=ds["id"])
     assert good[0] is not None
 
     # lost: admission would compose the ledger with nothing held
-    _sql(db_url, "UPDATE dataset_pld SET held = NULL WHERE dataset_id = :d", d=ds["id"])
+    run_sql(db_url, "UPDATE dataset_pld SET held = NULL WHERE dataset_id = :d", d=ds["id"])
     mine = _mine(client.post("/v1/admin/verify").json(), ds)
     assert not mine["ok"] and mine["drift"] == ["pld_held"], mine
     client.post("/v1/admin/verify", params={"rebuild": "true"})
@@ -94,7 +85,7 @@ def test_a_pld_datasets_held_distribution_is_verified_and_rebuilt(
 
     # one hold's distribution in place of both's
     part = pm.compose_all(HOLDS[:1], interval=interval_for_budget(5.0, 1e-6))
-    _sql(
+    run_sql(
         db_url,
         "UPDATE dataset_pld SET held = :b WHERE dataset_id = :d",
         b=part.to_bytes(),

@@ -22,7 +22,7 @@ from app.db.codec import held_from_bytes, held_to_bytes
 from app.db.engine import Database
 from app.principal import SYSTEM
 from app.services import ledger
-from tests.conftest import new_dataset
+from tests.conftest import new_dataset, run_sql
 
 
 def test_holds_resummed_in_another_order_are_not_drift(client: TestClient, db_url: str) -> None:
@@ -84,19 +84,16 @@ DRIFTS = {
 
 def _held(db_url: str, dataset_id: str, drifted: RunningSum | None = None) -> RunningSum:
     """The stored held sum of the dataset (after writing ``drifted`` in its place, if given)."""
-    engine = create_engine(db_url)
-    try:
-        with engine.begin() as conn:
-            if drifted is not None:
-                conn.execute(
-                    text("UPDATE dataset_total SET held = :b WHERE dataset_id = :d"),
-                    {"b": held_to_bytes(drifted), "d": dataset_id},
-                )
-            blob = conn.execute(
-                text("SELECT held FROM dataset_total WHERE dataset_id = :d"), {"d": dataset_id}
-            ).scalar_one()
-    finally:
-        engine.dispose()
+    if drifted is not None:
+        run_sql(
+            db_url,
+            "UPDATE dataset_total SET held = :b WHERE dataset_id = :d",
+            b=held_to_bytes(drifted),
+            d=dataset_id,
+        )
+    ((blob,),) = run_sql(
+        db_url, "SELECT held FROM dataset_total WHERE dataset_id = :d", d=dataset_id
+    )
     return held_from_bytes(blob, ORDERS_VERSION)
 
 

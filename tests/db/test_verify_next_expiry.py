@@ -7,35 +7,26 @@ and verify said ok."""
 from __future__ import annotations
 
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, text
 
-from tests.conftest import expire_active_holds, new_dataset
+from tests.conftest import expire_active_holds, new_dataset, run_sql
 
 
-def _next_expiry(db_url: str, dataset_id: str, null: bool = False) -> object:
+def _next_expiry(db_url: str, dataset_id: str, null: bool = False) -> tuple[object, object]:
     """The stored earliest expiry (after setting it to null, if asked), and the active holds'."""
-    engine = create_engine(db_url)
-    try:
-        with engine.begin() as conn:
-            if null:
-                conn.execute(
-                    text("UPDATE dataset_total SET held_next_expiry = NULL WHERE dataset_id = :d"),
-                    {"d": dataset_id},
-                )
-            stored = conn.execute(
-                text("SELECT held_next_expiry FROM dataset_total WHERE dataset_id = :d"),
-                {"d": dataset_id},
-            ).scalar_one()
-            active = conn.execute(
-                text(
-                    "SELECT min(expires_at) FROM reservation "
-                    "WHERE dataset_id = :d AND status = 'active'"
-                ),
-                {"d": dataset_id},
-            ).scalar_one()
-            return stored, active
-    finally:
-        engine.dispose()
+    if null:
+        run_sql(
+            db_url,
+            "UPDATE dataset_total SET held_next_expiry = NULL WHERE dataset_id = :d",
+            d=dataset_id,
+        )
+    ((stored, active),) = run_sql(
+        db_url,
+        "SELECT t.held_next_expiry, (SELECT min(expires_at) FROM reservation r "
+        "WHERE r.dataset_id = t.dataset_id AND r.status = 'active') "
+        "FROM dataset_total t WHERE t.dataset_id = :d",
+        d=dataset_id,
+    )
+    return stored, active
 
 
 def test_a_lost_earliest_expiry_is_drift_and_rebuilt(client: TestClient, db_url: str) -> None:

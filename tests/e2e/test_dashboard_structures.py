@@ -212,7 +212,14 @@ def test_a_partitioned_dataset_without_a_lifetime_budget_shows_its_most_spent_bl
             base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120
         )
         made = {}
-        for name, lifetime in [("clicks", None), ("views", {"epsilon": 8.0, "delta": 1e-6})]:
+        # clicks and views: four days of 0.6 each; alerts (a third): one day charged 0.9 of its
+        # 1, past the warning threshold (0.8)
+        every_day = [(n, 0.6) for n in (4, 3, 2, 1)]
+        for name, lifetime, charged in [
+            ("clicks", None, every_day),
+            ("views", {"epsilon": 8.0, "delta": 1e-6}, every_day),
+            ("alerts", None, [(2, 0.9)]),
+        ]:
             body: dict[str, Any] = {
                 "name": name,
                 "budget": {"epsilon": 1.0, "delta": 1e-6},
@@ -222,31 +229,14 @@ def test_a_partitioned_dataset_without_a_lifetime_budget_shows_its_most_spent_bl
             if lifetime is not None:
                 body["lifetime_budget"] = lifetime
             made[name] = api.post("/v1/datasets", json=body).json()
-            for n in (4, 3, 2, 1):
+            for n, epsilon in charged:
                 charge = {
-                    "mechanism": {"mechanism": "laplace", "epsilon": 0.6},
+                    "mechanism": {"mechanism": "laplace", "epsilon": epsilon},
                     "blocks": {"from": day(n), "to": day(n)},
                 }
                 r = api.post(f"/v1/datasets/{made[name]['id']}/charges", json=charge)
                 assert r.status_code == 201, r.text
-        # a third: one block charged 0.9 of its 1, past the warning threshold (0.8)
-        alerts = api.post(
-            "/v1/datasets",
-            json={
-                "name": "alerts",
-                "budget": {"epsilon": 1.0, "delta": 1e-6},
-                "partition": {"unit": "day"},
-                "adaptive": False,
-            },
-        ).json()
-        r = api.post(
-            f"/v1/datasets/{alerts['id']}/charges",
-            json={
-                "mechanism": {"mechanism": "laplace", "epsilon": 0.9},
-                "blocks": {"from": day(2), "to": day(2)},
-            },
-        )
-        assert r.status_code == 201, r.text
+        alerts = made["alerts"]
         # the API's state stays "ok" (a new block has a fresh budget)
         assert api.get(f"/v1/datasets/{alerts['id']}/budget").json()["state"] == "ok"
         viewer = api.post("/v1/keys", json={"role": "viewer"}).json()["key"]
