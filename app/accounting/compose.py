@@ -146,8 +146,12 @@ def _groups(cls: type[Mechanism], ms: list[Mechanism]) -> tuple[list[Mechanism],
         picked = [ms[i] for i in first.tolist()]
         if cls.unit is Mechanism.unit and cls.repetition_params == ("count",):
             # the base unit(): the mechanism itself when its count (reps) is 1
-            ones = (reps[first] == 1.0).tolist()
-            distinct = [m if one else m.unit() for m, one in zip(picked, ones, strict=True)]
+            ones = reps[first] == 1.0
+            distinct = (
+                picked
+                if ones.all()
+                else [m if one else m.unit() for m, one in zip(picked, ones.tolist(), strict=True)]
+            )
         else:
             distinct = [m.unit() for m in picked]
         # the parameters of the units are those of the picked entries (a unit differs only in

@@ -152,3 +152,15 @@ def test_grouped_units_keep_their_own_parameters(kind: str) -> None:
             np.testing.assert_array_equal(kept, read)
             np.testing.assert_array_equal(column(units, name), read)
     assert weights.sum() == sum(m.repetitions() for m in ms)
+
+
+def test_a_chunk_of_units_keeps_its_columns() -> None:
+    """``compose_many`` computes curves in chunks of ``units[k : k + COMPUTE_CHUNK]``: a slice
+    keeps the columns (sliced alike), so a chunk's parameters are not read from the objects
+    again. Here the columns differ from the objects' own values, to tell which is read."""
+    ms = [mechanism_from_dict({"mechanism": "laplace", "epsilon": 0.1 * (i + 1)}) for i in range(5)]
+    units = Units(ms, {"epsilon": np.array([1.0, 2.0, 3.0, 4.0, 5.0])})
+    chunk = units[1:4]
+    assert isinstance(chunk, Units) and list(chunk) == ms[1:4]
+    np.testing.assert_array_equal(column(chunk, "epsilon"), [2.0, 3.0, 4.0])
+    assert units[2] is ms[2] and units[-1] is ms[4]

@@ -192,6 +192,19 @@ class Units(list[Any]):
         super().__init__(units)
         self.columns = columns
 
+    @typing.overload
+    def __getitem__(self, index: typing.SupportsIndex) -> Any: ...
+
+    @typing.overload
+    def __getitem__(self, index: slice) -> Units: ...
+
+    def __getitem__(self, index: typing.SupportsIndex | slice) -> Any:
+        """A slice keeps its columns (sliced alike), so that a chunk of units is not read again."""
+        if isinstance(index, slice):
+            kept = {name: values[index] for name, values in self.columns.items()}
+            return Units(super().__getitem__(index), kept)
+        return super().__getitem__(index)
+
 
 def column(ms: Sequence[Any], name: str) -> Vector:
     """Attribute ``name`` of each of ``ms`` as float64: the values ``np.array`` of them gives,
