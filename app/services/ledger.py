@@ -30,6 +30,7 @@ from sqlalchemy.exc import IntegrityError
 from app import responses as r
 from app.accounting.compose import RangeSums, compose_in_order, compose_ranges
 from app.accounting.curve import PrivacyCurve, Vector
+from app.accounting.filters import Spend
 from app.accounting.kinds import UnitCurves
 from app.accounting.mechanisms import Mechanism, mechanism_from_dict
 from app.accounting.orders import CURVE_FORMULAS_VERSION, ORDERS
@@ -876,6 +877,47 @@ def _verify_structures(s: Any, st: DatasetState, rebuild: bool) -> list[str]:
     return drifted
 
 
+def _spend_of(st: DatasetState, total: PrivacyCurve, pld: Pld | None) -> Spend:
+    """The spend the totals row should hold for a ledger composing to ``total`` (and, on a
+    ``pld`` dataset, to the distribution ``pld``): what the charge path stores after each entry."""
+    if st.is_pld:
+        assert pld is not None
+        return PldFilter(st.filter).spend(pld, total)
+    return admission.totals_filter_spend(st, total)
+
+
+COUNTS_RHO_TOLERANCE = 1e-9
+"""Relative tolerance on a kind's rho sum in ``mechanism_counts`` (a display figure, summed
+entry by entry in the charge path: the same additions in the same order, bar a rho that
+overflowed, which either side may keep as null or infinity)."""
+
+
+def _counts_drift(stored: dict[str, Any], recomputed: dict[str, Any]) -> bool:
+    """Whether the stored per-kind counts differ from the ledger's: entries and count exactly,
+    the rho sum within ``COUNTS_RHO_TOLERANCE`` (null and infinity alike)."""
+    if set(stored) != set(recomputed):
+        return True
+    for kind, want in recomputed.items():
+        have = stored[kind] or {}
+        if (have.get("entries"), have.get("count")) != (want["entries"], want["count"]):
+            return True
+        a, b = have.get("rho"), want["rho"]
+        a = a if a is not None and math.isfinite(a) else None
+        b = b if b is not None and math.isfinite(b) else None
+        if (a is None) != (b is None):
+            return True
+        if a is not None and b is not None and not math.isclose(a, b, rel_tol=COUNTS_RHO_TOLERANCE):
+            return True
+    return False
+
+
+def _last_entry_at(s: Any, dataset_id: str) -> datetime | None:
+    """The creation time of the dataset's last ledger entry (None when the ledger is empty)."""
+    q = select(_L.created_at).where(_L.dataset_id == dataset_id).order_by(_L.seq.desc()).limit(1)
+    when = s.scalar(q)
+    return None if when is None else admission.aware(when)
+
+
 def verify(
     db: Database,
     caller: Caller = SYSTEM,
@@ -933,10 +975,22 @@ def verify(
                 # expiry fails closed only through it: settling starts when it is due
                 "held_next_expiry": _expiry_drift(st.held_next_expiry, next_expiry),
             }
+            pld_after = st.pld
             if st.is_pld:
+                assert st.pld is not None
                 pld, pld_held = _pld_of(s, st, False), _pld_of(s, st, True)
                 drift["pld"] = _pld_drift(st, pld)
                 drift["pld_held"] = _pld_held_drift(st, pld_held)
+                if drift["pld"]:
+                    pld_after = pld or Pld.identity(st.pld.interval, st.pld.extended)
+            # what /budget, the dashboard and the metrics report (admission converts afresh)
+            spent = _spend_of(st, total, pld_after)
+            drift["spent"] = (st.spent.epsilon, st.spent.method) != (spent.epsilon, spent.method)
+            drift["mechanism_counts"] = _counts_drift(st.mechanism_counts, counts)
+            last_entry_at = _last_entry_at(s, st.id)
+            drift["last_entry_at"] = last_entry_at != (
+                None if st.last_entry_at is None else admission.aware(st.last_entry_at)
+            )
             structures = _verify_structures(s, st, rebuild)  # allocations and blocks
             drift.update(dict.fromkeys(structures, True))
             drifted = [k for k, v in drift.items() if v]
@@ -954,19 +1008,16 @@ def verify(
                 item["recomputed"] = {"rho": total.rho, "entries": n}
             if rebuild and (drifted or rederive):
                 st.committed, st.entry_count, st.mechanism_counts = total, n, counts
-                st.spent = admission.totals_filter_spend(st, total)
+                st.spent, st.last_entry_at = spent, last_entry_at
                 st.held, st.held_next_expiry = held, next_expiry
                 if st.is_pld:
-                    assert st.pld is not None
                     # a distribution that matches the ledger is kept: the regrouped
                     # recomposition is pessimistic too, but can certify a lower epsilon than
                     # the one the charges composed (rebuilding curves never needs it)
                     if drift["pld"]:
-                        st.pld = pld or Pld.identity(st.pld.interval, st.pld.extended)
-                        st.pld_dirty = True
+                        st.pld, st.pld_dirty = pld_after, True
                     if drift["pld_held"]:
                         st.pld_held, st.pld_dirty = pld_held, True
-                    st.spent = PldFilter(st.filter).spend(st.pld, total)
                 st.dirty = True
                 audit.record(
                     s,

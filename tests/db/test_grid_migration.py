@@ -58,8 +58,8 @@ def test_a_v1_database_upgrades_to_consistent_v2_totals(db_url: str) -> None:
                 text(
                     "INSERT INTO dataset_total (dataset_id, orders_version, rho, rdp, pure_eps, "
                     "gaussian_only, entry_count, mechanism_counts, spent_epsilon, spent_method, "
-                    "updated_at) VALUES ('ds_v1', 1, 0.0, :rdp, 0.0, true, 0, '{}', 0.0, "
-                    "'rdp_improved', :t)"
+                    "last_entry_at, updated_at) VALUES ('ds_v1', 1, 0.0, :rdp, 0.0, true, 0, "
+                    "'{}', 0.0, 'rdp_improved', :t, :t)"
                 ),
                 {"rdp": np.zeros(V1_ORDERS).tobytes(), "t": now},
             )

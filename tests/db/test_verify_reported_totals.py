@@ -1,0 +1,100 @@
+"""verify compares what the totals row reports, not only what admission reads: the stored spend
+(``spent_epsilon`` / ``spent_method``: what ``GET /budget``, the dashboard and the metrics show,
+and what ``exhausted`` is decided on), the per-kind counts and the last entry's time. Admission
+converts the composed curve afresh, so none of them can let a charge through; but with the
+stored spend drifted low, ``/budget`` reported a tenth of what the ledger spends, ``verify``
+said ok and ``--rebuild`` left it (a reported number too small is a privacy breach)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.conftest import new_dataset, run_sql
+
+CHARGES = [
+    {"mechanism": "gaussian", "sigma": 2.0},
+    {"mechanism": "laplace", "epsilon": 0.2, "count": 2},
+    {"mechanism": "gaussian", "sigma": 3.0},
+]
+
+
+def _charged(client: TestClient, **fields: Any) -> dict[str, Any]:
+    """A dataset with ``CHARGES`` on its ledger; its budget view after them."""
+    ds = new_dataset(client, budget={"epsilon": 10.0, "delta": 1e-6}, **fields)
+    for mechanism in CHARGES:
+        r = client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": mechanism})
+        assert r.status_code == 201, r.text
+    view = client.get(f"/v1/datasets/{ds['id']}/budget").json()
+    assert client.post("/v1/admin/verify").json()["ok"]
+    return view
+
+
+def _drift_then_rebuild(client: TestClient, view: dict[str, Any], drift: str) -> dict[str, Any]:
+    """verify names exactly ``drift``; --rebuild repairs it; the budget view is the original."""
+    report = client.post("/v1/admin/verify").json()
+    assert not report["ok"] and report["datasets"][0]["drift"] == [drift], report
+    rebuilt = client.post("/v1/admin/verify", params={"rebuild": "true"}).json()
+    assert rebuilt["datasets"][0].get("rebuilt") is True, rebuilt
+    assert client.post("/v1/admin/verify").json()["ok"]
+    after: dict[str, Any] = client.get(f"/v1/datasets/{view['dataset_id']}/budget").json()
+    assert after == view
+    return after
+
+
+@pytest.mark.parametrize("accounting", ["rdp", "zcdp", "pld"])
+def test_a_stored_spend_drifted_low_is_drift_and_rebuilt(
+    client: TestClient, db_url: str, accounting: str
+) -> None:
+    view = _charged(client, accounting=accounting, adaptive=False)
+    spent = view["spent"]["epsilon"]
+    assert spent > 0.1
+    run_sql(
+        db_url,
+        "UPDATE dataset_total SET spent_epsilon = :v WHERE dataset_id = :d",
+        v=spent / 10,
+        d=view["dataset_id"],
+    )
+    shown = client.get(f"/v1/datasets/{view['dataset_id']}/budget").json()
+    assert shown["spent"]["epsilon"] == pytest.approx(spent / 10)  # what the drift does
+    after = _drift_then_rebuild(client, view, "spent")
+    assert after["spent"]["epsilon"] == spent
+
+
+def test_a_stored_spend_method_drift_is_found(client: TestClient, db_url: str) -> None:
+    view = _charged(client, adaptive=False)
+    run_sql(
+        db_url,
+        "UPDATE dataset_total SET spent_method = 'zcdp' WHERE dataset_id = :d",
+        d=view["dataset_id"],
+    )
+    _drift_then_rebuild(client, view, "spent")
+
+
+def test_drifted_mechanism_counts_are_drift_and_rebuilt(client: TestClient, db_url: str) -> None:
+    view = _charged(client, adaptive=False)
+    ((counts,),) = run_sql(
+        db_url,
+        "SELECT mechanism_counts FROM dataset_total WHERE dataset_id = :d",
+        d=view["dataset_id"],
+    )
+    assert "laplace" in str(counts)
+    run_sql(
+        db_url,
+        "UPDATE dataset_total SET mechanism_counts = :c WHERE dataset_id = :d",
+        c='{"gaussian": {"entries": 2, "count": 2, "rho": 0.18055555555555555}}',
+        d=view["dataset_id"],
+    )
+    _drift_then_rebuild(client, view, "mechanism_counts")
+
+
+def test_a_drifted_last_entry_time_is_drift_and_rebuilt(client: TestClient, db_url: str) -> None:
+    view = _charged(client, adaptive=False)
+    run_sql(
+        db_url,
+        "UPDATE dataset_total SET last_entry_at = NULL WHERE dataset_id = :d",
+        d=view["dataset_id"],
+    )
+    _drift_then_rebuild(client, view, "last_entry_at")
