@@ -858,10 +858,12 @@ def _verify_structures(s: Any, st: DatasetState, rebuild: bool) -> list[str]:
         part, j = sums.find(ident)
         n = 0 if j is None else int(part.entries[j])
         fresh_held = held.get(ident, RunningSum())
+        stated = t.filter.spend(t.committed)  # what the tally's views report, as it stands
         if (
             t.entry_count != n
             or not part.holds(j if n else None, t.committed, n)
             or _held_drift(t.held, fresh_held)
+            or (t.spent.epsilon, t.spent.method) != (stated.epsilon, stated.method)
         ):
             name = names.get(t.owner, t.owner)
             drifted.append(

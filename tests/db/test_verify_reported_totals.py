@@ -98,3 +98,34 @@ def test_a_drifted_last_entry_time_is_drift_and_rebuilt(client: TestClient, db_u
         d=view["dataset_id"],
     )
     _drift_then_rebuild(client, view, "last_entry_at")
+
+
+def test_an_allocations_stored_spend_drifted_low_is_drift_and_rebuilt(
+    client: TestClient, db_url: str
+) -> None:
+    """The same for an allocation's tally: its views report its stored spend."""
+    ds = new_dataset(client, budget={"epsilon": 10.0, "delta": 1e-6}, adaptive=False)
+    allocations = f"/v1/datasets/{ds['id']}/allocations"
+    r = client.post(allocations, json={"name": "team", "budget": {"epsilon": 5.0, "delta": 1e-6}})
+    assert r.status_code == 201, r.text
+    for mechanism in CHARGES:
+        r = client.post(
+            f"/v1/datasets/{ds['id']}/charges", json={"mechanism": mechanism, "allocation": "team"}
+        )
+        assert r.status_code == 201, r.text
+    before = client.get(allocations).json()
+    assert client.post("/v1/admin/verify").json()["ok"]
+    run_sql(
+        db_url,
+        "UPDATE allocation SET spent_epsilon = spent_epsilon / 10 WHERE dataset_id = :d",
+        d=ds["id"],
+    )
+    assert client.get(allocations).json() != before  # what the drift does
+    report = client.post("/v1/admin/verify").json()
+    assert not report["ok"] and report["datasets"][0]["drift"] == ["allocation:team"], report
+    client.post("/v1/admin/verify", params={"rebuild": "true"})
+    assert client.post("/v1/admin/verify").json()["ok"]
+    # a rebuilt tally holds the upper bound of its range sums: the same spend to rounding
+    spent = before["allocations"][0]["spent"]["epsilon"]
+    rebuilt = client.get(allocations).json()["allocations"][0]["spent"]["epsilon"]
+    assert spent <= rebuilt == pytest.approx(spent, rel=1e-12)
