@@ -1,0 +1,137 @@
+"""A change to a mechanism's curve must bump ``CURVE_FORMULAS_VERSION``.
+
+Stored entry curves are re-derived from their mechanisms once per version
+(``app.services.ledger.rederive_if_formulas_changed``); a formula changed without the bump
+leaves every database written before it with curves that ``verify`` flags and, if the change
+corrected a value below the exact one, with totals below what the ledger's mechanisms imply.
+
+This is a change detector, not an oracle: ``tests/golden/curve_formulas.json`` holds the curves
+this code gave for a fixed set of mechanisms (every kind, extremes of its ranges), written by
+``python -m tests.unit.test_curve_formulas_version --write`` under the version it names. The
+test recomputes them and applies ``verify``'s own staleness rule (``ledger._stale``: relative
+1e-12; a different CPU's last-ulp differences stay far below it). The values' correctness is
+tested against the oracles elsewhere (test_oracles, test_golden_vectors, ...)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.accounting.mechanisms import mechanism_from_dict
+from app.accounting.orders import CURVE_FORMULAS_VERSION, ORDERS
+from app.services.ledger import _stale
+
+GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "curve_formulas.json"
+
+MECHANISMS: list[dict[str, Any]] = [
+    *(
+        {"mechanism": "gaussian", "sigma": s, "sensitivity": d}
+        for s, d in ((1e-3, 1e-3), (4.0, 2.0), (1e6, 1.0), (0.5, 1.0))
+    ),
+    *({"mechanism": "laplace", "epsilon": e} for e in (1e-9, 1e-3, 0.3, 1.0, 5.0, 50.0)),
+    *({"mechanism": "pure_dp", "epsilon": e} for e in (1e-6, 0.7, 3.0, 20.0)),
+    *({"mechanism": "exponential", "epsilon": e} for e in (1e-6, 0.8, 4.0, 30.0)),
+    *(
+        {"mechanism": "randomized_response", "epsilon": e, "k": k}
+        for e, k in ((1e-6, 2), (1.0, 4), (3.0, 2), (8.0, 100))
+    ),
+    *({"mechanism": "rappor", "epsilon": e} for e in (1e-4, 2.0, 10.0)),
+    *(
+        {"mechanism": "discrete_laplace", "epsilon": e, "sensitivity": d}
+        for e, d in ((1e-4, 1), (1.0, 3), (6.0, 1), (0.05, 40))
+    ),
+    *({"mechanism": "zcdp", "rho": r} for r in (1e-9, 0.02, 3.0)),
+    {"mechanism": "zcdp", "rho": 0.01, "delta": 1e-8},
+    *({"mechanism": "approx_dp", "epsilon": e, "delta": d} for e, d in ((0.5, 1e-7), (3.0, 1e-5))),
+    {"mechanism": "rdp", "orders": [2.0, 8.0, 64.0], "epsilons": [0.1, 0.3, 2.0]},
+    {"mechanism": "rdp", "orders": [1.5, 32.0], "epsilons": [0.01, 1.5], "delta": 1e-9},
+    *(
+        {"mechanism": "subsampled_gaussian", "sigma": s, "sample_rate": q, "steps": t}
+        for s, q, t in (
+            (2.0, 0.01, 10),
+            (0.65, 1e-6, 1000),
+            (1.1, 0.004, 5000),
+            (0.6, 0.05, 100),
+            (3.0, 1e-4, 20),
+            (1000.0, 0.5, 1),
+            (1e-3, 5e-324, 1),
+            (1.0, 5e-324, 1),
+            (1e6, 5e-324, 1),
+            (1.0, 1 - 1e-12, 1),
+            (30.0, 1e-9, 1),
+        )
+    ),
+    {"mechanism": "subsampled_gaussian", "sigma": 2.0, "sample_rate": 0.01, "sensitivity": 2.0},
+]
+
+
+def _curves() -> list[dict[str, Any]]:
+    """Each mechanism and its curve as a ledger entry stores it (repetitions included)."""
+    out = []
+    for m in MECHANISMS:
+        curve = mechanism_from_dict(m).curve()
+        out.append(
+            {
+                "mechanism": m,
+                "rho": curve.rho,
+                "rdp": curve.rdp.tolist(),
+                "pure_eps": curve.pure_eps,
+                "delta": curve.delta,
+            }
+        )
+    return out
+
+
+def _column(rows: list[dict[str, Any]], name: str) -> np.ndarray[Any, np.dtype[np.float64]]:
+    return np.array([float(r[name]) for r in rows])
+
+
+def test_curves_match_the_version_they_were_recorded_under() -> None:
+    golden = json.loads(GOLDEN.read_text())
+    assert golden["curve_formulas_version"] == CURVE_FORMULAS_VERSION, (
+        "CURVE_FORMULAS_VERSION changed: write the new curves with "
+        "`python -m tests.unit.test_curve_formulas_version --write`"
+    )
+    assert golden["orders"] == ORDERS.tolist()
+    stored = golden["curves"]
+    assert [row["mechanism"] for row in stored] == MECHANISMS
+    fresh = _curves()
+    stale = _stale(
+        _column(fresh, "rho"),
+        np.array([row["rdp"] for row in fresh], dtype=np.float64),
+        _column(stored, "rho"),
+        np.array([row["rdp"] for row in stored], dtype=np.float64),
+    )
+    for name in ("pure_eps", "delta"):
+        a, b = _column(fresh, name), _column(stored, name)
+        with np.errstate(invalid="ignore"):  # inf - inf where both are infinite (equal)
+            stale |= ~((a == b) | (np.abs(a - b) <= 1e-12 * np.maximum(np.abs(a), np.abs(b))))
+    changed = [MECHANISMS[i] for i in np.flatnonzero(stale)]
+    assert not changed, (
+        "these mechanisms' curves changed beyond verify's tolerance: bump "
+        "CURVE_FORMULAS_VERSION (app/accounting/orders.py, so that stored curves are re-derived) "
+        f"and write the new curves with --write: {changed}"
+    )
+
+
+def test_the_set_covers_every_kind() -> None:
+    from app.accounting.kinds import KINDS
+
+    assert {m["mechanism"] for m in MECHANISMS} == set(KINDS)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
+    GOLDEN.parent.mkdir(exist_ok=True)
+    document = {
+        "curve_formulas_version": CURVE_FORMULAS_VERSION,
+        "orders": ORDERS.tolist(),
+        "curves": _curves(),
+    }
+    curves = ",\n".join(json.dumps(c) for c in document.pop("curves"))  # one curve per line
+    head = json.dumps(document)[:-1]
+    GOLDEN.write_text(f'{head}, "curves": [\n{curves}\n]}}\n')
+    print(f"wrote {GOLDEN}")
