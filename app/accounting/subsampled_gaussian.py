@@ -697,106 +697,156 @@ def _binomial_table() -> tuple[Vector, Vector]:
     return log_c, sign
 
 
-def _binomials_of(alpha: Vector) -> tuple[Vector, Vector]:
-    """``_binomials`` of each element of ``alpha`` (rows): from the grid's table when every
-    element is a grid order, the same values."""
-    j = np.minimum(np.searchsorted(ORDERS, alpha), ORDERS.size - 1)
-    if np.array_equal(ORDERS[j], alpha):
-        log_c, sign = _binomial_table()
-        return log_c[j], sign[j]
-    distinct, inverse = np.unique(alpha, return_inverse=True)
-    table = [_binomials(float(al)) for al in distinct]
-    return np.array([t[0] for t in table])[inverse], np.array([t[1] for t in table])[inverse]
+@dataclass(frozen=True)
+class _TaylorOrders:
+    """What the Taylor bound needs of each grid order, indexed by order (row j: ORDERS[j]):
+    ``_binomials`` and the parts of the bound that do not depend on q or sigma."""
+
+    log_c: Vector  # log |C(alpha, k)|, k = 0 .. TAYLOR_K
+    positive: Mask  # C(alpha, k) > 0
+    abs_log_c: Vector  # |log |C(alpha, k)||
+    alpha_less_k: Vector  # alpha - k, at the even k >= 2 (the truncation orders K)
+    allowed: Mask  # K even and K > alpha, at the even k >= 2
+
+
+@lru_cache(maxsize=1)
+def _taylor_orders() -> _TaylorOrders:
+    """``_TaylorOrders`` of the grid, built once."""
+    log_c, sign = _binomial_table()
+    k = np.arange(TAYLOR_K + 1, dtype=np.float64)
+    alpha = ORDERS[:, None]
+    out = _TaylorOrders(
+        log_c=log_c,
+        positive=sign > 0,
+        abs_log_c=np.abs(log_c),
+        alpha_less_k=(alpha - k)[:, 2::2],
+        allowed=((k[None, :] % 2 == 0) & (k[None, :] > alpha))[:, 2::2],
+    )
+    for table in (out.positive, out.abs_log_c, out.alpha_less_k, out.allowed):
+        table.setflags(write=False)
+    return out
+
+
+def _nan_to(x: Vector, value: float) -> Vector:
+    """``x`` with NaN replaced by ``value``, in place: ``np.nan_to_num(x, nan=value,
+    posinf=np.inf)`` for an ``x`` that holds no -inf (the only case used here)."""
+    np.copyto(x, value, where=np.isnan(x))
+    return x
+
+
+def _partial_sums(x: Vector) -> Vector:
+    """sum_{k < K} x[..., k] at the even K = 2, 4, .., TAYLOR_K (last axis), summed in the order
+    of k: the values of np.cumsum, column by column (cheaper than its accumulation along the
+    last axis of many short rows)."""
+    out = np.empty((*x.shape[:-1], TAYLOR_K // 2))
+    acc = x[..., 0].copy()
+    for k in range(1, TAYLOR_K):
+        acc += x[..., k]
+        if k % 2:
+            out[..., k // 2] = acc
+    return out
 
 
 def _taylor_log_am1(
-    lq: Vector,
-    l1q: Vector,
-    alpha: Vector,
-    moments: tuple[Vector, Vector],
-    row_in: IntVector | None = None,
+    lq: Vector, l1q: Vector, orders: IntVector, moments: tuple[Vector, Vector]
 ) -> tuple[Vector, Mask]:
     """Upper bounds on log(A - 1) for fractional orders by the Taylor bound (module docstring),
     +inf where no truncation order gives a positive bound; and whether the bound is tight to
     1e-12 (the K-th term and the moments' spread are that small), so that nothing can improve
-    it (the signed series is then skipped). ``moments``: per row, or (with ``row_in``, which
-    row of them each row uses) per distinct sigma.
+    it (the signed series is then skipped). Of every curve (``lq``, ``l1q``, its moments'
+    bounds ``moments``, one row each) at every grid order ``orders`` (indices into ``ORDERS``):
+    arrays (curve, order).
 
     Rounding: each term's log errs by a few ulps of its parts (``eta``) and of its distance to
     the scale; the terms are summed relative to the largest term up to the smallest one (no
     overflow or subnormal there; a bound past an overflowing term is infinite, never chosen;
     64 TINY covers terms that underflow); the log of the sum and the scale add a few ulps of
-    both to the result."""
-    m_lo_r, m_hi_r = moments
-    if row_in is None:
-        row_in = np.arange(alpha.size)
-    m_lo, m_hi = m_lo_r[row_in], m_hi_r[row_in]
-    n = alpha.size
+    both to the result.
+
+    Computed on arrays (curve, order, k): the parts that depend on the order alone come from
+    ``_taylor_orders``, those of the curve alone are computed once per curve and broadcast. The
+    remainder term is needed at the even truncation orders K > alpha only (every other K's
+    bound is discarded), and where C(alpha, K) > 0 only (it is 0 elsewhere): so it is computed
+    at the even K of the orders with a positive C(alpha, K) there (floor(alpha) odd), and at
+    the chosen K of every order for the gap."""
+    m_lo, m_hi = moments
+    table = _taylor_orders()
     k = np.arange(TAYLOR_K + 1, dtype=np.float64)
-    log_c, sign = _binomials_of(alpha)
-    positive = sign > 0
-    log_m = np.where(positive, m_hi, m_lo)
-    log_t = log_c + k * lq[:, None] + log_m
-    log_t[:, :2] = -np.inf  # k = 0 is the 1 of A, k = 1 has E[L - 1] = 0
-    eta = (
-        8.0
-        * U
-        * (
-            np.abs(log_c)
-            + k * np.abs(lq[:, None])
-            + np.abs(np.where(np.isfinite(log_m), log_m, 0.0))
-            + 8.0
-        )
+    log_c = table.log_c[orders][None, :, :]
+    positive = table.positive[orders][None, :, :]
+    lq3, l1q3 = lq[:, None, None], l1q[:, None, None]
+    hi3, lo3 = m_hi[:, None, :], m_lo[:, None, :]
+    log_m = np.where(positive, hi3, lo3)
+    base = log_c + k * lq3  # log |C(alpha, k)| q^k, shared by the terms and the remainder
+    log_t = base + log_m
+    log_t[:, :, :2] = -np.inf  # k = 0 is the 1 of A, k = 1 has E[L - 1] = 0
+    abs_m = np.where(
+        positive,
+        np.abs(np.where(np.isfinite(hi3), hi3, 0.0)),
+        np.abs(np.where(np.isfinite(lo3), lo3, 0.0)),
     )
-    # remainder term at K: C(alpha, K) q^K (1 - q)^{alpha - K} M_K when C(alpha, K) > 0
-    l1q_k = (alpha[:, None] - k) * l1q[:, None]
-    log_rem = log_c + k * lq[:, None] + l1q_k + m_hi
+    eta = 8.0 * U * (table.abs_log_c[orders][None, :, :] + k * np.abs(lq3) + abs_m + 8.0)
     # the scale: the largest term up to the smallest one, where the (divergent) series is best
     # cut. The largest of all terms was e^554 (q = 1e-6, sigma = 0.7) to e^718 (sigma = 0.65)
     # times A - 1: scale + log(best) then cancelled (~600 - 578) and the leading terms were
     # subnormal, 1.5 % below A - 1. Terms past it that overflow give an infinite bound at their
     # K, never chosen; terms that underflow are covered by the 64 TINY added to every bound.
     finite = np.isfinite(log_t)
-    smallest = np.argmin(np.where(finite, log_t, np.inf), axis=1)
-    upto = finite & (k[None, :] <= smallest[:, None])
-    scale = np.max(np.where(upto, log_t, -np.inf), axis=1)
+    smallest = np.argmin(np.where(finite, log_t, np.inf), axis=2)
+    upto = finite & (k <= smallest[:, :, None])
+    scale = np.max(np.where(upto, log_t, -np.inf), axis=2)
     scale = np.where(np.isfinite(scale), scale, 0.0)
+    scale3 = scale[:, :, None]
     with np.errstate(over="ignore", invalid="ignore"):
-        # exp(log_t - scale) errs by an ulp of the difference, relatively
-        d_t = log_t - scale[:, None]
-        d_rem = log_rem - scale[:, None]
-        eta_t = eta + 2.0 * U * np.where(np.isfinite(d_t), np.abs(d_t), 0.0)
-        eta_rem = eta + 2.0 * U * (np.where(np.isfinite(d_rem), np.abs(d_rem), 0.0) + np.abs(l1q_k))
+        # exp(log_t - scale) errs by an ulp of the difference, relatively (d_t is finite where
+        # log_t is: |log_t| < 1e10 there, the scale is finite)
+        d_t = log_t - scale3
+        eta_t = eta + 2.0 * U * np.where(finite, np.abs(d_t), 0.0)
         scaled = np.exp(d_t)  # (once: the terms, the bound and the gap)
-        pos = np.where(positive, scaled * (1.0 + eta_t), 0.0)
-        neg = np.where(~positive, scaled * (1.0 - eta_t), 0.0)
-        rem = np.where(positive, np.exp(d_rem) * (1.0 + eta_rem), 0.0)
-    # a term that overflows stays infinite (not the largest float, which could cancel), so no
-    # K past it gives a finite bound
-    pos = np.nan_to_num(pos, copy=False, nan=np.inf, posinf=np.inf)
-    neg = np.nan_to_num(neg, copy=False, nan=0.0, posinf=np.inf)
-    rem = np.nan_to_num(rem, copy=False, nan=np.inf, posinf=np.inf)
+        # (scaled >= 0 and 0 <= eta_t < 1: pos and neg are never -inf, only NaN needs a value)
+        pos = _nan_to(np.where(positive, scaled * (1.0 + eta_t), 0.0), np.inf)
+        neg = _nan_to(np.where(positive, 0.0, scaled * (1.0 - eta_t)), 0.0)
     # partial sums over k < K for every K (summed, not a sum less its last term, which loses the
     # rest where that term is large), plus the remainder at K
-    cum_pos = np.zeros_like(pos)
-    cum_neg = np.zeros_like(neg)
-    np.cumsum(pos[:, :-1], axis=1, out=cum_pos[:, 1:])
-    np.cumsum(neg[:, :-1], axis=1, out=cum_neg[:, 1:])
+    cum_pos, cum_neg = _partial_sums(pos), _partial_sums(neg)
+    bound = cum_pos
+    # remainder term at K: C(alpha, K) q^K (1 - q)^{alpha - K} M_K when C(alpha, K) > 0
+    positive_e = positive[:, :, 2::2]
+    some = np.flatnonzero(np.any(positive_e[0] & table.allowed[orders], axis=1))
+    if some.size:
+        o = orders[some]
+        l1q_k = table.alpha_less_k[o][None, :, :] * l1q3
+        log_rem = base[:, some, 2::2] + l1q_k + hi3[:, :, 2::2]
+        with np.errstate(over="ignore", invalid="ignore"):
+            d_rem = log_rem - scale3[:, some]
+            eta_rem = eta[:, some, 2::2] + 2.0 * U * (
+                np.where(np.isfinite(d_rem), np.abs(d_rem), 0.0) + np.abs(l1q_k)
+            )
+            rem = _nan_to(
+                np.where(positive_e[:, some], np.exp(d_rem) * (1.0 + eta_rem), 0.0), np.inf
+            )
+        bound[:, some] += rem
     with np.errstate(invalid="ignore"):
-        bound = cum_pos + rem - cum_neg + 64.0 * TINY
-    allowed = (k[None, :] % 2 == 0) & (k[None, :] > alpha[:, None])
-    bound = np.where(allowed & (bound > 0), bound, np.inf)
-    best_k = np.argmin(bound, axis=1)
-    rows = np.arange(n)
-    best = bound[rows, best_k]
+        bound = bound - cum_neg + 64.0 * TINY
+    bound = np.where(table.allowed[orders][None, :, :] & (bound > 0), bound, np.inf)
+    best_e = np.argmin(bound, axis=2)
+    best = np.take_along_axis(bound, best_e[:, :, None], axis=2)[:, :, 0]
+    best_k = 2 + 2 * best_e
     # how far below the bound A - 1 can be: the K-th term (|R_K| is at most it) and the spread
     # of the moments used
+    kf = best_k.astype(np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
-        spread = np.nan_to_num(np.expm1(m_hi_r - m_lo_r), copy=False, nan=np.inf)[row_in]
-        known = np.where(np.isfinite(log_t), scaled, 0.0)
-        gap = np.abs(np.exp(log_rem[rows, best_k] - scale)) + np.sum(
-            np.where(k[None, :] < best_k[:, None], known * spread, 0.0),
-            axis=1,
+        pick = best_k[:, :, None]
+        rem_at = (
+            np.take_along_axis(base, pick, axis=2)[:, :, 0]
+            + (ORDERS[orders][None, :] - kf) * l1q[:, None]
+            + np.take_along_axis(np.broadcast_to(hi3, base.shape), pick, axis=2)[:, :, 0]
+        )
+        spread = np.nan_to_num(np.expm1(m_hi - m_lo), copy=False, nan=np.inf)[:, None, :]
+        known = np.where(finite, scaled, 0.0)
+        gap = np.abs(np.exp(rem_at - scale)) + np.sum(
+            np.where(k < best_k[:, :, None], known * spread, 0.0),
+            axis=2,
         )
     tight = np.isfinite(best) & (gap <= 1e-12 * best)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -871,12 +921,11 @@ def _rdp_chunk(q: Vector, sigma: Vector, mask: Mask, work: Work) -> Vector:
         useful = q * np.exp(np.minimum(8.0 * 0.5 / sigma**2, 700.0)) < 1.0
         sel = np.flatnonzero(useful[r_of])
         if sel.size:
-            rows_needed = np.unique(r_of[sel])
-            m_lo, m_hi = _moments(0.5 / sigma[rows_needed] ** 2, work)
-            row_in = np.searchsorted(rows_needed, r_of[sel])
-            log_am1, taylor_tight[sel] = _taylor_log_am1(
-                lq[r_of[sel]], l1q[r_of[sel]], al[sel], (m_lo, m_hi), row_in
-            )
+            curves = np.flatnonzero(useful)  # (sel: every fractional order of these curves)
+            moments = _moments(0.5 / sigma[curves] ** 2, work)
+            log_am1, tight = _taylor_log_am1(lq[curves], l1q[curves], frac_idx, moments)
+            taylor_tight[sel] = tight.ravel()
+            log_am1 = log_am1.ravel()
             eps_taylor[sel] = np.where(
                 np.isfinite(log_am1), _eps_from_log_am1(log_am1, al[sel]), np.inf
             )
