@@ -60,7 +60,7 @@ the kind. A value that would underflow to 0 while q > 0 is returned as the least
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -135,14 +135,17 @@ def _log_expm1(x: Vector) -> Vector:
     """log(e^x - 1) for x >= 0 (-inf at 0), without overflow or cancellation. For
     30 < x < ``LOG_EXPM1_EXACT``: x + log1p(-e^-x); above, that expression's value x itself
     (not evaluated: the same numbers)."""
+    big = x > 30.0
+    out = np.where(big, 1.0, x)
+    np.expm1(out, out=out)
     with np.errstate(divide="ignore"):
-        big = x > 30.0
-        small = np.log(np.expm1(np.where(big, 1.0, x)))
-        mid = np.flatnonzero(big & (x < LOG_EXPM1_EXACT))
-        large = x.copy()
+        np.log(out, out=out)
+    np.copyto(out, x, where=big)
+    mid = np.flatnonzero(big & (x < LOG_EXPM1_EXACT))
+    if mid.size:
         xm = x[mid]
-        large[mid] = xm + np.log1p(-np.exp(-xm))
-    return np.where(big, large, small)
+        out[mid] = xm + np.log1p(-np.exp(-xm))
+    return out
 
 
 # --- integer orders ---------------------------------------------------------------------------
@@ -156,6 +159,19 @@ class _Rows:
     l1q: Vector  # log(1 - q)
     a: Vector  # 1 / (2 sigma^2)
     alpha: IntVector
+    # derived once per row, for the many evaluations of the bisections (the values the
+    # expressions below computed at every evaluation): log alpha!, alpha - 1, log q - log(1 - q)
+    # and 2 a
+    lf_alpha: Vector = field(init=False, repr=False)
+    alpha_less_1: IntVector = field(init=False, repr=False)
+    lq_less_l1q: Vector = field(init=False, repr=False)
+    two_a: Vector = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lf_alpha", _log_factorials()[self.alpha])
+        object.__setattr__(self, "alpha_less_1", self.alpha - 1)
+        object.__setattr__(self, "lq_less_l1q", self.lq - self.l1q)
+        object.__setattr__(self, "two_a", 2.0 * self.a)
 
     def take(self, sel: IntVector) -> _Rows:
         """The rows ``sel`` (gathered once, for the many evaluations of a bisection)."""
@@ -168,24 +184,24 @@ class _Rows:
         lf = _log_factorials()
         al = self.alpha[sel]
         i = np.minimum(np.maximum(i, 0), al)
+        ami = al - i
         fi = i.astype(np.float64)
         out: Vector = (
-            lf[al]
+            self.lf_alpha[sel]
             - lf[i]
-            - lf[al - i]
+            - lf[ami]
             + fi * self.lq[sel]
-            + (al - i) * self.l1q[sel]
+            + ami * self.l1q[sel]
             + self.a[sel] * (fi * fi - fi)
         )
         return out
 
     def ratio(self, i: IntVector, sel: IntVector | slice = slice(None)) -> Vector:
         """lambda(i) = f(i + 1) - f(i), for 0 <= i < alpha (i clipped to that range)."""
-        al = self.alpha[sel]
-        i = np.minimum(np.maximum(i, 0), al - 1)
+        i = np.minimum(np.maximum(i, 0), self.alpha_less_1[sel])
         log_n = _log_integers()
         out: Vector = (
-            log_n[al - i] - log_n[i + 1] + (self.lq[sel] - self.l1q[sel]) + 2.0 * self.a[sel] * i
+            log_n[self.alpha[sel] - i] - log_n[i + 1] + self.lq_less_l1q[sel] + self.two_a[sel] * i
         )
         return out
 
@@ -392,37 +408,61 @@ def _integer_log_am1(rows: _Rows, curve: IntVector, work: Work) -> Vector:
     size = last - first + 1
     total = int(size.sum())
     work.terms += total
-    # the exact terms of every window, flattened window after window
+    # the exact terms of every window, flattened window after window; a window's row parameters
+    # repeated over its terms (np.repeat, not a gather per term), the arrays updated in place
     offsets = np.cumsum(size) - size
-    term_window = np.repeat(np.arange(size.size), size)
-    i = np.arange(total, dtype=np.int64) - offsets[term_window] + first[term_window]
-    term_row = owner[term_window]
+    i = np.arange(total, dtype=np.int64)
+    i -= np.repeat(offsets - first, size)
     lf = _log_factorials()
-    al = rows.alpha[term_row]
-    ami = al - i
+    al_w = rows.alpha[owner]
+    ami = np.repeat(al_w, size)
+    ami -= i
     fi = i.astype(np.float64)
-    c = rows.a[term_row] * (fi * fi - fi)
+    c = fi * fi
+    c -= fi
+    c *= np.repeat(rows.a[owner], size)
     le = _log_expm1(c)
     # (each table entry and row parameter gathered once, for the terms and their error)
-    lf_al, lf_i, lf_ami = lf[al], lf[i], lf[ami]
-    lq_t, l1q_t = rows.lq[term_row], rows.l1q[term_row]
-    log_terms = lf_al - lf_i - lf_ami + fi * lq_t + ami * l1q_t
+    lf_al, lf_i, lf_ami = np.repeat(lf[al_w], size), lf[i], lf[ami]
+    del i
+    lq_w, l1q_w = rows.lq[owner], rows.l1q[owner]
+    # log_terms = lf_al - lf_i - lf_ami + fi lq + (alpha - i) l1q + le, left to right
+    log_terms = lf_al - lf_i
+    log_terms -= lf_ami
+    tmp = fi * np.repeat(lq_w, size)
+    log_terms += tmp
+    ami_f = ami.astype(np.float64)
+    del ami
+    tmp2 = ami_f * np.repeat(l1q_w, size)
+    log_terms += tmp2
     log_terms += le
-    # rounding: each term's log errs by a few ulps of the magnitudes that make it up
-    err = U * (
-        16.0 * (lf_al + lf_i + lf_ami)
-        + 4.0 * (fi * np.abs(lq_t) + ami * np.abs(l1q_t))
-        + 4.0 * (c + np.abs(le))
-        + 16.0
-    )
+    # rounding: each term's log errs by a few ulps of the magnitudes that make it up:
+    # U (16 (lf_al + lf_i + lf_ami) + 4 (fi |lq| + (alpha - i) |l1q|) + 4 (c + |le|) + 16)
+    err = lf_al
+    err += lf_i
+    err += lf_ami
+    err *= 16.0
+    del lf_i, lf_ami
+    np.multiply(fi, np.repeat(np.abs(lq_w), size), out=tmp)
+    np.multiply(ami_f, np.repeat(np.abs(l1q_w), size), out=tmp2)
+    tmp += tmp2
+    tmp *= 4.0
+    err += tmp
+    np.abs(le, out=tmp)
+    np.add(c, tmp, out=tmp)
+    tmp *= 4.0
+    err += tmp
+    err += 16.0
+    err *= U
+    del tmp2, c, le, fi, ami_f
     # per window: log sum exp and the largest error (contiguous segments)
     if size.size:
         win_max = np.maximum.reduceat(log_terms, offsets)
         shift = np.where(np.isfinite(win_max), win_max, 0.0)
+        np.subtract(log_terms, np.repeat(shift, size), out=tmp)
+        np.exp(tmp, out=tmp)
         with np.errstate(divide="ignore"):
-            win_log = shift + np.log(
-                np.add.reduceat(np.exp(log_terms - shift[term_window]), offsets)
-            )
+            win_log = shift + np.log(np.add.reduceat(tmp, offsets))
         win_log += np.maximum.reduceat(err, offsets) + np.log1p((size + 4) * 2.0 * U)
     else:
         win_log = np.zeros(0)
