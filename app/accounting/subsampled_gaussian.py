@@ -382,36 +382,22 @@ def _terms_by_curve(out: _Windows, curve: IntVector, curves: int) -> IntVector:
     return counts
 
 
-def _integer_log_am1(rows: _Rows, curve: IntVector, work: Work) -> Vector:
-    """Upper bounds on log(A - 1) for the integer-order rows (``curve``: which curve each row
-    belongs to), summing at most about ``WINDOW_BUDGET`` terms per curve: windows are found
-    first (bisections only) and a curve's windows are narrowed until they fit; what a narrower
-    window leaves out is bounded instead of summed, so the result stays sound, and each curve's
-    values do not depend on the others computed with it."""
-    curves = int(curve.max()) + 1
-    width = np.full(curve.size, MAX_WINDOW, dtype=np.int64)
-    out = _windows(rows, work, width)
-    while True:
-        over = (_terms_by_curve(out, curve, curves) > WINDOW_BUDGET) & (
-            np.bincount(curve, weights=width, minlength=curves)
-            > 16 * np.bincount(curve, minlength=curves)
-        )
-        if not over.any():
-            break
-        width = np.where(over[curve], np.maximum(16, width // 4), width)
-        out = _windows(rows, work, width)
-    owner = np.concatenate(out.owner)
-    first = np.maximum(np.concatenate(out.first), 2)  # A - 1 starts at i = 2
-    last = np.concatenate(out.last)
-    keep = last >= first
-    owner, first, last = owner[keep], first[keep], last[keep]
-    size = last - first + 1
-    total = int(size.sum())
-    work.terms += total
+BLOCK = 12_288
+"""Elements of the large temporaries computed at once (the exact terms of the integer orders, the
+Taylor bound's (curve, order, k) arrays, the signed series' (row, term) arrays): 96 kB of
+float64, under glibc's default mmap threshold (128 kB), so that the many temporaries reuse heap
+memory instead of each faulting in fresh pages (which took about half the time of a chunk of 16
+curves). Every block's values are those the whole chunk at once gave: each window, curve and
+row is computed on its own."""
+
+
+def _window_log_sums(rows: _Rows, owner: IntVector, first: IntVector, size: IntVector) -> Vector:
+    """log of the sum of the exact terms of each window (row ``owner``, indices ``first`` ..
+    ``first + size - 1``, size >= 1), with its rounding margin."""
     # the exact terms of every window, flattened window after window; a window's row parameters
     # repeated over its terms (np.repeat, not a gather per term), the arrays updated in place
     offsets = np.cumsum(size) - size
-    i = np.arange(total, dtype=np.int64)
+    i = np.arange(int(size.sum()), dtype=np.int64)
     i -= np.repeat(offsets - first, size)
     lf = _log_factorials()
     al_w = rows.alpha[owner]
@@ -456,19 +442,59 @@ def _integer_log_am1(rows: _Rows, curve: IntVector, work: Work) -> Vector:
     err *= U
     del tmp2, c, le, fi, ami_f
     # per window: log sum exp and the largest error (contiguous segments)
-    if size.size:
-        win_max = np.maximum.reduceat(log_terms, offsets)
-        shift = np.where(np.isfinite(win_max), win_max, 0.0)
-        np.subtract(log_terms, np.repeat(shift, size), out=tmp)
-        np.exp(tmp, out=tmp)
-        with np.errstate(divide="ignore"):
-            win_log = shift + np.log(np.add.reduceat(tmp, offsets))
-        win_log += np.maximum.reduceat(err, offsets) + np.log1p((size + 4) * 2.0 * U)
-    else:
-        win_log = np.zeros(0)
+    win_max = np.maximum.reduceat(log_terms, offsets)
+    shift = np.where(np.isfinite(win_max), win_max, 0.0)
+    np.subtract(log_terms, np.repeat(shift, size), out=tmp)
+    np.exp(tmp, out=tmp)
+    with np.errstate(divide="ignore"):
+        win_log: Vector = shift + np.log(np.add.reduceat(tmp, offsets))
+    win_log += np.maximum.reduceat(err, offsets) + np.log1p((size + 4) * 2.0 * U)
+    return win_log
+
+
+def _integer_log_am1(rows: _Rows, curve: IntVector, work: Work) -> Vector:
+    """Upper bounds on log(A - 1) for the integer-order rows (``curve``: which curve each row
+    belongs to), summing at most about ``WINDOW_BUDGET`` terms per curve: windows are found
+    first (bisections only) and a curve's windows are narrowed until they fit; what a narrower
+    window leaves out is bounded instead of summed, so the result stays sound, and each curve's
+    values do not depend on the others computed with it."""
+    curves = int(curve.max()) + 1
+    width = np.full(curve.size, MAX_WINDOW, dtype=np.int64)
+    out = _windows(rows, work, width)
+    while True:
+        over = (_terms_by_curve(out, curve, curves) > WINDOW_BUDGET) & (
+            np.bincount(curve, weights=width, minlength=curves)
+            > 16 * np.bincount(curve, minlength=curves)
+        )
+        if not over.any():
+            break
+        width = np.where(over[curve], np.maximum(16, width // 4), width)
+        out = _windows(rows, work, width)
+    owner = np.concatenate(out.owner)
+    first = np.maximum(np.concatenate(out.first), 2)  # A - 1 starts at i = 2
+    last = np.concatenate(out.last)
+    keep = last >= first
+    owner, first, last = owner[keep], first[keep], last[keep]
+    size = last - first + 1
+    work.terms += int(size.sum())
+    # per window: log sum exp of its exact terms, windows summed in blocks of about BLOCK
+    # terms (each window's value does not depend on the others summed with it)
+    ends = np.cumsum(size)
+    win_parts = []
+    start = 0
+    while start < size.size:
+        stop = max(
+            int(np.searchsorted(ends, ends[start] - size[start] + BLOCK, "right")), start + 1
+        )
+        win_parts.append(
+            _window_log_sums(rows, owner[start:stop], first[start:stop], size[start:stop])
+        )
+        start = stop
+    win_log = np.concatenate(win_parts) if win_parts else np.zeros(0)
     rem_owner = np.concatenate(out.rem_owner) if out.rem_owner else np.zeros(0, np.int64)
     rem_log = np.concatenate(out.rem_log) if out.rem_log else np.zeros(0)
     if rem_owner.size:
+        lf = _log_factorials()
         ral = rows.alpha[rem_owner]
         rem_log = rem_log + U * (
             48.0 * lf[ral]
@@ -963,7 +989,18 @@ def _rdp_chunk(q: Vector, sigma: Vector, mask: Mask, work: Work) -> Vector:
         if sel.size:
             curves = np.flatnonzero(useful)  # (sel: every fractional order of these curves)
             moments = _moments(0.5 / sigma[curves] ** 2, work)
-            log_am1, tight = _taylor_log_am1(lq[curves], l1q[curves], frac_idx, moments)
+            step = max(1, BLOCK // (frac_idx.size * (TAYLOR_K + 1)))  # curves at once
+            parts = [
+                _taylor_log_am1(
+                    lq[curves[j : j + step]],
+                    l1q[curves[j : j + step]],
+                    frac_idx,
+                    (moments[0][j : j + step], moments[1][j : j + step]),
+                )
+                for j in range(0, curves.size, step)
+            ]
+            log_am1 = np.concatenate([p[0] for p in parts])
+            tight = np.concatenate([p[1] for p in parts])
             taylor_tight[sel] = tight.ravel()
             log_am1 = log_am1.ravel()
             eps_taylor[sel] = np.where(
@@ -972,8 +1009,13 @@ def _rdp_chunk(q: Vector, sigma: Vector, mask: Mask, work: Work) -> Vector:
         eps_mtz = np.full(al.shape, np.inf)
         rest = np.flatnonzero(~taylor_tight)
         if rest.size:
-            log_a, _ = _mtz_log_a(
-                lq[r_of[rest]], l1q[r_of[rest]], sigma[r_of[rest]], al[rest], work
+            step = max(1, BLOCK // SERIES_TERMS)  # rows at once
+            log_a = np.concatenate(
+                [
+                    _mtz_log_a(lq[r], l1q[r], sigma[r], al[part], work)[0]
+                    for part in (rest[j : j + step] for j in range(0, rest.size, step))
+                    for r in (r_of[part],)
+                ]
             )
             eps_mtz[rest] = np.where(
                 np.isfinite(log_a), np.maximum(log_a, 0.0) / (al[rest] - 1.0) * (1 + 8 * U), np.inf
