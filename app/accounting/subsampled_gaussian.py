@@ -555,13 +555,59 @@ def _log_ndtr_slope(x: Vector) -> Vector:
     return np.where(x >= 0.0, 2.0 * np.exp(-0.5 * x * x) / np.sqrt(2.0 * np.pi), np.abs(x) + 1.0)
 
 
+@dataclass(frozen=True)
+class _SeriesOrders:
+    """What the signed series needs of each grid order (row j: ORDERS[j]; column i the term),
+    the values the series computed per row before: j = alpha - i, log |C(alpha, i)| by its
+    recurrence, the signs, and the parts of the rounding and magnitudes made of them alone."""
+
+    j: Vector
+    log_c: Vector
+    sign: Vector
+    c_err: Vector  # 4 i (|log |C(alpha, i)|| + 1)
+    jj_less_j: Vector  # j^2 - j
+    jj_plus_abs_j: Vector  # j^2 + |j|
+    abs_j: Vector
+
+
+@lru_cache(maxsize=1)
+def _series_orders() -> _SeriesOrders:
+    """``_SeriesOrders`` of the grid, built once (the rows of integer orders are never used:
+    their recurrence reaches log 0)."""
+    al = ORDERS[:, None]
+    i = np.arange(SERIES_TERMS, dtype=np.float64)[None, :]
+    j = al - i
+    # log |C(alpha, i)| by the recurrence |C(alpha, i)| = |C(alpha, i-1)| |alpha - i + 1| / i
+    with np.errstate(divide="ignore"):
+        steps = np.log(np.abs(j + 1.0)) - np.log(np.maximum(i, 1.0))
+    steps[:, 0] = 0.0
+    log_c = np.cumsum(steps, axis=1)
+    # C(alpha, i) > 0 for i <= floor(alpha) + 1, then the signs alternate
+    flip = np.maximum(i - np.floor(al) - 1.0, 0.0)
+    # (flip holds non-negative integers: its parity by a bit test, the values np.mod(flip, 2) gave)
+    sign = 1.0 - 2.0 * np.bitwise_and(flip.astype(np.int64), 1)
+    out = _SeriesOrders(
+        j=j,
+        log_c=log_c,
+        sign=sign,
+        c_err=4.0 * i * (np.abs(log_c) + 1.0),
+        jj_less_j=j * j - j,
+        jj_plus_abs_j=j * j + np.abs(j),
+        abs_j=np.abs(j),
+    )
+    for table in vars(out).values():
+        table.setflags(write=False)
+    return out
+
+
 def _mtz_log_a(
-    lq: Vector, l1q: Vector, sigma: Vector, alpha: Vector, work: Work
+    lq: Vector, l1q: Vector, sigma: Vector, orders: IntVector, work: Work
 ) -> tuple[Vector, Mask]:
-    """Upper bounds on log A for fractional orders (alpha < 11) by the signed series of MTZ19
-    case II: the terms i < ``SERIES_HEAD`` summed, the alternating rest bounded by Euler's
-    transform (module docstring); +inf where cancellation leaves no usable bound. Also whether
-    each bound is tight to 1e-12 of A - 1 (then no other bound is tried).
+    """Upper bounds on log A at the fractional grid orders ``orders`` (indices into ``ORDERS``,
+    alpha < 11; the parts that depend on the order alone from ``_series_orders``) by the signed
+    series of MTZ19 case II: the terms i < ``SERIES_HEAD`` summed, the alternating rest bounded
+    by Euler's transform (module docstring); +inf where cancellation leaves no usable bound.
+    Also whether each bound is tight to 1e-12 of A - 1 (then no other bound is tried).
 
     For i > alpha, a_i = |C(alpha, i)| (X_i + Y_i) is a Hausdorff moment sequence in i
     (|C(alpha, i)| = Gamma(i - alpha) / (|Gamma(-alpha)| Gamma(i + 1)) is a Beta integral, X_i and
@@ -572,24 +618,18 @@ def _mtz_log_a(
     the first K terms. The differences are taken from the computed terms; their rounding adds at
     most (K + 2) a_N times the terms' relative error.
     """
-    n = alpha.size
+    n = orders.size
+    table = _series_orders()
     a = (0.5 / (sigma * sigma))[:, None]
     z0 = (sigma * sigma * (l1q - lq) + 0.5)[:, None]
-    sg, q1, q2, al = sigma[:, None], lq[:, None], l1q[:, None], alpha[:, None]
+    sg, q1, q2 = sigma[:, None], lq[:, None], l1q[:, None]
     i = np.arange(SERIES_TERMS, dtype=np.float64)[None, :]
-    j = al - i
-    # log |C(alpha, i)| by the recurrence |C(alpha, i)| = |C(alpha, i-1)| |alpha - i + 1| / i
-    steps = np.log(np.abs(j + 1.0)) - np.log(np.maximum(i, 1.0))
-    steps[:, 0] = 0.0
-    log_c = np.cumsum(steps, axis=1)
-    # C(alpha, i) > 0 for i <= floor(alpha) + 1, then the signs alternate
-    flip = np.maximum(i - np.floor(al) - 1.0, 0.0)
-    # (flip holds non-negative integers: its parity by a bit test, the values np.mod(flip, 2) gave)
-    sign = 1.0 - 2.0 * np.bitwise_and(flip.astype(np.int64), 1)
+    j, log_c, sign = table.j[orders], table.log_c[orders], table.sign[orders]
     x1, x2 = (z0 - i) / sg, (j - z0) / sg
     n1, n2 = special.log_ndtr(x1), special.log_ndtr(x2)
-    t1 = i * q1 + j * q2 + a * (i * i - i) + n1
-    t2 = j * q1 + i * q2 + a * (j * j - j) + n2
+    iq1, jq2, jq1, iq2 = i * q1, j * q2, j * q1, i * q2
+    t1 = iq1 + jq2 + a * (i * i - i) + n1
+    t2 = jq1 + iq2 + a * table.jj_less_j[orders] + n2
     log_term = log_c + np.logaddexp(t1, t2)
     work.terms += log_term.size
     # a term's rounding, relatively: an ulp of the recurrence's running value per step, a few
@@ -598,18 +638,20 @@ def _mtz_log_a(
     # -2.2, and bounding by ulps of 2.2 left the curve 1.6e-14 below the 60-digit value), and
     # log_ndtr's slope times its argument's error (z0, the shift and the division); then the
     # log of the term relative to the scale below
-    arg_err = (sg * sg * (np.abs(q1) + np.abs(q2)) + 1.0 + np.abs(z0) + i + np.abs(j)) / sg
+    arg_err = (
+        sg * sg * (np.abs(q1) + np.abs(q2)) + 1.0 + np.abs(z0) + i + table.abs_j[orders]
+    ) / sg
     mag1 = (
-        np.abs(i * q1)
-        + np.abs(j * q2)
+        np.abs(iq1)
+        + np.abs(jq2)
         + a * (i * i + i)
         + np.abs(n1)
         + _log_ndtr_slope(x1) * (arg_err + np.abs(x1))
     )
     mag2 = (
-        np.abs(j * q1)
-        + np.abs(i * q2)
-        + a * (j * j + np.abs(j))
+        np.abs(jq1)
+        + np.abs(iq2)
+        + a * table.jj_plus_abs_j[orders]
         + np.abs(n2)
         + _log_ndtr_slope(x2) * (arg_err + np.abs(x2))
     )
@@ -620,7 +662,7 @@ def _mtz_log_a(
     scale = np.max(log_term[:, :16], axis=1)
     scale = np.where(np.abs(scale) < 1.0, 0.0, scale)
     err = U * (
-        4.0 * i * (np.abs(log_c) + 1.0)
+        table.c_err[orders]
         + 8.0 * ((1.0 - w2) * mag1 + w2 * mag2)
         + 4.0 * np.abs(log_term - scale[:, None])
         + 8.0
@@ -1012,7 +1054,7 @@ def _rdp_chunk(q: Vector, sigma: Vector, mask: Mask, work: Work) -> Vector:
             step = max(1, BLOCK // SERIES_TERMS)  # rows at once
             log_a = np.concatenate(
                 [
-                    _mtz_log_a(lq[r], l1q[r], sigma[r], al[part], work)[0]
+                    _mtz_log_a(lq[r], l1q[r], sigma[r], o_of[part], work)[0]
                     for part in (rest[j : j + step] for j in range(0, rest.size, step))
                     for r in (r_of[part],)
                 ]
