@@ -731,8 +731,11 @@ def _moment_bounds(a: Vector, work: Work) -> tuple[Vector, Vector]:
     hi = np.full((rows, k.size), np.inf)
     lo[:, 0] = hi[:, 0] = 0.0  # M_0 = 1; M_1 = 0 stays -inf
     b_max = a * TAYLOR_K * (TAYLOR_K - 1)
-    series = np.flatnonzero(b_max <= 60.0)
-    if series.size:
+    # (rows in blocks: BLOCK elements of the series' (row, k) arrays, of the direct sums'
+    # (row, k, j) arrays; every row's bounds are its own)
+    on_series = np.flatnonzero(b_max <= 60.0)
+    step = max(1, BLOCK // k.size)
+    for series in (on_series[j : j + step] for j in range(0, on_series.size, step)):
         aa = a[series, None]
         # terms of the series per row (each row's own count: a batch gives the same bounds)
         big_n = (TAYLOR_K // 2 + 12 + np.ceil(3.0 * b_max[series])).astype(np.int64)[:, None]
@@ -760,8 +763,9 @@ def _moment_bounds(a: Vector, work: Work) -> tuple[Vector, Vector]:
             hi_s = np.log(acc * (1.0 + eta) + tail * np.exp(-fact)) + fact
         lo[series, 2:] = lo_s[:, 2:]
         hi[series, 2:] = hi_s[:, 2:]
-    direct = np.setdiff1d(np.arange(rows), series)
-    if direct.size:
+    on_direct = np.setdiff1d(np.arange(rows), on_series)
+    step = max(1, BLOCK // k.size**2)
+    for direct in (on_direct[j : j + step] for j in range(0, on_direct.size, step)):
         aa = a[direct, None, None]
         kk = k[None, :, None]
         jj = k[None, None, :]
@@ -988,14 +992,37 @@ def rdp_batch(
     sigma = np.atleast_1d(np.asarray(sigma, dtype=np.float64))
     work = Work() if work is None else work
     mask = np.ones(ORDERS.shape, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    # the Taylor bound's moments depend on sigma alone: computed for the whole batch at once
+    # (their series is a loop over up to ~200 terms: once, not once per chunk), row by row the
+    # values each chunk computed for itself
+    useful = _taylor_useful(q, sigma)
+    curves = np.flatnonzero(useful) if (~INTEGER_MASK & mask).any() else np.zeros(0, np.int64)
+    moments = _moments(0.5 / sigma[curves] ** 2, work)
+    cut = np.searchsorted(curves, np.arange(0, q.size + CHUNK, CHUNK))
     parts = [
-        _rdp_chunk(q[k : k + CHUNK], sigma[k : k + CHUNK], mask, work)
-        for k in range(0, q.size, CHUNK)
+        _rdp_chunk(
+            q[k : k + CHUNK],
+            sigma[k : k + CHUNK],
+            mask,
+            work,
+            (moments[0][cut[c] : cut[c + 1]], moments[1][cut[c] : cut[c + 1]]),
+        )
+        for c, k in enumerate(range(0, q.size, CHUNK))
     ]
     return np.concatenate(parts) if parts else np.zeros((0, ORDERS.size))
 
 
-def _rdp_chunk(q: Vector, sigma: Vector, mask: Mask, work: Work) -> Vector:
+def _taylor_useful(q: Vector, sigma: Vector) -> Mask:
+    """Where the Taylor bound can work: q e^{8a} < 1 (module docstring)."""
+    useful: Mask = q * np.exp(np.minimum(8.0 * 0.5 / sigma**2, 700.0)) < 1.0
+    return useful
+
+
+def _rdp_chunk(
+    q: Vector, sigma: Vector, mask: Mask, work: Work, moments: tuple[Vector, Vector]
+) -> Vector:
+    """``rdp_batch`` of a few curves; ``moments``: ``_moments`` of those where
+    ``_taylor_useful``, in order."""
     rows = q.size
     lq = np.log(q)
     l1q = np.log1p(-q)
@@ -1026,11 +1053,10 @@ def _rdp_chunk(q: Vector, sigma: Vector, mask: Mask, work: Work) -> Vector:
         # digits), the signed series wherever the Taylor bound is not tight to 1e-12
         eps_taylor = np.full(al.shape, np.inf)
         taylor_tight = np.zeros(al.shape, dtype=bool)
-        useful = q * np.exp(np.minimum(8.0 * 0.5 / sigma**2, 700.0)) < 1.0
+        useful = _taylor_useful(q, sigma)
         sel = np.flatnonzero(useful[r_of])
         if sel.size:
             curves = np.flatnonzero(useful)  # (sel: every fractional order of these curves)
-            moments = _moments(0.5 / sigma[curves] ** 2, work)
             step = max(1, BLOCK // (frac_idx.size * (TAYLOR_K + 1)))  # curves at once
             parts = [
                 _taylor_log_am1(
