@@ -903,9 +903,18 @@ def _taylor_log_am1(
     # times A - 1: scale + log(best) then cancelled (~600 - 578) and the leading terms were
     # subnormal, 1.5 % below A - 1. Terms past it that overflow give an infinite bound at their
     # K, never chosen; terms that underflow are covered by the 64 TINY added to every bound.
-    finite = np.isfinite(log_t)
-    smallest = np.argmin(np.where(finite, log_t, np.inf), axis=2)
-    upto = finite & (k <= smallest[:, :, None])
+    # Where every moment's bound at k >= 2 is finite (nearly always), log_t is finite exactly
+    # at k >= 2 and never NaN: the masks of non-finite values below are then known without
+    # computing them, and no NaN needs a value (the same numbers either way)
+    regular = bool(np.isfinite(m_lo[:, 2:]).all() and np.isfinite(m_hi[:, 2:]).all())
+    if regular:
+        finite = None
+        smallest = np.argmin(log_t[:, :, 2:], axis=2) + 2
+        upto = k <= smallest[:, :, None]  # (log_t is -inf at k < 2 already)
+    else:
+        finite = np.isfinite(log_t)
+        smallest = np.argmin(np.where(finite, log_t, np.inf), axis=2)
+        upto = finite & (k <= smallest[:, :, None])
     scale = np.max(np.where(upto, log_t, -np.inf), axis=2)
     scale = np.where(np.isfinite(scale), scale, 0.0)
     scale3 = scale[:, :, None]
@@ -913,11 +922,19 @@ def _taylor_log_am1(
         # exp(log_t - scale) errs by an ulp of the difference, relatively (d_t is finite where
         # log_t is: |log_t| < 1e10 there, the scale is finite)
         d_t = log_t - scale3
-        eta_t = eta + 2.0 * U * np.where(finite, np.abs(d_t), 0.0)
+        if finite is None:
+            abs_d = np.abs(d_t)
+            abs_d[:, :, :2] = 0.0
+        else:
+            abs_d = np.where(finite, np.abs(d_t), 0.0)
+        eta_t = eta + 2.0 * U * abs_d
         scaled = np.exp(d_t)  # (once: the terms, the bound and the gap)
         # (scaled >= 0 and 0 <= eta_t < 1: pos and neg are never -inf, only NaN needs a value)
-        pos = _nan_to(np.where(positive, scaled * (1.0 + eta_t), 0.0), np.inf)
-        neg = _nan_to(np.where(positive, 0.0, scaled * (1.0 - eta_t)), 0.0)
+        pos = np.where(positive, scaled * (1.0 + eta_t), 0.0)
+        neg = np.where(positive, 0.0, scaled * (1.0 - eta_t))
+        if not regular:
+            _nan_to(pos, np.inf)
+            _nan_to(neg, 0.0)
     # partial sums over k < K for every K (summed, not a sum less its last term, which loses the
     # rest where that term is large), plus the remainder at K
     cum_pos, cum_neg = _partial_sums(pos), _partial_sums(neg)
@@ -931,12 +948,11 @@ def _taylor_log_am1(
         log_rem = base[:, some, 2::2] + l1q_k + hi3[:, :, 2::2]
         with np.errstate(over="ignore", invalid="ignore"):
             d_rem = log_rem - scale3[:, some]
-            eta_rem = eta[:, some, 2::2] + 2.0 * U * (
-                np.where(np.isfinite(d_rem), np.abs(d_rem), 0.0) + np.abs(l1q_k)
-            )
-            rem = _nan_to(
-                np.where(positive_e[:, some], np.exp(d_rem) * (1.0 + eta_rem), 0.0), np.inf
-            )
+            abs_rem = np.abs(d_rem) if regular else np.where(np.isfinite(d_rem), np.abs(d_rem), 0.0)
+            eta_rem = eta[:, some, 2::2] + 2.0 * U * (abs_rem + np.abs(l1q_k))
+            rem = np.where(positive_e[:, some], np.exp(d_rem) * (1.0 + eta_rem), 0.0)
+            if not regular:
+                _nan_to(rem, np.inf)
         bound[:, some] += rem
     with np.errstate(invalid="ignore"):
         bound = bound - cum_neg + 64.0 * TINY
@@ -955,7 +971,7 @@ def _taylor_log_am1(
             + np.take_along_axis(np.broadcast_to(hi3, base.shape), pick, axis=2)[:, :, 0]
         )
         spread = np.nan_to_num(np.expm1(m_hi - m_lo), copy=False, nan=np.inf)[:, None, :]
-        known = np.where(finite, scaled, 0.0)
+        known = scaled if finite is None else np.where(finite, scaled, 0.0)
         gap = np.abs(np.exp(rem_at - scale)) + np.sum(
             np.where(k < best_k[:, :, None], known * spread, 0.0),
             axis=2,
