@@ -205,6 +205,28 @@ def test_blocks_give_the_same_curves(block: int, monkeypatch: pytest.MonkeyPatch
     assert blocked_work == work
 
 
+@pytest.mark.parametrize("budget", [sg.WINDOW_BUDGET, 1_500])
+def test_a_batch_counts_the_work_of_its_groups(
+    budget: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks of CHUNK curves bisect each GROUP of curves for the steps that group needs: the
+    curves and the counted work of a batch are those of its groups computed one by one (also
+    where windows are narrowed to fit the budget, forced here with a small one)."""
+    monkeypatch.setattr(sg, "WINDOW_BUDGET", budget)
+    rng = np.random.default_rng(5)
+    q = np.concatenate([np.exp(rng.uniform(np.log(1e-4), np.log(0.05), 30)), [0.5, 0.3, 1e-9]])
+    s = np.concatenate([rng.uniform(0.6, 3.0, 30), [30.0, 3.0, 80.0]])
+    work = sg.Work()
+    batch = sg.rdp_batch(q, s, work=work)
+    alone = sg.Work()
+    parts = [
+        sg.rdp_batch(q[k : k + sg.GROUP], s[k : k + sg.GROUP], work=alone)
+        for k in range(0, q.size, sg.GROUP)
+    ]
+    np.testing.assert_array_equal(batch, np.concatenate(parts))
+    assert work == alone
+
+
 def test_partial_curves_never_below_the_full_one() -> None:
     mask = np.zeros(ORDERS.size, dtype=bool)
     mask[::7] = True
