@@ -237,10 +237,13 @@ def _first_true(  # type: ignore[no-untyped-def]
             hi = np.where(ok, mid, hi)
             lo = np.where(ok, lo, mid + 1)
         else:
-            sel = np.flatnonzero(steps > t)
+            sel: IntVector | slice = np.flatnonzero(steps > t)
+            assert isinstance(sel, np.ndarray)
+            if sel.size and sel[-1] - sel[0] + 1 == sel.size:  # one run of rows: a view
+                sel = slice(int(sel[0]), int(sel[-1]) + 1)
             lo_s, hi_s = lo[sel], hi[sel]
             mid = (lo_s + hi_s) // 2
-            work.evaluations += sel.size
+            work.evaluations += mid.size
             ok = pred(mid, sel)
             hi[sel] = np.where(ok, mid, hi_s)
             lo[sel] = np.where(ok, lo_s, mid + 1)
@@ -408,15 +411,15 @@ def _windows(rows: _Rows, work: Work, width: IntVector) -> _Windows:
     ids = np.arange(rows.alpha.size)
     pieces = _pieces(rows)
     unimodal = [(first, last) for kind, first, last in pieces if kind == "unimodal"]
-    _unimodal(
-        rows,
-        np.concatenate([ids] * len(unimodal)),
-        np.concatenate([f for f, _ in unimodal]),
-        np.concatenate([last for _, last in unimodal]),
-        out,
-        work,
-        width,
-    )
+    # (rows group by group, so that a group's rows are one run for the bisections; each row's
+    # pieces stay in their order)
+    u_ids = np.concatenate([ids] * len(unimodal))
+    by_group = np.argsort(rows.group[u_ids], kind="stable") if rows.group is not None else None
+    u_first = np.concatenate([f for f, _ in unimodal])
+    u_last = np.concatenate([last for _, last in unimodal])
+    if by_group is not None:
+        u_ids, u_first, u_last = u_ids[by_group], u_first[by_group], u_last[by_group]
+    _unimodal(rows, u_ids, u_first, u_last, out, work, width)
     for kind, first, last in pieces:
         if kind == "quasi_convex":
             _quasi_convex(rows, ids, first, last, out, work, width)
