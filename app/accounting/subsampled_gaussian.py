@@ -135,13 +135,11 @@ def _log_expm1(x: Vector) -> Vector:
     """log(e^x - 1) for x >= 0 (-inf at 0), without overflow or cancellation. For
     30 < x < ``LOG_EXPM1_EXACT``: x + log1p(-e^-x); above, that expression's value x itself
     (not evaluated: the same numbers)."""
-    big = x > 30.0
-    out = np.where(big, 1.0, x)
-    np.expm1(out, out=out)
+    out = x.copy()
+    small = np.flatnonzero(x <= 30.0)  # (about half of the integer orders' terms)
     with np.errstate(divide="ignore"):
-        np.log(out, out=out)
-    np.copyto(out, x, where=big)
-    mid = np.flatnonzero(big & (x < LOG_EXPM1_EXACT))
+        out[small] = np.log(np.expm1(x[small]))
+    mid = np.flatnonzero((x > 30.0) & (x < LOG_EXPM1_EXACT))
     if mid.size:
         xm = x[mid]
         out[mid] = xm + np.log1p(-np.exp(-xm))
