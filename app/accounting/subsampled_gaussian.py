@@ -60,7 +60,7 @@ the kind. A value that would underflow to 0 while q > 0 is returned as the least
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -135,14 +135,15 @@ def _log_expm1(x: Vector) -> Vector:
     """log(e^x - 1) for x >= 0 (-inf at 0), without overflow or cancellation. For
     30 < x < ``LOG_EXPM1_EXACT``: x + log1p(-e^-x); above, that expression's value x itself
     (not evaluated: the same numbers)."""
+    out = x.copy()
+    small = np.flatnonzero(x <= 30.0)  # (about half of the integer orders' terms)
     with np.errstate(divide="ignore"):
-        big = x > 30.0
-        small = np.log(np.expm1(np.where(big, 1.0, x)))
-        mid = np.flatnonzero(big & (x < LOG_EXPM1_EXACT))
-        large = x.copy()
+        out[small] = np.log(np.expm1(x[small]))
+    mid = np.flatnonzero((x > 30.0) & (x < LOG_EXPM1_EXACT))
+    if mid.size:
         xm = x[mid]
-        large[mid] = xm + np.log1p(-np.exp(-xm))
-    return np.where(big, large, small)
+        out[mid] = xm + np.log1p(-np.exp(-xm))
+    return out
 
 
 # --- integer orders ---------------------------------------------------------------------------
@@ -156,10 +157,27 @@ class _Rows:
     l1q: Vector  # log(1 - q)
     a: Vector  # 1 / (2 sigma^2)
     alpha: IntVector
+    group: IntVector | None = None  # the chunk of GROUP curves of each row (bisections)
+    # derived once per row, for the many evaluations of the bisections (the values the
+    # expressions below computed at every evaluation): log alpha!, alpha - 1, log q - log(1 - q)
+    # and 2 a
+    lf_alpha: Vector = field(init=False, repr=False)
+    alpha_less_1: IntVector = field(init=False, repr=False)
+    lq_less_l1q: Vector = field(init=False, repr=False)
+    two_a: Vector = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lf_alpha", _log_factorials()[self.alpha])
+        object.__setattr__(self, "alpha_less_1", self.alpha - 1)
+        object.__setattr__(self, "lq_less_l1q", self.lq - self.l1q)
+        object.__setattr__(self, "two_a", 2.0 * self.a)
 
     def take(self, sel: IntVector) -> _Rows:
         """The rows ``sel`` (gathered once, for the many evaluations of a bisection)."""
-        return _Rows(lq=self.lq[sel], l1q=self.l1q[sel], a=self.a[sel], alpha=self.alpha[sel])
+        group = None if self.group is None else self.group[sel]
+        return _Rows(
+            lq=self.lq[sel], l1q=self.l1q[sel], a=self.a[sel], alpha=self.alpha[sel], group=group
+        )
 
     def f(self, i: IntVector, sel: IntVector | slice = slice(None)) -> Vector:
         """log of the term i of A (before the expm1 refinement): log w_i + a (i^2 - i); i is
@@ -168,37 +186,65 @@ class _Rows:
         lf = _log_factorials()
         al = self.alpha[sel]
         i = np.minimum(np.maximum(i, 0), al)
+        ami = al - i
         fi = i.astype(np.float64)
         out: Vector = (
-            lf[al]
+            self.lf_alpha[sel]
             - lf[i]
-            - lf[al - i]
+            - lf[ami]
             + fi * self.lq[sel]
-            + (al - i) * self.l1q[sel]
+            + ami * self.l1q[sel]
             + self.a[sel] * (fi * fi - fi)
         )
         return out
 
     def ratio(self, i: IntVector, sel: IntVector | slice = slice(None)) -> Vector:
         """lambda(i) = f(i + 1) - f(i), for 0 <= i < alpha (i clipped to that range)."""
-        al = self.alpha[sel]
-        i = np.minimum(np.maximum(i, 0), al - 1)
+        i = np.minimum(np.maximum(i, 0), self.alpha_less_1[sel])
         log_n = _log_integers()
         out: Vector = (
-            log_n[al - i] - log_n[i + 1] + (self.lq[sel] - self.l1q[sel]) + 2.0 * self.a[sel] * i
+            log_n[self.alpha[sel] - i] - log_n[i + 1] + self.lq_less_l1q[sel] + self.two_a[sel] * i
         )
         return out
 
 
-def _first_true(lo: IntVector, hi: IntVector, pred, work: Work) -> IntVector:  # type: ignore[no-untyped-def]
-    """Smallest i in [lo, hi] with pred(i) true, for a predicate that is monotone (false then
-    true) on that range and true at hi (bisection, vectorised)."""
-    for _ in range(int(np.max(hi - lo, initial=0)).bit_length()):
-        mid = (lo + hi) // 2
-        work.evaluations += lo.size
-        ok = pred(mid)
-        hi = np.where(ok, mid, hi)
-        lo = np.where(ok, lo, mid + 1)
+def _first_true(  # type: ignore[no-untyped-def]
+    lo: IntVector, hi: IntVector, pred, work: Work, group: IntVector | None = None
+) -> IntVector:
+    """Smallest i in [lo, hi] with pred(i, sel) true, for a predicate that is monotone (false
+    then true) on that range and true at hi (bisection, vectorised); ``pred(i, sel)`` evaluates
+    the rows ``sel`` (all of them, slice(None), or an index array).
+
+    The rows of each ``group`` take as many steps as the widest range of their group needs,
+    the steps they took when each group of GROUP curves was a chunk of its own: the same probes,
+    so the same results and the same evaluations counted (a row whose range has shrunk to one
+    index keeps it, however many more steps it takes)."""
+    span = np.maximum(hi - lo, 0)
+    if group is None:
+        group = np.zeros(span.size, dtype=np.int64)
+    widest = np.zeros(int(group.max(initial=-1)) + 1, dtype=np.int64)
+    np.maximum.at(widest, group, span)
+    steps = np.array([int(w).bit_length() for w in widest], dtype=np.int64)[group]
+    every, most = int(steps.min(initial=0)), int(steps.max(initial=0))
+    lo, hi = lo.copy(), hi.copy()
+    for t in range(most):
+        if t < every:  # every row still searching
+            mid = (lo + hi) // 2
+            work.evaluations += lo.size
+            ok = pred(mid, slice(None))
+            hi = np.where(ok, mid, hi)
+            lo = np.where(ok, lo, mid + 1)
+        else:
+            sel: IntVector | slice = np.flatnonzero(steps > t)
+            assert isinstance(sel, np.ndarray)
+            if sel.size and sel[-1] - sel[0] + 1 == sel.size:  # one run of rows: a view
+                sel = slice(int(sel[0]), int(sel[-1]) + 1)
+            lo_s, hi_s = lo[sel], hi[sel]
+            mid = (lo_s + hi_s) // 2
+            work.evaluations += mid.size
+            ok = pred(mid, sel)
+            hi[sel] = np.where(ok, mid, hi_s)
+            lo[sel] = np.where(ok, lo_s, mid + 1)
     return hi
 
 
@@ -240,6 +286,24 @@ class _Windows:
     rem_owner: list[IntVector]
     rem_log: list[Vector]
 
+    def replaced(self, rows: IntVector, n_rows: int, new: _Windows) -> _Windows:
+        """These windows with those of ``rows`` replaced by ``new`` (computed for those rows
+        alone: its owners index ``rows``). Each row keeps its windows and remainders in the
+        order they were made (its sums add them in that order)."""
+        gone = np.zeros(n_rows, dtype=bool)
+        gone[rows] = True
+        kept = [~gone[o] for o in self.owner]
+        kept_rem = [~gone[o] for o in self.rem_owner]
+        return _Windows(
+            owner=[o[k] for o, k in zip(self.owner, kept, strict=True)]
+            + [rows[o] for o in new.owner],
+            first=[f[k] for f, k in zip(self.first, kept, strict=True)] + new.first,
+            last=[x[k] for x, k in zip(self.last, kept, strict=True)] + new.last,
+            rem_owner=[o[k] for o, k in zip(self.rem_owner, kept_rem, strict=True)]
+            + [rows[o] for o in new.rem_owner],
+            rem_log=[x[k] for x, k in zip(self.rem_log, kept_rem, strict=True)] + new.rem_log,
+        )
+
     def window(self, owner: IntVector, first: IntVector, last: IntVector) -> None:
         keep = first <= last
         self.owner.append(owner[keep])
@@ -280,16 +344,17 @@ def _unimodal(
     idx, s, e = ids[keep], s[keep], e[keep]
     sub = rows.take(idx)  # (_first_true evaluates every row: its predicates take all of sub)
     # peak: first i with lambda(i) <= 0 (lambda decreases on the piece), else the last index
-    peak = _first_true(s, e, lambda i: (i >= e) | (sub.ratio(i) <= 0.0), work)
+    g = sub.group
+    peak = _first_true(s, e, lambda i, k: (i >= e[k]) | (sub.ratio(i, k) <= 0.0), work, g)
     top = sub.f(peak)
     work.evaluations += idx.size
     # f increases up to the peak and decreases after it: bisect for the drop on each side
     lo = np.maximum(s, peak - width[idx])
     drop = top - DROP
-    first = _first_true(lo, peak, lambda i: sub.f(i) >= drop, work)
+    first = _first_true(lo, peak, lambda i, k: sub.f(i, k) >= drop[k], work, g)
     hi = np.minimum(e, peak + width[idx])
     # largest i in [peak, hi] with f(i) >= top - DROP = (first j with f(j + 1) < top - DROP)
-    last = _first_true(peak, hi, lambda i: (i >= hi) | (sub.f(i + 1) < drop), work)
+    last = _first_true(peak, hi, lambda i, k: (i >= hi[k]) | (sub.f(i + 1, k) < drop[k]), work, g)
     out.window(idx, first, last)
     work.evaluations += 2 * idx.size
     left = first - s
@@ -313,16 +378,19 @@ def _quasi_convex(
     idx, s, e = ids[keep], s[keep], e[keep]
     sub = rows.take(idx)
     # valley: first i with lambda(i) > 0 (lambda increases on the piece), else the last index
-    valley = _first_true(s, e, lambda i: (i >= e) | (sub.ratio(i) > 0.0), work)
+    g = sub.group
+    valley = _first_true(s, e, lambda i, k: (i >= e[k]) | (sub.ratio(i, k) > 0.0), work, g)
     f_s, f_e = sub.f(s), sub.f(e)
     work.evaluations += 2 * idx.size
     hi = np.minimum(valley, s + width[idx])
     # f decreases on [s, valley]: the left window ends at the last i with f(i) >= f(s) - DROP
     drop_s, drop_e = f_s - DROP, f_e - DROP
-    left_last = _first_true(s, hi, lambda i: (i >= hi) | (sub.f(i + 1) < drop_s), work)
+    left_last = _first_true(
+        s, hi, lambda i, k: (i >= hi[k]) | (sub.f(i + 1, k) < drop_s[k]), work, g
+    )
     lo = np.maximum(valley, e - width[idx])
     # f increases on [valley, e]: the right window starts at the first i with f(i) >= f(e) - DROP
-    right_first = _first_true(lo, e, lambda i: sub.f(i) >= drop_e, work)
+    right_first = _first_true(lo, e, lambda i, k: sub.f(i, k) >= drop_e[k], work, g)
     merged = left_last + 1 >= right_first
     out.window(idx[merged], s[merged], e[merged])
     sep = ~merged
@@ -341,15 +409,15 @@ def _windows(rows: _Rows, work: Work, width: IntVector) -> _Windows:
     ids = np.arange(rows.alpha.size)
     pieces = _pieces(rows)
     unimodal = [(first, last) for kind, first, last in pieces if kind == "unimodal"]
-    _unimodal(
-        rows,
-        np.concatenate([ids] * len(unimodal)),
-        np.concatenate([f for f, _ in unimodal]),
-        np.concatenate([last for _, last in unimodal]),
-        out,
-        work,
-        width,
-    )
+    # (rows group by group, so that a group's rows are one run for the bisections; each row's
+    # pieces stay in their order)
+    u_ids = np.concatenate([ids] * len(unimodal))
+    by_group = np.argsort(rows.group[u_ids], kind="stable") if rows.group is not None else None
+    u_first = np.concatenate([f for f, _ in unimodal])
+    u_last = np.concatenate([last for _, last in unimodal])
+    if by_group is not None:
+        u_ids, u_first, u_last = u_ids[by_group], u_first[by_group], u_last[by_group]
+    _unimodal(rows, u_ids, u_first, u_last, out, work, width)
     for kind, first, last in pieces:
         if kind == "quasi_convex":
             _quasi_convex(rows, ids, first, last, out, work, width)
@@ -364,6 +432,76 @@ def _terms_by_curve(out: _Windows, curve: IntVector, curves: int) -> IntVector:
     size = np.maximum(np.concatenate(out.last) - np.maximum(np.concatenate(out.first), 2) + 1, 0)
     counts: IntVector = np.bincount(curve[owner], weights=size, minlength=curves).astype(np.int64)
     return counts
+
+
+BLOCK = 12_288
+"""Elements of the large temporaries computed at once (the exact terms of the integer orders, the
+Taylor bound's (curve, order, k) arrays, the signed series' (row, term) arrays): 96 kB of
+float64, under glibc's default mmap threshold (128 kB), so that the many temporaries reuse heap
+memory instead of each faulting in fresh pages (which took about half the time of a chunk of 16
+curves). Every block's values are those the whole chunk at once gave: each window, curve and
+row is computed on its own."""
+
+
+def _window_log_sums(rows: _Rows, owner: IntVector, first: IntVector, size: IntVector) -> Vector:
+    """log of the sum of the exact terms of each window (row ``owner``, indices ``first`` ..
+    ``first + size - 1``, size >= 1), with its rounding margin."""
+    # the exact terms of every window, flattened window after window; a window's row parameters
+    # repeated over its terms (np.repeat, not a gather per term), the arrays updated in place
+    offsets = np.cumsum(size) - size
+    i = np.arange(int(size.sum()), dtype=np.int64)
+    i -= np.repeat(offsets - first, size)
+    lf = _log_factorials()
+    al_w = rows.alpha[owner]
+    ami = np.repeat(al_w, size)
+    ami -= i
+    fi = i.astype(np.float64)
+    c = fi * fi
+    c -= fi
+    c *= np.repeat(rows.a[owner], size)
+    le = _log_expm1(c)
+    # (each table entry and row parameter gathered once, for the terms and their error)
+    lf_al, lf_i, lf_ami = np.repeat(lf[al_w], size), lf[i], lf[ami]
+    del i
+    lq_w, l1q_w = rows.lq[owner], rows.l1q[owner]
+    # log_terms = lf_al - lf_i - lf_ami + fi lq + (alpha - i) l1q + le, left to right
+    log_terms = lf_al - lf_i
+    log_terms -= lf_ami
+    tmp = fi * np.repeat(lq_w, size)
+    log_terms += tmp
+    ami_f = ami.astype(np.float64)
+    del ami
+    tmp2 = ami_f * np.repeat(l1q_w, size)
+    log_terms += tmp2
+    log_terms += le
+    # rounding: each term's log errs by a few ulps of the magnitudes that make it up:
+    # U (16 (lf_al + lf_i + lf_ami) + 4 (fi |lq| + (alpha - i) |l1q|) + 4 (c + |le|) + 16)
+    err = lf_al
+    err += lf_i
+    err += lf_ami
+    err *= 16.0
+    del lf_i, lf_ami
+    np.multiply(fi, np.repeat(np.abs(lq_w), size), out=tmp)
+    np.multiply(ami_f, np.repeat(np.abs(l1q_w), size), out=tmp2)
+    tmp += tmp2
+    tmp *= 4.0
+    err += tmp
+    np.abs(le, out=tmp)
+    np.add(c, tmp, out=tmp)
+    tmp *= 4.0
+    err += tmp
+    err += 16.0
+    err *= U
+    del tmp2, c, le, fi, ami_f
+    # per window: log sum exp and the largest error (contiguous segments)
+    win_max = np.maximum.reduceat(log_terms, offsets)
+    shift = np.where(np.isfinite(win_max), win_max, 0.0)
+    np.subtract(log_terms, np.repeat(shift, size), out=tmp)
+    np.exp(tmp, out=tmp)
+    with np.errstate(divide="ignore"):
+        win_log: Vector = shift + np.log(np.add.reduceat(tmp, offsets))
+    win_log += np.maximum.reduceat(err, offsets) + np.log1p((size + 4) * 2.0 * U)
+    return win_log
 
 
 def _integer_log_am1(rows: _Rows, curve: IntVector, work: Work) -> Vector:
@@ -383,52 +521,38 @@ def _integer_log_am1(rows: _Rows, curve: IntVector, work: Work) -> Vector:
         if not over.any():
             break
         width = np.where(over[curve], np.maximum(16, width // 4), width)
-        out = _windows(rows, work, width)
+        # the windows again for the rows of every group with a curve over the budget: each
+        # group's windows are its own, the others' stay (as when each group was a chunk)
+        group = np.zeros(curve.size, dtype=np.int64) if rows.group is None else rows.group
+        redo_group = np.zeros(int(group.max()) + 1, dtype=bool)
+        redo_group[group[over[curve]]] = True
+        redo = np.flatnonzero(redo_group[group])
+        out = out.replaced(redo, curve.size, _windows(rows.take(redo), work, width[redo]))
     owner = np.concatenate(out.owner)
     first = np.maximum(np.concatenate(out.first), 2)  # A - 1 starts at i = 2
     last = np.concatenate(out.last)
     keep = last >= first
     owner, first, last = owner[keep], first[keep], last[keep]
     size = last - first + 1
-    total = int(size.sum())
-    work.terms += total
-    # the exact terms of every window, flattened window after window
-    offsets = np.cumsum(size) - size
-    term_window = np.repeat(np.arange(size.size), size)
-    i = np.arange(total, dtype=np.int64) - offsets[term_window] + first[term_window]
-    term_row = owner[term_window]
-    lf = _log_factorials()
-    al = rows.alpha[term_row]
-    ami = al - i
-    fi = i.astype(np.float64)
-    c = rows.a[term_row] * (fi * fi - fi)
-    le = _log_expm1(c)
-    # (each table entry and row parameter gathered once, for the terms and their error)
-    lf_al, lf_i, lf_ami = lf[al], lf[i], lf[ami]
-    lq_t, l1q_t = rows.lq[term_row], rows.l1q[term_row]
-    log_terms = lf_al - lf_i - lf_ami + fi * lq_t + ami * l1q_t
-    log_terms += le
-    # rounding: each term's log errs by a few ulps of the magnitudes that make it up
-    err = U * (
-        16.0 * (lf_al + lf_i + lf_ami)
-        + 4.0 * (fi * np.abs(lq_t) + ami * np.abs(l1q_t))
-        + 4.0 * (c + np.abs(le))
-        + 16.0
-    )
-    # per window: log sum exp and the largest error (contiguous segments)
-    if size.size:
-        win_max = np.maximum.reduceat(log_terms, offsets)
-        shift = np.where(np.isfinite(win_max), win_max, 0.0)
-        with np.errstate(divide="ignore"):
-            win_log = shift + np.log(
-                np.add.reduceat(np.exp(log_terms - shift[term_window]), offsets)
-            )
-        win_log += np.maximum.reduceat(err, offsets) + np.log1p((size + 4) * 2.0 * U)
-    else:
-        win_log = np.zeros(0)
+    work.terms += int(size.sum())
+    # per window: log sum exp of its exact terms, windows summed in blocks of about BLOCK
+    # terms (each window's value does not depend on the others summed with it)
+    ends = np.cumsum(size)
+    win_parts = []
+    start = 0
+    while start < size.size:
+        stop = max(
+            int(np.searchsorted(ends, ends[start] - size[start] + BLOCK, "right")), start + 1
+        )
+        win_parts.append(
+            _window_log_sums(rows, owner[start:stop], first[start:stop], size[start:stop])
+        )
+        start = stop
+    win_log = np.concatenate(win_parts) if win_parts else np.zeros(0)
     rem_owner = np.concatenate(out.rem_owner) if out.rem_owner else np.zeros(0, np.int64)
     rem_log = np.concatenate(out.rem_log) if out.rem_log else np.zeros(0)
     if rem_owner.size:
+        lf = _log_factorials()
         ral = rows.alpha[rem_owner]
         rem_log = rem_log + U * (
             48.0 * lf[ral]
@@ -489,13 +613,59 @@ def _log_ndtr_slope(x: Vector) -> Vector:
     return np.where(x >= 0.0, 2.0 * np.exp(-0.5 * x * x) / np.sqrt(2.0 * np.pi), np.abs(x) + 1.0)
 
 
+@dataclass(frozen=True)
+class _SeriesOrders:
+    """What the signed series needs of each grid order (row j: ORDERS[j]; column i the term),
+    the values the series computed per row before: j = alpha - i, log |C(alpha, i)| by its
+    recurrence, the signs, and the parts of the rounding and magnitudes made of them alone."""
+
+    j: Vector
+    log_c: Vector
+    sign: Vector
+    c_err: Vector  # 4 i (|log |C(alpha, i)|| + 1)
+    jj_less_j: Vector  # j^2 - j
+    jj_plus_abs_j: Vector  # j^2 + |j|
+    abs_j: Vector
+
+
+@lru_cache(maxsize=1)
+def _series_orders() -> _SeriesOrders:
+    """``_SeriesOrders`` of the grid, built once (the rows of integer orders are never used:
+    their recurrence reaches log 0)."""
+    al = ORDERS[:, None]
+    i = np.arange(SERIES_TERMS, dtype=np.float64)[None, :]
+    j = al - i
+    # log |C(alpha, i)| by the recurrence |C(alpha, i)| = |C(alpha, i-1)| |alpha - i + 1| / i
+    with np.errstate(divide="ignore"):
+        steps = np.log(np.abs(j + 1.0)) - np.log(np.maximum(i, 1.0))
+    steps[:, 0] = 0.0
+    log_c = np.cumsum(steps, axis=1)
+    # C(alpha, i) > 0 for i <= floor(alpha) + 1, then the signs alternate
+    flip = np.maximum(i - np.floor(al) - 1.0, 0.0)
+    # (flip holds non-negative integers: its parity by a bit test, the values np.mod(flip, 2) gave)
+    sign = 1.0 - 2.0 * np.bitwise_and(flip.astype(np.int64), 1)
+    out = _SeriesOrders(
+        j=j,
+        log_c=log_c,
+        sign=sign,
+        c_err=4.0 * i * (np.abs(log_c) + 1.0),
+        jj_less_j=j * j - j,
+        jj_plus_abs_j=j * j + np.abs(j),
+        abs_j=np.abs(j),
+    )
+    for table in vars(out).values():
+        table.setflags(write=False)
+    return out
+
+
 def _mtz_log_a(
-    lq: Vector, l1q: Vector, sigma: Vector, alpha: Vector, work: Work
+    lq: Vector, l1q: Vector, sigma: Vector, orders: IntVector, work: Work
 ) -> tuple[Vector, Mask]:
-    """Upper bounds on log A for fractional orders (alpha < 11) by the signed series of MTZ19
-    case II: the terms i < ``SERIES_HEAD`` summed, the alternating rest bounded by Euler's
-    transform (module docstring); +inf where cancellation leaves no usable bound. Also whether
-    each bound is tight to 1e-12 of A - 1 (then no other bound is tried).
+    """Upper bounds on log A at the fractional grid orders ``orders`` (indices into ``ORDERS``,
+    alpha < 11; the parts that depend on the order alone from ``_series_orders``) by the signed
+    series of MTZ19 case II: the terms i < ``SERIES_HEAD`` summed, the alternating rest bounded
+    by Euler's transform (module docstring); +inf where cancellation leaves no usable bound.
+    Also whether each bound is tight to 1e-12 of A - 1 (then no other bound is tried).
 
     For i > alpha, a_i = |C(alpha, i)| (X_i + Y_i) is a Hausdorff moment sequence in i
     (|C(alpha, i)| = Gamma(i - alpha) / (|Gamma(-alpha)| Gamma(i + 1)) is a Beta integral, X_i and
@@ -506,24 +676,18 @@ def _mtz_log_a(
     the first K terms. The differences are taken from the computed terms; their rounding adds at
     most (K + 2) a_N times the terms' relative error.
     """
-    n = alpha.size
+    n = orders.size
+    table = _series_orders()
     a = (0.5 / (sigma * sigma))[:, None]
     z0 = (sigma * sigma * (l1q - lq) + 0.5)[:, None]
-    sg, q1, q2, al = sigma[:, None], lq[:, None], l1q[:, None], alpha[:, None]
+    sg, q1, q2 = sigma[:, None], lq[:, None], l1q[:, None]
     i = np.arange(SERIES_TERMS, dtype=np.float64)[None, :]
-    j = al - i
-    # log |C(alpha, i)| by the recurrence |C(alpha, i)| = |C(alpha, i-1)| |alpha - i + 1| / i
-    steps = np.log(np.abs(j + 1.0)) - np.log(np.maximum(i, 1.0))
-    steps[:, 0] = 0.0
-    log_c = np.cumsum(steps, axis=1)
-    # C(alpha, i) > 0 for i <= floor(alpha) + 1, then the signs alternate
-    flip = np.maximum(i - np.floor(al) - 1.0, 0.0)
-    # (flip holds non-negative integers: its parity by a bit test, the values np.mod(flip, 2) gave)
-    sign = 1.0 - 2.0 * np.bitwise_and(flip.astype(np.int64), 1)
+    j, log_c, sign = table.j[orders], table.log_c[orders], table.sign[orders]
     x1, x2 = (z0 - i) / sg, (j - z0) / sg
     n1, n2 = special.log_ndtr(x1), special.log_ndtr(x2)
-    t1 = i * q1 + j * q2 + a * (i * i - i) + n1
-    t2 = j * q1 + i * q2 + a * (j * j - j) + n2
+    iq1, jq2, jq1, iq2 = i * q1, j * q2, j * q1, i * q2
+    t1 = iq1 + jq2 + a * (i * i - i) + n1
+    t2 = jq1 + iq2 + a * table.jj_less_j[orders] + n2
     log_term = log_c + np.logaddexp(t1, t2)
     work.terms += log_term.size
     # a term's rounding, relatively: an ulp of the recurrence's running value per step, a few
@@ -532,18 +696,20 @@ def _mtz_log_a(
     # -2.2, and bounding by ulps of 2.2 left the curve 1.6e-14 below the 60-digit value), and
     # log_ndtr's slope times its argument's error (z0, the shift and the division); then the
     # log of the term relative to the scale below
-    arg_err = (sg * sg * (np.abs(q1) + np.abs(q2)) + 1.0 + np.abs(z0) + i + np.abs(j)) / sg
+    arg_err = (
+        sg * sg * (np.abs(q1) + np.abs(q2)) + 1.0 + np.abs(z0) + i + table.abs_j[orders]
+    ) / sg
     mag1 = (
-        np.abs(i * q1)
-        + np.abs(j * q2)
+        np.abs(iq1)
+        + np.abs(jq2)
         + a * (i * i + i)
         + np.abs(n1)
         + _log_ndtr_slope(x1) * (arg_err + np.abs(x1))
     )
     mag2 = (
-        np.abs(j * q1)
-        + np.abs(i * q2)
-        + a * (j * j + np.abs(j))
+        np.abs(jq1)
+        + np.abs(iq2)
+        + a * table.jj_plus_abs_j[orders]
         + np.abs(n2)
         + _log_ndtr_slope(x2) * (arg_err + np.abs(x2))
     )
@@ -554,7 +720,7 @@ def _mtz_log_a(
     scale = np.max(log_term[:, :16], axis=1)
     scale = np.where(np.abs(scale) < 1.0, 0.0, scale)
     err = U * (
-        4.0 * i * (np.abs(log_c) + 1.0)
+        table.c_err[orders]
         + 8.0 * ((1.0 - w2) * mag1 + w2 * mag2)
         + 4.0 * np.abs(log_term - scale[:, None])
         + 8.0
@@ -623,8 +789,11 @@ def _moment_bounds(a: Vector, work: Work) -> tuple[Vector, Vector]:
     hi = np.full((rows, k.size), np.inf)
     lo[:, 0] = hi[:, 0] = 0.0  # M_0 = 1; M_1 = 0 stays -inf
     b_max = a * TAYLOR_K * (TAYLOR_K - 1)
-    series = np.flatnonzero(b_max <= 60.0)
-    if series.size:
+    # (rows in blocks: BLOCK elements of the series' (row, k) arrays, of the direct sums'
+    # (row, k, j) arrays; every row's bounds are its own)
+    on_series = np.flatnonzero(b_max <= 60.0)
+    step = max(1, BLOCK // k.size)
+    for series in (on_series[j : j + step] for j in range(0, on_series.size, step)):
         aa = a[series, None]
         # terms of the series per row (each row's own count: a batch gives the same bounds)
         big_n = (TAYLOR_K // 2 + 12 + np.ceil(3.0 * b_max[series])).astype(np.int64)[:, None]
@@ -652,8 +821,9 @@ def _moment_bounds(a: Vector, work: Work) -> tuple[Vector, Vector]:
             hi_s = np.log(acc * (1.0 + eta) + tail * np.exp(-fact)) + fact
         lo[series, 2:] = lo_s[:, 2:]
         hi[series, 2:] = hi_s[:, 2:]
-    direct = np.setdiff1d(np.arange(rows), series)
-    if direct.size:
+    on_direct = np.setdiff1d(np.arange(rows), on_series)
+    step = max(1, BLOCK // k.size**2)
+    for direct in (on_direct[j : j + step] for j in range(0, on_direct.size, step)):
         aa = a[direct, None, None]
         kk = k[None, :, None]
         jj = k[None, None, :]
@@ -697,106 +867,172 @@ def _binomial_table() -> tuple[Vector, Vector]:
     return log_c, sign
 
 
-def _binomials_of(alpha: Vector) -> tuple[Vector, Vector]:
-    """``_binomials`` of each element of ``alpha`` (rows): from the grid's table when every
-    element is a grid order, the same values."""
-    j = np.minimum(np.searchsorted(ORDERS, alpha), ORDERS.size - 1)
-    if np.array_equal(ORDERS[j], alpha):
-        log_c, sign = _binomial_table()
-        return log_c[j], sign[j]
-    distinct, inverse = np.unique(alpha, return_inverse=True)
-    table = [_binomials(float(al)) for al in distinct]
-    return np.array([t[0] for t in table])[inverse], np.array([t[1] for t in table])[inverse]
+@dataclass(frozen=True)
+class _TaylorOrders:
+    """What the Taylor bound needs of each grid order, indexed by order (row j: ORDERS[j]):
+    ``_binomials`` and the parts of the bound that do not depend on q or sigma."""
+
+    log_c: Vector  # log |C(alpha, k)|, k = 0 .. TAYLOR_K
+    positive: Mask  # C(alpha, k) > 0
+    abs_log_c: Vector  # |log |C(alpha, k)||
+    alpha_less_k: Vector  # alpha - k, at the even k >= 2 (the truncation orders K)
+    allowed: Mask  # K even and K > alpha, at the even k >= 2
+
+
+@lru_cache(maxsize=1)
+def _taylor_orders() -> _TaylorOrders:
+    """``_TaylorOrders`` of the grid, built once."""
+    log_c, sign = _binomial_table()
+    k = np.arange(TAYLOR_K + 1, dtype=np.float64)
+    alpha = ORDERS[:, None]
+    out = _TaylorOrders(
+        log_c=log_c,
+        positive=sign > 0,
+        abs_log_c=np.abs(log_c),
+        alpha_less_k=(alpha - k)[:, 2::2],
+        allowed=((k[None, :] % 2 == 0) & (k[None, :] > alpha))[:, 2::2],
+    )
+    for table in (out.positive, out.abs_log_c, out.alpha_less_k, out.allowed):
+        table.setflags(write=False)
+    return out
+
+
+def _nan_to(x: Vector, value: float) -> Vector:
+    """``x`` with NaN replaced by ``value``, in place: ``np.nan_to_num(x, nan=value,
+    posinf=np.inf)`` for an ``x`` that holds no -inf (the only case used here)."""
+    np.copyto(x, value, where=np.isnan(x))
+    return x
+
+
+def _partial_sums(x: Vector) -> Vector:
+    """sum_{k < K} x[..., k] at the even K = 2, 4, .., TAYLOR_K (last axis), summed in the order
+    of k: the values of np.cumsum, column by column (cheaper than its accumulation along the
+    last axis of many short rows)."""
+    out = np.empty((*x.shape[:-1], TAYLOR_K // 2))
+    acc = x[..., 0].copy()
+    for k in range(1, TAYLOR_K):
+        acc += x[..., k]
+        if k % 2:
+            out[..., k // 2] = acc
+    return out
 
 
 def _taylor_log_am1(
-    lq: Vector,
-    l1q: Vector,
-    alpha: Vector,
-    moments: tuple[Vector, Vector],
-    row_in: IntVector | None = None,
+    lq: Vector, l1q: Vector, orders: IntVector, moments: tuple[Vector, Vector]
 ) -> tuple[Vector, Mask]:
     """Upper bounds on log(A - 1) for fractional orders by the Taylor bound (module docstring),
     +inf where no truncation order gives a positive bound; and whether the bound is tight to
     1e-12 (the K-th term and the moments' spread are that small), so that nothing can improve
-    it (the signed series is then skipped). ``moments``: per row, or (with ``row_in``, which
-    row of them each row uses) per distinct sigma.
+    it (the signed series is then skipped). Of every curve (``lq``, ``l1q``, its moments'
+    bounds ``moments``, one row each) at every grid order ``orders`` (indices into ``ORDERS``):
+    arrays (curve, order).
 
     Rounding: each term's log errs by a few ulps of its parts (``eta``) and of its distance to
     the scale; the terms are summed relative to the largest term up to the smallest one (no
     overflow or subnormal there; a bound past an overflowing term is infinite, never chosen;
     64 TINY covers terms that underflow); the log of the sum and the scale add a few ulps of
-    both to the result."""
-    m_lo_r, m_hi_r = moments
-    if row_in is None:
-        row_in = np.arange(alpha.size)
-    m_lo, m_hi = m_lo_r[row_in], m_hi_r[row_in]
-    n = alpha.size
+    both to the result.
+
+    Computed on arrays (curve, order, k): the parts that depend on the order alone come from
+    ``_taylor_orders``, those of the curve alone are computed once per curve and broadcast. The
+    remainder term is needed at the even truncation orders K > alpha only (every other K's
+    bound is discarded), and where C(alpha, K) > 0 only (it is 0 elsewhere): so it is computed
+    at the even K of the orders with a positive C(alpha, K) there (floor(alpha) odd), and at
+    the chosen K of every order for the gap."""
+    m_lo, m_hi = moments
+    table = _taylor_orders()
     k = np.arange(TAYLOR_K + 1, dtype=np.float64)
-    log_c, sign = _binomials_of(alpha)
-    positive = sign > 0
-    log_m = np.where(positive, m_hi, m_lo)
-    log_t = log_c + k * lq[:, None] + log_m
-    log_t[:, :2] = -np.inf  # k = 0 is the 1 of A, k = 1 has E[L - 1] = 0
-    eta = (
-        8.0
-        * U
-        * (
-            np.abs(log_c)
-            + k * np.abs(lq[:, None])
-            + np.abs(np.where(np.isfinite(log_m), log_m, 0.0))
-            + 8.0
-        )
+    log_c = table.log_c[orders][None, :, :]
+    positive = table.positive[orders][None, :, :]
+    lq3, l1q3 = lq[:, None, None], l1q[:, None, None]
+    hi3, lo3 = m_hi[:, None, :], m_lo[:, None, :]
+    log_m = np.where(positive, hi3, lo3)
+    base = log_c + k * lq3  # log |C(alpha, k)| q^k, shared by the terms and the remainder
+    log_t = base + log_m
+    log_t[:, :, :2] = -np.inf  # k = 0 is the 1 of A, k = 1 has E[L - 1] = 0
+    abs_m = np.where(
+        positive,
+        np.abs(np.where(np.isfinite(hi3), hi3, 0.0)),
+        np.abs(np.where(np.isfinite(lo3), lo3, 0.0)),
     )
-    # remainder term at K: C(alpha, K) q^K (1 - q)^{alpha - K} M_K when C(alpha, K) > 0
-    l1q_k = (alpha[:, None] - k) * l1q[:, None]
-    log_rem = log_c + k * lq[:, None] + l1q_k + m_hi
+    eta = 8.0 * U * (table.abs_log_c[orders][None, :, :] + k * np.abs(lq3) + abs_m + 8.0)
     # the scale: the largest term up to the smallest one, where the (divergent) series is best
     # cut. The largest of all terms was e^554 (q = 1e-6, sigma = 0.7) to e^718 (sigma = 0.65)
     # times A - 1: scale + log(best) then cancelled (~600 - 578) and the leading terms were
     # subnormal, 1.5 % below A - 1. Terms past it that overflow give an infinite bound at their
     # K, never chosen; terms that underflow are covered by the 64 TINY added to every bound.
-    finite = np.isfinite(log_t)
-    smallest = np.argmin(np.where(finite, log_t, np.inf), axis=1)
-    upto = finite & (k[None, :] <= smallest[:, None])
-    scale = np.max(np.where(upto, log_t, -np.inf), axis=1)
+    # Where every moment's bound at k >= 2 is finite (nearly always), log_t is finite exactly
+    # at k >= 2 and never NaN: the masks of non-finite values below are then known without
+    # computing them, and no NaN needs a value (the same numbers either way)
+    regular = bool(np.isfinite(m_lo[:, 2:]).all() and np.isfinite(m_hi[:, 2:]).all())
+    if regular:
+        finite = None
+        smallest = np.argmin(log_t[:, :, 2:], axis=2) + 2
+        upto = k <= smallest[:, :, None]  # (log_t is -inf at k < 2 already)
+    else:
+        finite = np.isfinite(log_t)
+        smallest = np.argmin(np.where(finite, log_t, np.inf), axis=2)
+        upto = finite & (k <= smallest[:, :, None])
+    scale = np.max(np.where(upto, log_t, -np.inf), axis=2)
     scale = np.where(np.isfinite(scale), scale, 0.0)
+    scale3 = scale[:, :, None]
     with np.errstate(over="ignore", invalid="ignore"):
-        # exp(log_t - scale) errs by an ulp of the difference, relatively
-        d_t = log_t - scale[:, None]
-        d_rem = log_rem - scale[:, None]
-        eta_t = eta + 2.0 * U * np.where(np.isfinite(d_t), np.abs(d_t), 0.0)
-        eta_rem = eta + 2.0 * U * (np.where(np.isfinite(d_rem), np.abs(d_rem), 0.0) + np.abs(l1q_k))
+        # exp(log_t - scale) errs by an ulp of the difference, relatively (d_t is finite where
+        # log_t is: |log_t| < 1e10 there, the scale is finite)
+        d_t = log_t - scale3
+        if finite is None:
+            abs_d = np.abs(d_t)
+            abs_d[:, :, :2] = 0.0
+        else:
+            abs_d = np.where(finite, np.abs(d_t), 0.0)
+        eta_t = eta + 2.0 * U * abs_d
         scaled = np.exp(d_t)  # (once: the terms, the bound and the gap)
+        # (scaled >= 0 and 0 <= eta_t < 1: pos and neg are never -inf, only NaN needs a value)
         pos = np.where(positive, scaled * (1.0 + eta_t), 0.0)
-        neg = np.where(~positive, scaled * (1.0 - eta_t), 0.0)
-        rem = np.where(positive, np.exp(d_rem) * (1.0 + eta_rem), 0.0)
-    # a term that overflows stays infinite (not the largest float, which could cancel), so no
-    # K past it gives a finite bound
-    pos = np.nan_to_num(pos, copy=False, nan=np.inf, posinf=np.inf)
-    neg = np.nan_to_num(neg, copy=False, nan=0.0, posinf=np.inf)
-    rem = np.nan_to_num(rem, copy=False, nan=np.inf, posinf=np.inf)
+        neg = np.where(positive, 0.0, scaled * (1.0 - eta_t))
+        if not regular:
+            _nan_to(pos, np.inf)
+            _nan_to(neg, 0.0)
     # partial sums over k < K for every K (summed, not a sum less its last term, which loses the
     # rest where that term is large), plus the remainder at K
-    cum_pos = np.zeros_like(pos)
-    cum_neg = np.zeros_like(neg)
-    np.cumsum(pos[:, :-1], axis=1, out=cum_pos[:, 1:])
-    np.cumsum(neg[:, :-1], axis=1, out=cum_neg[:, 1:])
+    cum_pos, cum_neg = _partial_sums(pos), _partial_sums(neg)
+    bound = cum_pos
+    # remainder term at K: C(alpha, K) q^K (1 - q)^{alpha - K} M_K when C(alpha, K) > 0
+    positive_e = positive[:, :, 2::2]
+    some = np.flatnonzero(np.any(positive_e[0] & table.allowed[orders], axis=1))
+    if some.size:
+        o = orders[some]
+        l1q_k = table.alpha_less_k[o][None, :, :] * l1q3
+        log_rem = base[:, some, 2::2] + l1q_k + hi3[:, :, 2::2]
+        with np.errstate(over="ignore", invalid="ignore"):
+            d_rem = log_rem - scale3[:, some]
+            abs_rem = np.abs(d_rem) if regular else np.where(np.isfinite(d_rem), np.abs(d_rem), 0.0)
+            eta_rem = eta[:, some, 2::2] + 2.0 * U * (abs_rem + np.abs(l1q_k))
+            rem = np.where(positive_e[:, some], np.exp(d_rem) * (1.0 + eta_rem), 0.0)
+            if not regular:
+                _nan_to(rem, np.inf)
+        bound[:, some] += rem
     with np.errstate(invalid="ignore"):
-        bound = cum_pos + rem - cum_neg + 64.0 * TINY
-    allowed = (k[None, :] % 2 == 0) & (k[None, :] > alpha[:, None])
-    bound = np.where(allowed & (bound > 0), bound, np.inf)
-    best_k = np.argmin(bound, axis=1)
-    rows = np.arange(n)
-    best = bound[rows, best_k]
+        bound = bound - cum_neg + 64.0 * TINY
+    bound = np.where(table.allowed[orders][None, :, :] & (bound > 0), bound, np.inf)
+    best_e = np.argmin(bound, axis=2)
+    best = np.take_along_axis(bound, best_e[:, :, None], axis=2)[:, :, 0]
+    best_k = 2 + 2 * best_e
     # how far below the bound A - 1 can be: the K-th term (|R_K| is at most it) and the spread
     # of the moments used
+    kf = best_k.astype(np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
-        spread = np.nan_to_num(np.expm1(m_hi_r - m_lo_r), copy=False, nan=np.inf)[row_in]
-        known = np.where(np.isfinite(log_t), scaled, 0.0)
-        gap = np.abs(np.exp(log_rem[rows, best_k] - scale)) + np.sum(
-            np.where(k[None, :] < best_k[:, None], known * spread, 0.0),
-            axis=1,
+        pick = best_k[:, :, None]
+        rem_at = (
+            np.take_along_axis(base, pick, axis=2)[:, :, 0]
+            + (ORDERS[orders][None, :] - kf) * l1q[:, None]
+            + np.take_along_axis(np.broadcast_to(hi3, base.shape), pick, axis=2)[:, :, 0]
+        )
+        spread = np.nan_to_num(np.expm1(m_hi - m_lo), copy=False, nan=np.inf)[:, None, :]
+        known = scaled if finite is None else np.where(finite, scaled, 0.0)
+        gap = np.abs(np.exp(rem_at - scale)) + np.sum(
+            np.where(k < best_k[:, :, None], known * spread, 0.0),
+            axis=2,
         )
     tight = np.isfinite(best) & (gap <= 1e-12 * best)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -817,8 +1053,15 @@ def _eps_from_log_am1(log_am1: Vector, alpha: Vector) -> Vector:
     return np.where(np.isfinite(log_am1) | (log_am1 > 0), np.maximum(value, TINY), value)
 
 
-CHUNK = 16
-"""Curves computed together (their arrays stay in cache)."""
+CHUNK = 32
+"""Curves computed together (a multiple of ``GROUP``; the large temporaries are computed
+``BLOCK`` elements at a time)."""
+
+GROUP = 16
+"""The bisections of the integer orders take, for the rows of each GROUP curves (as counted
+from the first curve of a batch), the steps that their widest range needs: the steps, and the
+evaluations counted, of chunks of 16 curves computed one by one (larger chunks share numpy
+calls, 10 % less CPU at 32, without one more evaluation)."""
 
 
 def rdp_batch(
@@ -830,14 +1073,37 @@ def rdp_batch(
     sigma = np.atleast_1d(np.asarray(sigma, dtype=np.float64))
     work = Work() if work is None else work
     mask = np.ones(ORDERS.shape, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    # the Taylor bound's moments depend on sigma alone: computed for the whole batch at once
+    # (their series is a loop over up to ~200 terms: once, not once per chunk), row by row the
+    # values each chunk computed for itself
+    useful = _taylor_useful(q, sigma)
+    curves = np.flatnonzero(useful) if (~INTEGER_MASK & mask).any() else np.zeros(0, np.int64)
+    moments = _moments(0.5 / sigma[curves] ** 2, work)
+    cut = np.searchsorted(curves, np.arange(0, q.size + CHUNK, CHUNK))
     parts = [
-        _rdp_chunk(q[k : k + CHUNK], sigma[k : k + CHUNK], mask, work)
-        for k in range(0, q.size, CHUNK)
+        _rdp_chunk(
+            q[k : k + CHUNK],
+            sigma[k : k + CHUNK],
+            mask,
+            work,
+            (moments[0][cut[c] : cut[c + 1]], moments[1][cut[c] : cut[c + 1]]),
+        )
+        for c, k in enumerate(range(0, q.size, CHUNK))
     ]
     return np.concatenate(parts) if parts else np.zeros((0, ORDERS.size))
 
 
-def _rdp_chunk(q: Vector, sigma: Vector, mask: Mask, work: Work) -> Vector:
+def _taylor_useful(q: Vector, sigma: Vector) -> Mask:
+    """Where the Taylor bound can work: q e^{8a} < 1 (module docstring)."""
+    useful: Mask = q * np.exp(np.minimum(8.0 * 0.5 / sigma**2, 700.0)) < 1.0
+    return useful
+
+
+def _rdp_chunk(
+    q: Vector, sigma: Vector, mask: Mask, work: Work, moments: tuple[Vector, Vector]
+) -> Vector:
+    """``rdp_batch`` of a few curves; ``moments``: ``_moments`` of those where
+    ``_taylor_useful``, in order."""
     rows = q.size
     lq = np.log(q)
     l1q = np.log1p(-q)
@@ -855,6 +1121,7 @@ def _rdp_chunk(q: Vector, sigma: Vector, mask: Mask, work: Work) -> Vector:
             l1q=l1q[r_of],
             a=0.5 / sigma[r_of] ** 2,
             alpha=ORDERS[o_of].astype(np.int64),
+            group=r_of // GROUP,
         )
         log_am1 = _integer_log_am1(pairs, r_of, work)
         out[r_of, o_of] = _eps_from_log_am1(log_am1, ORDERS[o_of])
@@ -868,23 +1135,37 @@ def _rdp_chunk(q: Vector, sigma: Vector, mask: Mask, work: Work) -> Vector:
         # digits), the signed series wherever the Taylor bound is not tight to 1e-12
         eps_taylor = np.full(al.shape, np.inf)
         taylor_tight = np.zeros(al.shape, dtype=bool)
-        useful = q * np.exp(np.minimum(8.0 * 0.5 / sigma**2, 700.0)) < 1.0
+        useful = _taylor_useful(q, sigma)
         sel = np.flatnonzero(useful[r_of])
         if sel.size:
-            rows_needed = np.unique(r_of[sel])
-            m_lo, m_hi = _moments(0.5 / sigma[rows_needed] ** 2, work)
-            row_in = np.searchsorted(rows_needed, r_of[sel])
-            log_am1, taylor_tight[sel] = _taylor_log_am1(
-                lq[r_of[sel]], l1q[r_of[sel]], al[sel], (m_lo, m_hi), row_in
-            )
+            curves = np.flatnonzero(useful)  # (sel: every fractional order of these curves)
+            step = max(1, BLOCK // (frac_idx.size * (TAYLOR_K + 1)))  # curves at once
+            parts = [
+                _taylor_log_am1(
+                    lq[curves[j : j + step]],
+                    l1q[curves[j : j + step]],
+                    frac_idx,
+                    (moments[0][j : j + step], moments[1][j : j + step]),
+                )
+                for j in range(0, curves.size, step)
+            ]
+            log_am1 = np.concatenate([p[0] for p in parts])
+            tight = np.concatenate([p[1] for p in parts])
+            taylor_tight[sel] = tight.ravel()
+            log_am1 = log_am1.ravel()
             eps_taylor[sel] = np.where(
                 np.isfinite(log_am1), _eps_from_log_am1(log_am1, al[sel]), np.inf
             )
         eps_mtz = np.full(al.shape, np.inf)
         rest = np.flatnonzero(~taylor_tight)
         if rest.size:
-            log_a, _ = _mtz_log_a(
-                lq[r_of[rest]], l1q[r_of[rest]], sigma[r_of[rest]], al[rest], work
+            step = max(1, BLOCK // SERIES_TERMS)  # rows at once
+            log_a = np.concatenate(
+                [
+                    _mtz_log_a(lq[r], l1q[r], sigma[r], o_of[part], work)[0]
+                    for part in (rest[j : j + step] for j in range(0, rest.size, step))
+                    for r in (r_of[part],)
+                ]
             )
             eps_mtz[rest] = np.where(
                 np.isfinite(log_a), np.maximum(log_a, 0.0) / (al[rest] - 1.0) * (1 + 8 * U), np.inf

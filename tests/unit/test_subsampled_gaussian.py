@@ -190,6 +190,43 @@ def test_batches_equal_single_curves() -> None:
         np.testing.assert_array_equal(batch[r], sg.rdp_batch(q[r : r + 1], s[r : r + 1])[0])
 
 
+@pytest.mark.parametrize("block", [1, 100, 5_000])
+def test_blocks_give_the_same_curves(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The large temporaries are computed ``BLOCK`` elements at a time (window by window, curve
+    by curve, row by row: their values never depend on what is computed with them), so any
+    block size gives the same curves, bit for bit, and the same work counted."""
+    q = np.array([0.01, 0.5, 1e-5, 0.2, 5e-324, 0.003, 1 - 1e-12])
+    s = np.array([1.0, 3.0, 10.0, 0.8, 1e-3, 0.7, 1e6])
+    work = sg.Work()
+    expected = sg.rdp_batch(q, s, work=work)
+    monkeypatch.setattr(sg, "BLOCK", block)
+    blocked_work = sg.Work()
+    np.testing.assert_array_equal(sg.rdp_batch(q, s, work=blocked_work), expected)
+    assert blocked_work == work
+
+
+@pytest.mark.parametrize("budget", [sg.WINDOW_BUDGET, 1_500])
+def test_a_batch_counts_the_work_of_its_groups(
+    budget: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks of CHUNK curves bisect each GROUP of curves for the steps that group needs: the
+    curves and the counted work of a batch are those of its groups computed one by one (also
+    where windows are narrowed to fit the budget, forced here with a small one)."""
+    monkeypatch.setattr(sg, "WINDOW_BUDGET", budget)
+    rng = np.random.default_rng(5)
+    q = np.concatenate([np.exp(rng.uniform(np.log(1e-4), np.log(0.05), 30)), [0.5, 0.3, 1e-9]])
+    s = np.concatenate([rng.uniform(0.6, 3.0, 30), [30.0, 3.0, 80.0]])
+    work = sg.Work()
+    batch = sg.rdp_batch(q, s, work=work)
+    alone = sg.Work()
+    parts = [
+        sg.rdp_batch(q[k : k + sg.GROUP], s[k : k + sg.GROUP], work=alone)
+        for k in range(0, q.size, sg.GROUP)
+    ]
+    np.testing.assert_array_equal(batch, np.concatenate(parts))
+    assert work == alone
+
+
 def test_partial_curves_never_below_the_full_one() -> None:
     mask = np.zeros(ORDERS.size, dtype=bool)
     mask[::7] = True
