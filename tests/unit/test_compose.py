@@ -164,3 +164,31 @@ def test_a_chunk_of_units_keeps_its_columns() -> None:
     assert isinstance(chunk, Units) and list(chunk) == ms[1:4]
     np.testing.assert_array_equal(column(chunk, "epsilon"), [2.0, 3.0, 4.0])
     assert units[2] is ms[2] and units[-1] is ms[4]
+
+
+def test_sorted_groups_are_np_uniques_groups() -> None:
+    """``_sorted_groups`` (an unstable sort) finds np.unique's groups, in the same order, with
+    one member of each as its representative."""
+    from app.accounting.compose import _sorted_groups
+
+    rng = np.random.default_rng(4)
+    for values in (
+        rng.integers(0, 50, 2_000).astype(np.float64),
+        rng.uniform(0.0, 1.0, 3_000),
+        np.array([0.0, -0.0, 1.0, 1.0]),
+        np.array([]),
+    ):
+        first, inverse = _sorted_groups(values)
+        unique, _, want_inverse = np.unique(values, return_index=True, return_inverse=True)
+        np.testing.assert_array_equal(values[first], unique)
+        np.testing.assert_array_equal(inverse, want_inverse.ravel())
+
+
+def test_reading_columns_in_one_pass_gives_columns_values() -> None:
+    from app.accounting.compose import _read_columns
+
+    ms = [m for m in _ledger() if m.kind == "gaussian"]
+    names = ["count", "sigma", "sensitivity"]
+    read = _read_columns(ms, names)
+    for j, name in enumerate(names):
+        np.testing.assert_array_equal(read[:, j], column(ms, name))
