@@ -429,7 +429,39 @@ def _most_steps(params: dict[str, Any], fits: Fits) -> Calibration | None:
 
 
 NOISE_MULTIPLIERS = (1e-3, 1e6)
-"""The range of DP-SGD noise multipliers (sigma / sensitivity) the sigma search covers."""
+"""The range of DP-SGD noise multipliers (sigma / sensitivity) the sigma search covers, where
+sigma itself is valid (``_noise_multipliers``)."""
+
+EDGE_STEPS = 16
+"""Floats an end of the noise multipliers' range is moved inward, at most, until its sigma
+(noise multiplier x sensitivity, rounded) is a valid mechanism."""
+
+
+def _noise_multipliers(
+    build: Callable[[float], mech.Mechanism], sensitivity: float
+) -> tuple[float, float]:
+    """The least and largest DP-SGD noise multipliers the sigma search may try with this
+    ``sensitivity``: ``NOISE_MULTIPLIERS`` within what the range of sigma itself allows
+    ([``MIN_SCALE``, ``MAX_SCALE``] / sensitivity), each end moved inward by a few floats
+    where the rounded product or quotient falls outside (``build(nm)`` is the mechanism of
+    noise multiplier ``nm``). The search read an invalid sigma as an error: with a clipping
+    norm of 1e-5 or 1e7 every calibration was a 422 about a sigma of 1e-8 or 1e13 that nobody
+    gave. A ``ValueError`` (a 422) where an end makes no mechanism for another reason."""
+
+    def inward(nm: float, toward: float) -> float:
+        for _ in range(EDGE_STEPS):
+            try:
+                build(nm)
+            except ValueError:
+                nm = math.nextafter(nm, toward)
+                continue
+            return nm
+        build(nm)  # the mechanism's own error (another parameter is invalid)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    lo = inward(max(NOISE_MULTIPLIERS[0], mech.MIN_SCALE / sensitivity), math.inf)
+    hi = inward(min(NOISE_MULTIPLIERS[1], mech.MAX_SCALE / sensitivity), -math.inf)
+    return lo, hi
 
 
 def cheapest(kind: str, params: dict[str, Any], parameter: str) -> Calibration | None:
@@ -441,7 +473,14 @@ def cheapest(kind: str, params: dict[str, Any], parameter: str) -> Calibration |
     if parameter == "steps":
         value = 1.0
     elif kind == "subsampled_gaussian":
-        value = NOISE_MULTIPLIERS[1] * float(params.get("sensitivity", 1.0))
+        sens = float(params.get("sensitivity", 1.0))
+        try:
+            _, most = _noise_multipliers(
+                lambda nm: _build(kind, params, parameter, nm * sens), sens
+            )
+        except ValueError:
+            return None
+        value = most * sens
     else:
 
         def valid(v: float) -> bool:
@@ -495,7 +534,7 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
     coarse[:: max(1, ORDERS.size // 24)] = True
     coarse[-1] = True
     mask = coarse
-    lo_limit, hi_limit = NOISE_MULTIPLIERS
+    lo_limit, hi_limit = _noise_multipliers(build, sens)
 
     def on(window: np.ndarray) -> tuple[Callable[[float], bool], Callable[[float], float]]:
         """``fits`` and its margin for the noise multiplier, on the orders of ``window``."""

@@ -1,0 +1,68 @@
+"""``/calibrate`` and ``/charges`` agree: the calibrated mechanism, charged right away, is admitted,
+and it is not needlessly loose (1 % further toward more privacy loss is refused). Cases a
+seeded random search of calibrations (every kind, every filter, holds, budget structures, extreme
+parameters) found where they did not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.conftest import new_dataset
+
+
+def _dry(client: TestClient, ds: str, mechanism: dict[str, Any], **extra: Any) -> int:
+    r = client.post(
+        f"/v1/datasets/{ds}/charges",
+        params={"dry_run": "true"},
+        json={"mechanism": mechanism, **extra},
+    )
+    assert r.status_code in (200, 409), r.text
+    return r.status_code
+
+
+@pytest.mark.parametrize("sensitivity", [1e-5, 1e7])
+def test_dp_sgd_sigma_for_a_clipping_norm_far_from_one(
+    client: TestClient, sensitivity: float
+) -> None:
+    """The noise multiplier search probed its whole range (1e-3 to 1e6) times the clipping
+    norm, past the range of sigma itself (1e-6 to 1e12): with a clipping norm of 1e-5 or 1e7
+    every calibration was a 422 about a sigma nobody gave ("got 1e-08", "got 1e+13"), while a
+    charge of sigma = 1.44 x the norm is admitted. The search now stays within the noise
+    multipliers whose sigma is valid."""
+    ds = new_dataset(client, budget={"epsilon": 1.0, "delta": 1e-6}, adaptive=False)["id"]
+    url = f"/v1/datasets/{ds}/calibrate"
+    base = {"mechanism": "subsampled_gaussian", "sample_rate": 0.01, "steps": 10}
+    unit = client.get(url, params=base)
+    assert unit.status_code == 200, unit.text
+    r = client.get(url, params={**base, "sensitivity": sensitivity})
+    assert r.status_code == 200, r.text
+    m = r.json()["mechanism"]
+    assert m["sensitivity"] == sensitivity
+    assert m["sigma"] / sensitivity == pytest.approx(unit.json()["value"], rel=1e-6)
+    assert _dry(client, ds, m) == 200
+    assert _dry(client, ds, {**m, "sigma": m["sigma"] * 0.99}) == 409
+
+
+def test_dp_sgd_sigma_when_even_the_largest_sigma_does_not_fit(client: TestClient) -> None:
+    """With a clipping norm of 1e12 the largest sigma (1e12) is a noise multiplier of 1, too
+    little for this budget: a 409 saying no sigma fits, naming the least costly invocation
+    (refused by a charge too), not a 422 about a sigma of 1e18 that nobody asked for."""
+    ds = new_dataset(client, budget={"epsilon": 1.0, "delta": 1e-6}, adaptive=False)["id"]
+    r = client.get(
+        f"/v1/datasets/{ds}/calibrate",
+        params={
+            "mechanism": "subsampled_gaussian",
+            "sample_rate": 0.01,
+            "steps": 10,
+            "sensitivity": 1e12,
+        },
+    )
+    assert r.status_code == 409, r.text
+    problem = r.json()
+    assert "no sigma" in problem["detail"]
+    m = problem["requested"]["mechanism"]
+    assert m["sigma"] == 1e12
+    assert _dry(client, ds, m) == 409
