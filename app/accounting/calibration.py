@@ -118,6 +118,23 @@ def refused_input(
     return None
 
 
+def _zero_allowed(kind: str, parameter: str) -> bool:
+    """Whether ``parameter`` is an epsilon or rho whose declared range includes 0 (approx_dp's
+    epsilon, zcdp's rho). The geometric search starts at ``LEAST_POSITIVE``; where nothing from
+    there fits, 0 itself may (a charge of it was admitted while calibrate answered 409)."""
+    p = registry.spec(kind).param(parameter)
+    return PARAMETERS[kind][parameter] == "max" and p.minimum == 0.0 and not p.exclusive_minimum
+
+
+def _costly(m: mech.Mechanism | None) -> bool:
+    """Whether ``m`` costs anything at all (a zcdp of rho 0 and no xi or delta does not: it
+    reads no data, so it is no answer to what still fits)."""
+    if m is None:
+        return False
+    c = m.curve()
+    return bool(c.rho > 0.0 or c.pure_eps > 0.0 or c.delta > 0.0 or (c.rdp > 0.0).any())
+
+
 def _build(kind: str, params: dict[str, Any], parameter: str, value: float) -> mech.Mechanism:
     return mech.mechanism_from_dict({"mechanism": kind, **params, parameter: value})
 
@@ -168,7 +185,9 @@ def calibrate(kind: str, params: dict[str, Any], parameter: str, fits: Fits) -> 
         raise AssertionError("a valid mechanism the probes missed")  # pragma: no cover
     value = _search(ok, margin, *valid, increasing_cost=increasing_cost)
     if value is None:
-        return None
+        if not (_zero_allowed(kind, parameter) and _costly(build(0.0)) and ok(0.0)):
+            return None
+        value = 0.0  # only 0 fits: an approx_dp of its delta alone, a zcdp of its xi or delta
     m = build(value)
     assert m is not None
     return Calibration(mechanism=m, parameter=parameter, value=value, curve=m.curve())
@@ -336,7 +355,8 @@ def extend(
             if fits is None:
                 return good
             if fits:
-                good, step = guess, max(first_step, abs(math.log(guess / start)))
+                jump = abs(math.log(guess / start)) if start > 0.0 else 0.0  # (from 0: no ratio)
+                good, step = guess, max(first_step, jump)
             else:
                 bad = guess
     while evaluations > 0 and bad is None:
@@ -496,6 +516,9 @@ def cheapest(kind: str, params: dict[str, Any], parameter: str) -> Calibration |
         if edges is None:
             return None
         value = edges[0] if increasing_cost else edges[1]
+        if _zero_allowed(kind, parameter) and valid(0.0):
+            if _costly(_build(kind, params, parameter, 0.0)):
+                value = 0.0
     try:
         m = _build(kind, params, parameter, int(value) if parameter == "steps" else value)
         return Calibration(mechanism=m, parameter=parameter, value=value, curve=m.curve())

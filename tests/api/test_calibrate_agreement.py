@@ -66,3 +66,45 @@ def test_dp_sgd_sigma_when_even_the_largest_sigma_does_not_fit(client: TestClien
     m = problem["requested"]["mechanism"]
     assert m["sigma"] == 1e12
     assert _dry(client, ds, m) == 409
+
+
+ZERO_CASES = [
+    ({"accounting": "rdp", "adaptive": False}, "approx_dp", {"delta": 1e-7}, 200),
+    ({"accounting": "rdp", "adaptive": False}, "zcdp", {"delta": 1e-7}, 200),
+    ({"accounting": "pld", "adaptive": False}, "approx_dp", {"delta": 1e-7}, 200),
+    # a zcdp of rho 0 and nothing else reads no data: no answer to what fits
+    ({"accounting": "rdp", "adaptive": True}, "zcdp", {}, 409),
+]
+
+
+@pytest.mark.parametrize(
+    ("settings", "kind", "fixed", "status"),
+    ZERO_CASES,
+    ids=["rdp-approx_dp", "rdp-zcdp", "pld-approx_dp", "rdp_fixed_orders-zcdp"],
+)
+def test_a_parameter_whose_least_value_is_zero_answers_zero_when_only_zero_fits(
+    client: TestClient, settings: dict[str, Any], kind: str, fixed: dict[str, Any], status: int
+) -> None:
+    """approx_dp's epsilon and zcdp's rho may be 0 (a mechanism of its delta alone). On a
+    ledger at its budget (a Laplace of the whole epsilon: the pure-DP sum meets it) a charge of
+    0 is admitted, but the search started at 1e-12 and answered 409 "no epsilon fits". When
+    nothing above 0 fits and 0 does, the answer is 0 (on a pld dataset, whose PLD search moves
+    on from the answer, at least 0, and no division by it); the 409, when 0 does not fit
+    either or costs nothing, names 0 or the least positive value."""
+    ds = new_dataset(client, budget={"epsilon": 1.0, "delta": 1e-6}, **settings)["id"]
+    laplace = {"mechanism": "laplace", "epsilon": 1.0}
+    assert client.post(f"/v1/datasets/{ds}/charges", json={"mechanism": laplace}).status_code == 201
+    r = client.get(f"/v1/datasets/{ds}/calibrate", params={"mechanism": kind, **fixed})
+    assert r.status_code == status, r.text
+    if status == 409:
+        return
+    m = r.json()["mechanism"]
+    assert _dry(client, ds, m) == 200
+    if settings["accounting"] != "pld":
+        assert r.json()["value"] == 0.0
+    r = client.post(f"/v1/datasets/{ds}/charges", json={"mechanism": m})
+    assert r.status_code == 201, r.text
+    # the budget's delta left: 1e-6 - 1e-7 per charge; approx_dp(0, 1e-6) no longer fits
+    r = client.get(f"/v1/datasets/{ds}/calibrate", params={"mechanism": kind, "delta": 1e-6})
+    assert r.status_code == 409, r.text
+    assert "= 0," in r.json()["detail"]
