@@ -5,6 +5,7 @@ parameters) found where they did not."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -108,3 +109,41 @@ def test_a_parameter_whose_least_value_is_zero_answers_zero_when_only_zero_fits(
     r = client.get(f"/v1/datasets/{ds}/calibrate", params={"mechanism": kind, "delta": 1e-6})
     assert r.status_code == 409, r.text
     assert "= 0," in r.json()["detail"]
+
+
+_STATED = re.compile(r"would reach ([0-9.e+-]+) .*?above the (?:budget|.*?bound) ([0-9.e+-]+)")
+
+
+@pytest.mark.parametrize(
+    ("settings", "kind"),
+    [
+        ({"accounting": "rdp", "adaptive": False}, "laplace"),
+        ({"accounting": "rdp", "adaptive": True}, "laplace"),
+        ({"accounting": "zcdp", "adaptive": False}, "gaussian"),
+    ],
+    ids=["rdp", "rdp_fixed_orders", "zcdp"],
+)
+def test_nothing_fits_says_a_figure_above_the_budget(
+    client: TestClient, settings: dict[str, Any], kind: str
+) -> None:
+    """On a ledger at its budget, calibrate's 409 quoted the least costly invocation's refusal
+    to 6 figures: "epsilon at delta=1e-06 would reach 1 (...), above the budget 1". The figure
+    compared is printed with as many digits as it takes to differ from the limit (a charge's
+    409 says the same)."""
+    ds = new_dataset(client, budget={"epsilon": 1.0, "delta": 1e-6}, **settings)["id"]
+    url = f"/v1/datasets/{ds}"
+    first = client.get(f"{url}/calibrate", params={"mechanism": kind}).json()
+    assert client.post(f"{url}/charges", json={"mechanism": first["mechanism"]}).status_code == 201
+    for _ in range(3):  # what is left: nothing, or slivers of it
+        r = client.get(f"{url}/calibrate", params={"mechanism": "laplace"})
+        if r.status_code != 200:
+            break
+        assert (
+            client.post(f"{url}/charges", json={"mechanism": r.json()["mechanism"]}).status_code
+            == 201
+        )
+    assert r.status_code == 409, r.text
+    stated = _STATED.findall(r.json()["detail"])
+    assert stated, r.json()["detail"]
+    for reached, limit in stated:
+        assert float(reached) > float(limit), r.json()["detail"]
