@@ -484,6 +484,13 @@ def _noise_multipliers(
     return lo, hi
 
 
+def costly_end(kind: str, parameter: str) -> float:
+    """The costly end of ``parameter``'s declared range (the least noise, the largest
+    epsilon or rho, the most steps)."""
+    lo, hi = _range(kind, parameter)
+    return hi if PARAMETERS[kind][parameter] == "max" else lo
+
+
 def cheapest(kind: str, params: dict[str, Any], parameter: str) -> Calibration | None:
     """The least costly invocation a calibration of ``parameter`` tries, the cheap end of its
     search: one DP-SGD step, the most noise, the least epsilon that makes a valid mechanism with
@@ -722,6 +729,7 @@ __all__ = [
     "Fits",
     "calibrate",
     "cheapest",
+    "costly_end",
     "default_parameter",
     "filter_fits",
     "fits_under",
