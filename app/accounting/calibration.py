@@ -48,6 +48,10 @@ LEAST_POSITIVE = 1e-12
 """Lower end of the search for a parameter whose declared range starts at 0 (the search is
 geometric)."""
 
+SMALLEST_POSITIVE = 1e-300
+"""Where the search of a parameter whose declared range starts at 0 goes on when nothing from
+``LEAST_POSITIVE`` fits (a zcdp rho of 1.7e-13 fits a budget epsilon of 1e-5 ten times over)."""
+
 
 def _range(kind: str, parameter: str) -> tuple[float, float]:
     """The declared range of ``parameter`` (from the kind's ``Param``)."""
@@ -121,7 +125,8 @@ def refused_input(
 def _zero_allowed(kind: str, parameter: str) -> bool:
     """Whether ``parameter`` is an epsilon or rho whose declared range includes 0 (approx_dp's
     epsilon, zcdp's rho). The geometric search starts at ``LEAST_POSITIVE``; where nothing from
-    there fits, 0 itself may (a charge of it was admitted while calibrate answered 409)."""
+    there fits, a smaller value or 0 itself may (a charge of it was admitted while calibrate
+    answered 409)."""
     p = registry.spec(kind).param(parameter)
     return PARAMETERS[kind][parameter] == "max" and p.minimum == 0.0 and not p.exclusive_minimum
 
@@ -184,10 +189,14 @@ def calibrate(kind: str, params: dict[str, Any], parameter: str, fits: Fits) -> 
             raise ValueError(f"no {parameter} gives a valid {kind} mechanism: {exc}") from None
         raise AssertionError("a valid mechanism the probes missed")  # pragma: no cover
     value = _search(ok, margin, *valid, increasing_cost=increasing_cost)
+    if value is None and _zero_allowed(kind, parameter):
+        # below the search's range: down to SMALLEST_POSITIVE, then 0 itself (an approx_dp of
+        # its delta alone, a zcdp of its xi or delta)
+        value = _search(ok, margin, SMALLEST_POSITIVE, valid[0], increasing_cost=True)
+        if value is None and _costly(build(0.0)) and ok(0.0):
+            value = 0.0
     if value is None:
-        if not (_zero_allowed(kind, parameter) and _costly(build(0.0)) and ok(0.0)):
-            return None
-        value = 0.0  # only 0 fits: an approx_dp of its delta alone, a zcdp of its xi or delta
+        return None
     m = build(value)
     assert m is not None
     return Calibration(mechanism=m, parameter=parameter, value=value, curve=m.curve())
@@ -524,8 +533,8 @@ def cheapest(kind: str, params: dict[str, Any], parameter: str) -> Calibration |
             return None
         value = edges[0] if increasing_cost else edges[1]
         if _zero_allowed(kind, parameter) and valid(0.0):
-            if _costly(_build(kind, params, parameter, 0.0)):
-                value = 0.0
+            costly = _costly(_build(kind, params, parameter, 0.0))
+            value = 0.0 if costly else SMALLEST_POSITIVE
     try:
         m = _build(kind, params, parameter, int(value) if parameter == "steps" else value)
         return Calibration(mechanism=m, parameter=parameter, value=value, curve=m.curve())

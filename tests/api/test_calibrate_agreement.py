@@ -234,3 +234,29 @@ def test_many_blocks_none_dominating_are_searched_by_admission(client: TestClien
     assert _dry(client, ds, {**m, "epsilon": m["epsilon"] * 1.01}, blocks=span) == 409
     charged = client.post(f"/v1/datasets/{ds}/charges", json={"mechanism": m, "blocks": span})
     assert charged.status_code == 201, charged.text
+
+
+@pytest.mark.parametrize(
+    ("budget", "kind", "fixed"),
+    [
+        ({"epsilon": 1e-5, "delta": 1e-8}, "zcdp", {"count": 10}),
+        ({"epsilon": 1e-13, "delta": 1e-8}, "approx_dp", {"delta": 9.99999999e-9}),
+    ],
+    ids=["zcdp-rho", "approx_dp-epsilon"],
+)
+def test_a_parameter_from_zero_is_searched_below_the_usual_least_value(
+    client: TestClient, budget: dict[str, float], kind: str, fixed: dict[str, Any]
+) -> None:
+    """The search of zcdp's rho and approx_dp's epsilon started at 1e-12: under a budget
+    epsilon of 1e-5 ten zCDP charges of rho 6.5e-13 fit (and an approx_dp of epsilon 1e-13
+    whose delta leaves 1e-17 of the budget's under a budget epsilon of 1e-13), but calibrate
+    answered 409 (or, with only 0 tried below 1e-12, 0, found by the random search). Below
+    1e-12 the search goes on, down to 1e-300."""
+    ds = new_dataset(client, budget=budget, accounting="rdp", adaptive=False)["id"]
+    r = client.get(f"/v1/datasets/{ds}/calibrate", params={"mechanism": kind, **fixed})
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    m, p = answer["mechanism"], answer["parameter"]
+    assert 0.0 < answer["value"] < 1e-12
+    assert _dry(client, ds, m) == 200
+    assert _dry(client, ds, {**m, p: m[p] * 1.01}) == 409
