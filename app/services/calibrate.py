@@ -166,35 +166,36 @@ Held = tuple[PrivacyCurve, int]
 """A block as admission sees it: its committed curve with its active holds, and their count."""
 
 
-def _dominates(a: Held, b: Held) -> bool:
-    """Whether block ``a`` is at least block ``b`` everywhere a filter looks (every order,
-    rho, pure epsilon, the entries' own deltas, the count of holds; and ``a`` Gaussian-only
-    only if ``b`` is, as the exact Gaussian conversion and the gdp filter need it): every
-    filter is monotone in these, so a new curve that fits on top of ``a`` fits on ``b``."""
-    (ca, ha), (cb, hb) = a, b
-    return (
-        ha >= hb
-        and ca.rho >= cb.rho
-        and ca.pure_eps >= cb.pure_eps
-        and ca.delta >= cb.delta
-        and (cb.gaussian_only or not ca.gaussian_only)
-        and bool(np.all(ca.rdp >= cb.rdp))
-    )
-
-
 def _binding(blocks: list[Held]) -> list[Held] | None:
     """The blocks no other one dominates (one of each equal set): a new curve fits on every
-    block iff it fits on each of these. None once more than ``MOST_BINDING_BLOCKS`` remain (at
-    most that many comparisons per block)."""
-    kept: list[Held] = []
-    for b in blocks:
-        if any(_dominates(k, b) for k in kept):
+    block iff it fits on each of these. Block ``a`` dominates ``b`` when it is at least ``b``
+    everywhere a filter looks (every order, rho, pure epsilon, the entries' own deltas, the
+    count of holds; and Gaussian-only only if ``b`` is, as the exact Gaussian conversion and
+    the gdp filter need it): every filter is monotone in these, so a new curve that fits on
+    top of ``a`` fits on top of ``b``. None once more than ``MOST_BINDING_BLOCKS`` remain. One
+    row of numbers per block, compared with at most that many kept rows at once."""
+    rows = np.array(
+        [
+            np.concatenate(
+                (c.rdp, (c.rho, c.pure_eps, c.delta, float(h), 0.0 if c.gaussian_only else 1.0))
+            )
+            for c, h in blocks
+        ]
+    )
+    most = np.flatnonzero((rows >= rows.max(axis=0)).all(axis=1))
+    if most.size:  # one block is the largest everywhere: the usual case
+        return [blocks[int(most[0])]]
+    kept: list[int] = []
+    for i, row in enumerate(rows):
+        if kept and bool((rows[kept] >= row).all(axis=1).any()):
             continue
-        kept = [k for k in kept if not _dominates(b, k)]
-        kept.append(b)
+        if kept:
+            beaten = (row >= rows[kept]).all(axis=1)
+            kept = [k for k, b in zip(kept, beaten, strict=True) if not b]
+        kept.append(i)
         if len(kept) > MOST_BINDING_BLOCKS:
             return None
-    return kept
+    return [blocks[i] for i in kept]
 
 
 def _structure_fits(st: DatasetState, ask: admission.Ask) -> tuple[Fits, bool]:
@@ -244,9 +245,11 @@ def _further_by_admission(
     result: Calibration | None,
 ) -> Calibration | None:
     """An answer searched on the blocks' envelope (more than ``MOST_BINDING_BLOCKS`` blocks no
-    other dominates), moved on as far as the admission a charge meets confirms, in at most
+    other dominates), moved on as far as the admission a charge meets confirms: one step of
+    1 % (refused: the answer stands, within 1 % of admission's edge), then at most
     ``STRUCTURE_EVALUATIONS`` checks; where the envelope fitted nothing, from the least costly
-    invocation if admission takes it. Not for DP-SGD steps (an integer)."""
+    invocation if admission takes it, with a bisection of the range. Not for DP-SGD steps (an
+    integer)."""
     if parameter == "steps":
         return result
 
@@ -267,6 +270,11 @@ def _further_by_admission(
         # from there, the costly end of the range first: then a bisection (in log space) of
         # the whole range, to within about 0.1 % in the checks given
         result, guess = least, costly_end(kind, parameter)
+    else:  # one step of 1 % first: where admission refuses it, the answer is within 1 %
+        moved = further(kind, fixed, result, admits, 1)
+        if moved is result:
+            return result
+        result = moved
     return further(kind, fixed, result, admits, STRUCTURE_EVALUATIONS, guess)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from app.services import admission
 from app.services.calibrate import MOST_BINDING_BLOCKS
 from tests.conftest import new_dataset
 
@@ -260,3 +261,37 @@ def test_a_parameter_from_zero_is_searched_below_the_usual_least_value(
     assert 0.0 < answer["value"] < 1e-12
     assert _dry(client, ds, m) == 200
     assert _dry(client, ds, {**m, p: m[p] * 1.01}) == 409
+
+
+def test_an_envelope_answer_within_one_percent_costs_one_admission_check(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beyond ``MOST_BINDING_BLOCKS`` non-dominated blocks the envelope's answer is checked
+    against admission one step of 1 % on: refused there, it stands (one check, a charge's dry
+    run over the range: 30 blocks), instead of 16 checks bisecting inside that 1 %."""
+    ds = new_dataset(
+        client, name="thirty", budget={"epsilon": 2.0, "delta": 1e-6}, partition={"unit": "day"}
+    )["id"]
+    days = 30
+    for i in range(days):
+        day = {"from": f"2026-11-{i + 1:02d}", "to": f"2026-11-{i + 1:02d}"}
+        for m in (
+            {"mechanism": "laplace", "epsilon": 0.004 * i + 0.001},
+            {"mechanism": "gaussian", "sigma": 20.0 + 1.0 * i},
+        ):
+            r = client.post(f"/v1/datasets/{ds}/charges", json={"mechanism": m, "blocks": day})
+            assert r.status_code == 201, r.text
+    checks = []
+    decide = admission.decide
+    monkeypatch.setattr(admission, "decide", lambda st, ask: checks.append(1) or decide(st, ask))
+    span = {"from": "2026-11-01", "to": f"2026-11-{days:02d}"}
+    r = client.get(
+        f"/v1/datasets/{ds}/calibrate",
+        params={"mechanism": "laplace", "block_from": span["from"], "block_to": span["to"]},
+    )
+    assert r.status_code == 200, r.text
+    assert len(checks) == 1
+    monkeypatch.undo()
+    m = r.json()["mechanism"]
+    assert _dry(client, ds, m, blocks=span) == 200
+    assert _dry(client, ds, {**m, "epsilon": m["epsilon"] * 1.01}, blocks=span) == 409
