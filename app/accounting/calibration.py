@@ -48,6 +48,10 @@ LEAST_POSITIVE = 1e-12
 """Lower end of the search for a parameter whose declared range starts at 0 (the search is
 geometric)."""
 
+SMALLEST_POSITIVE = 1e-300
+"""Where the search of a parameter whose declared range starts at 0 goes on when nothing from
+``LEAST_POSITIVE`` fits (a zcdp rho of 1.7e-13 fits a budget epsilon of 1e-5 ten times over)."""
+
 
 def _range(kind: str, parameter: str) -> tuple[float, float]:
     """The declared range of ``parameter`` (from the kind's ``Param``)."""
@@ -118,6 +122,24 @@ def refused_input(
     return None
 
 
+def _zero_allowed(kind: str, parameter: str) -> bool:
+    """Whether ``parameter`` is an epsilon or rho whose declared range includes 0 (approx_dp's
+    epsilon, zcdp's rho). The geometric search starts at ``LEAST_POSITIVE``; where nothing from
+    there fits, a smaller value or 0 itself may (a charge of it was admitted while calibrate
+    answered 409)."""
+    p = registry.spec(kind).param(parameter)
+    return PARAMETERS[kind][parameter] == "max" and p.minimum == 0.0 and not p.exclusive_minimum
+
+
+def _costly(m: mech.Mechanism | None) -> bool:
+    """Whether ``m`` costs anything at all (a zcdp of rho 0 and no xi or delta does not: it
+    reads no data, so it is no answer to what still fits)."""
+    if m is None:
+        return False
+    c = m.curve()
+    return bool(c.rho > 0.0 or c.pure_eps > 0.0 or c.delta > 0.0 or (c.rdp > 0.0).any())
+
+
 def _build(kind: str, params: dict[str, Any], parameter: str, value: float) -> mech.Mechanism:
     return mech.mechanism_from_dict({"mechanism": kind, **params, parameter: value})
 
@@ -167,6 +189,12 @@ def calibrate(kind: str, params: dict[str, Any], parameter: str, fits: Fits) -> 
             raise ValueError(f"no {parameter} gives a valid {kind} mechanism: {exc}") from None
         raise AssertionError("a valid mechanism the probes missed")  # pragma: no cover
     value = _search(ok, margin, *valid, increasing_cost=increasing_cost)
+    if value is None and _zero_allowed(kind, parameter):
+        # below the search's range: down to SMALLEST_POSITIVE, then 0 itself (an approx_dp of
+        # its delta alone, a zcdp of its xi or delta)
+        value = _search(ok, margin, SMALLEST_POSITIVE, valid[0], increasing_cost=True)
+        if value is None and _costly(build(0.0)) and ok(0.0):
+            value = 0.0
     if value is None:
         return None
     m = build(value)
@@ -336,7 +364,8 @@ def extend(
             if fits is None:
                 return good
             if fits:
-                good, step = guess, max(first_step, abs(math.log(guess / start)))
+                jump = abs(math.log(guess / start)) if start > 0.0 else 0.0  # (from 0: no ratio)
+                good, step = guess, max(first_step, jump)
             else:
                 bad = guess
     while evaluations > 0 and bad is None:
@@ -429,7 +458,46 @@ def _most_steps(params: dict[str, Any], fits: Fits) -> Calibration | None:
 
 
 NOISE_MULTIPLIERS = (1e-3, 1e6)
-"""The range of DP-SGD noise multipliers (sigma / sensitivity) the sigma search covers."""
+"""The range of DP-SGD noise multipliers (sigma / sensitivity) the sigma search covers, where
+sigma itself is valid (``_noise_multipliers``)."""
+
+EDGE_STEPS = 16
+"""Floats an end of the noise multipliers' range is moved inward, at most, until its sigma
+(noise multiplier x sensitivity, rounded) is a valid mechanism."""
+
+
+def _noise_multipliers(
+    build: Callable[[float], mech.Mechanism], sensitivity: float
+) -> tuple[float, float]:
+    """The least and largest DP-SGD noise multipliers the sigma search may try with this
+    ``sensitivity``: ``NOISE_MULTIPLIERS`` within what the range of sigma itself allows
+    ([``MIN_SCALE``, ``MAX_SCALE``] / sensitivity), each end moved inward by a few floats
+    where the rounded product or quotient falls outside (``build(nm)`` is the mechanism of
+    noise multiplier ``nm``). The search read an invalid sigma as an error: with a clipping
+    norm of 1e-5 or 1e7 every calibration was a 422 about a sigma of 1e-8 or 1e13 that nobody
+    gave. A ``ValueError`` (a 422) where an end makes no mechanism for another reason."""
+
+    def inward(nm: float, toward: float) -> float:
+        for _ in range(EDGE_STEPS):
+            try:
+                build(nm)
+            except ValueError:
+                nm = math.nextafter(nm, toward)
+                continue
+            return nm
+        build(nm)  # the mechanism's own error (another parameter is invalid)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    lo = inward(max(NOISE_MULTIPLIERS[0], mech.MIN_SCALE / sensitivity), math.inf)
+    hi = inward(min(NOISE_MULTIPLIERS[1], mech.MAX_SCALE / sensitivity), -math.inf)
+    return lo, hi
+
+
+def costly_end(kind: str, parameter: str) -> float:
+    """The costly end of ``parameter``'s declared range (the least noise, the largest
+    epsilon or rho, the most steps)."""
+    lo, hi = _range(kind, parameter)
+    return hi if PARAMETERS[kind][parameter] == "max" else lo
 
 
 def cheapest(kind: str, params: dict[str, Any], parameter: str) -> Calibration | None:
@@ -441,7 +509,14 @@ def cheapest(kind: str, params: dict[str, Any], parameter: str) -> Calibration |
     if parameter == "steps":
         value = 1.0
     elif kind == "subsampled_gaussian":
-        value = NOISE_MULTIPLIERS[1] * float(params.get("sensitivity", 1.0))
+        sens = float(params.get("sensitivity", 1.0))
+        try:
+            _, most = _noise_multipliers(
+                lambda nm: _build(kind, params, parameter, nm * sens), sens
+            )
+        except ValueError:
+            return None
+        value = most * sens
     else:
 
         def valid(v: float) -> bool:
@@ -457,6 +532,9 @@ def cheapest(kind: str, params: dict[str, Any], parameter: str) -> Calibration |
         if edges is None:
             return None
         value = edges[0] if increasing_cost else edges[1]
+        if _zero_allowed(kind, parameter) and valid(0.0):
+            costly = _costly(_build(kind, params, parameter, 0.0))
+            value = 0.0 if costly else SMALLEST_POSITIVE
     try:
         m = _build(kind, params, parameter, int(value) if parameter == "steps" else value)
         return Calibration(mechanism=m, parameter=parameter, value=value, curve=m.curve())
@@ -495,7 +573,7 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
     coarse[:: max(1, ORDERS.size // 24)] = True
     coarse[-1] = True
     mask = coarse
-    lo_limit, hi_limit = NOISE_MULTIPLIERS
+    lo_limit, hi_limit = _noise_multipliers(build, sens)
 
     def on(window: np.ndarray) -> tuple[Callable[[float], bool], Callable[[float], float]]:
         """``fits`` and its margin for the noise multiplier, on the orders of ``window``."""
@@ -660,6 +738,7 @@ __all__ = [
     "Fits",
     "calibrate",
     "cheapest",
+    "costly_end",
     "default_parameter",
     "filter_fits",
     "fits_under",

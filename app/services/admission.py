@@ -550,6 +550,17 @@ def _structure_detail(st: DatasetState, ask: Ask, dry: Decision) -> str | None:
 # --- refusing ---------------------------------------------------------------------------------
 
 
+def _beyond(value: float, limit: float) -> tuple[str, str]:
+    """``value`` and the ``limit`` it exceeds, to 6 significant figures, or as many more as it
+    takes for the two to read as different numbers: "would reach 1, above the budget 1" said
+    nothing (1.000000001 against 1, the least costly invocation calibrate tried)."""
+    for digits in range(6, 18):
+        shown = f"{value:.{digits}g}", f"{limit:.{digits}g}"
+        if float(shown[0]) != float(shown[1]) or not value > limit:
+            return shown
+    return repr(value), repr(limit)
+
+
 def refusal(st: DatasetState, ask: Ask, dry: Decision, *, dry_run: bool = False) -> BudgetExceeded:
     """The 409 problem for an ask that does not fit. Its detail states the figure the
     admission compared, the active holds counted (``would_spend`` is the spend after the
@@ -577,9 +588,11 @@ def refusal(st: DatasetState, ask: Ask, dry: Decision, *, dry_run: bool = False)
             f"nothing more is admitted ({f.kind.value} filter)"
         )
     elif f.kind in RHO_FILTERS and compared.delta == 0.0:
+        assert f.bound is not None
+        rho, bound = _beyond(compared.rho, f.bound)
         detail = (
-            f"refused: rho would reach {compared.rho:.6g} (with active reservations "
-            f"counted), above the {f.kind.value} filter's bound {f.bound:.6g} for budget "
+            f"refused: rho would reach {rho} (with active reservations "
+            f"counted), above the {f.kind.value} filter's bound {bound} for budget "
             f"(epsilon={b.epsilon:g}, delta={b.delta:g})"
         )
     elif st.is_pld and st.held_curve is not None:
@@ -592,9 +605,10 @@ def refusal(st: DatasetState, ask: Ask, dry: Decision, *, dry_run: bool = False)
         )
     else:
         epsilon = dry.spend_after.epsilon if held is None else f.spend(compared).epsilon
+        reached, budget = _beyond(epsilon, b.epsilon)
         detail = (
-            f"refused: epsilon at delta={b.delta:g} would reach {epsilon:.6g} "
-            f"(with active reservations counted), above the budget {b.epsilon:g} "
+            f"refused: epsilon at delta={b.delta:g} would reach {reached} "
+            f"(with active reservations counted), above the budget {budget} "
             f"({f.kind.value} filter)"
         )
     detail = _structure_detail(st, ask, dry) or detail
