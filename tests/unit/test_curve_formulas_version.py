@@ -23,7 +23,7 @@ import numpy as np
 
 from app.accounting.mechanisms import mechanism_from_dict
 from app.accounting.orders import CURVE_FORMULAS_VERSION, ORDERS
-from app.services.ledger import _stale
+from app.services.ledger import _close, _stale
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "curve_formulas.json"
 
@@ -107,9 +107,7 @@ def test_curves_match_the_version_they_were_recorded_under() -> None:
         np.array([row["rdp"] for row in stored], dtype=np.float64),
     )
     for name in ("pure_eps", "delta"):
-        a, b = _column(fresh, name), _column(stored, name)
-        with np.errstate(invalid="ignore"):  # inf - inf where both are infinite (equal)
-            stale |= ~((a == b) | (np.abs(a - b) <= 1e-12 * np.maximum(np.abs(a), np.abs(b))))
+        stale |= ~_close(_column(fresh, name), _column(stored, name))
     changed = [MECHANISMS[i] for i in np.flatnonzero(stale)]
     assert not changed, (
         "these mechanisms' curves changed beyond verify's tolerance: bump "
