@@ -7,11 +7,14 @@ said ok and ``--rebuild`` left it (a reported number too small is a privacy brea
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from app.accounting.filters import Spend
+from app.services.ledger import _spend_drift
 from tests.conftest import new_dataset, run_sql
 
 CHARGES = [
@@ -129,3 +132,32 @@ def test_an_allocations_stored_spend_drifted_low_is_drift_and_rebuilt(
     spent = before["allocations"][0]["spent"]["epsilon"]
     rebuilt = client.get(allocations).json()["allocations"][0]["spent"]["epsilon"]
     assert spent <= rebuilt == pytest.approx(spent, rel=1e-12)
+
+
+def test_a_stored_spend_a_few_ulps_off_is_not_drift(client: TestClient, db_url: str) -> None:
+    """Another machine of the deployment may round the conversion's logarithms differently in
+    the last ulps: such a spend is the same spend (verify's 1e-12, as for entry curves)."""
+    view = _charged(client, adaptive=False)
+    spent = view["spent"]["epsilon"]
+    nudged = math.nextafter(math.nextafter(spent, math.inf), math.inf)
+    run_sql(
+        db_url,
+        "UPDATE dataset_total SET spent_epsilon = :v WHERE dataset_id = :d",
+        v=nudged,
+        d=view["dataset_id"],
+    )
+    assert client.post("/v1/admin/verify").json()["ok"]
+
+
+def test_spend_drift_takes_ties_between_methods_as_the_same_spend() -> None:
+    fresh = Spend(1.5, 1e-6, "rdp_improved", 4.0, {"rdp_improved": 1.5, "zcdp": 1.5 + 1e-15})
+    same_but_tied = Spend(1.5, 1e-6, "zcdp")
+    assert not _spend_drift(same_but_tied, fresh)
+    assert _spend_drift(Spend(1.5, 1e-6, "pld"), fresh)  # no such candidate
+    assert _spend_drift(Spend(1.5 * (1 - 1e-9), 1e-6, "rdp_improved"), fresh)
+    assert _spend_drift(
+        Spend(1.5, 1e-6, "zcdp"),
+        Spend(1.5, 1e-6, "rdp_improved", 4.0, {"rdp_improved": 1.5, "zcdp": 1.6}),
+    )
+    inf = math.inf
+    assert not _spend_drift(Spend(inf, 1e-6, "rdp_improved"), Spend(inf, 1e-6, "rdp_improved"))
