@@ -60,6 +60,7 @@ the kind. A value that would underflow to 0 while q > 0 is returned as the least
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -443,6 +444,13 @@ curves). Every block's values are those the whole chunk at once gave: each windo
 row is computed on its own."""
 
 
+def _blocks(rows: int, per_row: int) -> Iterator[slice]:
+    """Consecutive slices of ``rows`` rows whose temporaries of ``per_row`` elements a row hold
+    about ``BLOCK`` elements (at least one row each)."""
+    step = max(1, BLOCK // per_row)
+    return (slice(j, j + step) for j in range(0, rows, step))
+
+
 def _window_log_sums(rows: _Rows, owner: IntVector, first: IntVector, size: IntVector) -> Vector:
     """log of the sum of the exact terms of each window (row ``owner``, indices ``first`` ..
     ``first + size - 1``, size >= 1), with its rounding margin."""
@@ -792,8 +800,8 @@ def _moment_bounds(a: Vector, work: Work) -> tuple[Vector, Vector]:
     # (rows in blocks: BLOCK elements of the series' (row, k) arrays, of the direct sums'
     # (row, k, j) arrays; every row's bounds are its own)
     on_series = np.flatnonzero(b_max <= 60.0)
-    step = max(1, BLOCK // k.size)
-    for series in (on_series[j : j + step] for j in range(0, on_series.size, step)):
+    for block in _blocks(on_series.size, k.size):
+        series = on_series[block]
         aa = a[series, None]
         # terms of the series per row (each row's own count: a batch gives the same bounds)
         big_n = (TAYLOR_K // 2 + 12 + np.ceil(3.0 * b_max[series])).astype(np.int64)[:, None]
@@ -822,8 +830,8 @@ def _moment_bounds(a: Vector, work: Work) -> tuple[Vector, Vector]:
         lo[series, 2:] = lo_s[:, 2:]
         hi[series, 2:] = hi_s[:, 2:]
     on_direct = np.setdiff1d(np.arange(rows), on_series)
-    step = max(1, BLOCK // k.size**2)
-    for direct in (on_direct[j : j + step] for j in range(0, on_direct.size, step)):
+    for block in _blocks(on_direct.size, k.size**2):
+        direct = on_direct[block]
         aa = a[direct, None, None]
         kk = k[None, :, None]
         jj = k[None, None, :]
@@ -1139,15 +1147,14 @@ def _rdp_chunk(
         sel = np.flatnonzero(useful[r_of])
         if sel.size:
             curves = np.flatnonzero(useful)  # (sel: every fractional order of these curves)
-            step = max(1, BLOCK // (frac_idx.size * (TAYLOR_K + 1)))  # curves at once
             parts = [
                 _taylor_log_am1(
-                    lq[curves[j : j + step]],
-                    l1q[curves[j : j + step]],
+                    lq[curves[block]],
+                    l1q[curves[block]],
                     frac_idx,
-                    (moments[0][j : j + step], moments[1][j : j + step]),
+                    (moments[0][block], moments[1][block]),
                 )
-                for j in range(0, curves.size, step)
+                for block in _blocks(curves.size, frac_idx.size * (TAYLOR_K + 1))
             ]
             log_am1 = np.concatenate([p[0] for p in parts])
             tight = np.concatenate([p[1] for p in parts])
@@ -1159,11 +1166,11 @@ def _rdp_chunk(
         eps_mtz = np.full(al.shape, np.inf)
         rest = np.flatnonzero(~taylor_tight)
         if rest.size:
-            step = max(1, BLOCK // SERIES_TERMS)  # rows at once
             log_a = np.concatenate(
                 [
                     _mtz_log_a(lq[r], l1q[r], sigma[r], o_of[part], work)[0]
-                    for part in (rest[j : j + step] for j in range(0, rest.size, step))
+                    for block in _blocks(rest.size, SERIES_TERMS)
+                    for part in (rest[block],)
                     for r in (r_of[part],)
                 ]
             )
