@@ -858,12 +858,13 @@ def _verify_structures(s: Any, st: DatasetState, rebuild: bool) -> list[str]:
         part, j = sums.find(ident)
         n = 0 if j is None else int(part.entries[j])
         fresh_held = held.get(ident, RunningSum())
-        stated = t.filter.spend(t.committed)  # what the tally's views report, as it stands
         if (
             t.entry_count != n
             or not part.holds(j if n else None, t.committed, n)
             or _held_drift(t.held, fresh_held)
-            or _spend_drift(t.spent, stated)
+            # what the tally's views report, from its curve as it stands (converted only
+            # where the cheaper checks found nothing)
+            or _spend_drift(t.spent, t.filter.spend(t.committed))
         ):
             name = names.get(t.owner, t.owner)
             drifted.append(
