@@ -249,6 +249,20 @@ def reserve_hold(db: Database, dataset_id: str, mechanism: Mechanism) -> None:
     )
 
 
+def dry_run_status(
+    client: TestClient, dataset_id: str, mechanism: dict[str, Any], **extra: Any
+) -> int:
+    """The status of a dry-run charge of ``mechanism`` (200 admitted or 409 refused, nothing
+    else; ``extra``: the charge's other fields, e.g. ``allocation`` or ``blocks``)."""
+    r = client.post(
+        f"/v1/datasets/{dataset_id}/charges",
+        params={"dry_run": "true"},
+        json={"mechanism": mechanism, **extra},
+    )
+    assert r.status_code in (200, 409), r.text
+    return r.status_code
+
+
 def new_dataset(client: TestClient, name: str = "census", **fields: Any) -> dict[str, Any]:
     """Create a dataset (default budget epsilon=1, delta=1e-5) and return it."""
     body: dict[str, Any] = {"name": name, "budget": {"epsilon": 1.0, "delta": 1e-5}}

@@ -13,17 +13,7 @@ from fastapi.testclient import TestClient
 
 from app.services import admission
 from app.services.calibrate import MOST_BINDING_BLOCKS
-from tests.conftest import new_dataset
-
-
-def _dry(client: TestClient, ds: str, mechanism: dict[str, Any], **extra: Any) -> int:
-    r = client.post(
-        f"/v1/datasets/{ds}/charges",
-        params={"dry_run": "true"},
-        json={"mechanism": mechanism, **extra},
-    )
-    assert r.status_code in (200, 409), r.text
-    return r.status_code
+from tests.conftest import dry_run_status, new_dataset
 
 
 @pytest.mark.parametrize("sensitivity", [1e-5, 1e7])
@@ -45,8 +35,8 @@ def test_dp_sgd_sigma_for_a_clipping_norm_far_from_one(
     m = r.json()["mechanism"]
     assert m["sensitivity"] == sensitivity
     assert m["sigma"] / sensitivity == pytest.approx(unit.json()["value"], rel=1e-6)
-    assert _dry(client, ds, m) == 200
-    assert _dry(client, ds, {**m, "sigma": m["sigma"] * 0.99}) == 409
+    assert dry_run_status(client, ds, m) == 200
+    assert dry_run_status(client, ds, {**m, "sigma": m["sigma"] * 0.99}) == 409
 
 
 def test_dp_sgd_sigma_when_even_the_largest_sigma_does_not_fit(client: TestClient) -> None:
@@ -68,7 +58,7 @@ def test_dp_sgd_sigma_when_even_the_largest_sigma_does_not_fit(client: TestClien
     assert "no sigma" in problem["detail"]
     m = problem["requested"]["mechanism"]
     assert m["sigma"] == 1e12
-    assert _dry(client, ds, m) == 409
+    assert dry_run_status(client, ds, m) == 409
 
 
 ZERO_CASES = [
@@ -102,7 +92,7 @@ def test_a_parameter_whose_least_value_is_zero_answers_zero_when_only_zero_fits(
     if status == 409:
         return
     m = r.json()["mechanism"]
-    assert _dry(client, ds, m) == 200
+    assert dry_run_status(client, ds, m) == 200
     if settings["accounting"] != "pld":
         assert r.json()["value"] == 0.0
     r = client.post(f"/v1/datasets/{ds}/charges", json={"mechanism": m})
@@ -194,8 +184,8 @@ def test_blocks_where_no_block_dominates_are_calibrated_block_by_block(
     )
     assert r.status_code == 200, r.text
     m = r.json()["mechanism"]
-    assert _dry(client, ds, m, blocks=SPAN) == 200
-    assert _dry(client, ds, {**m, "epsilon": m["epsilon"] * 1.01}, blocks=SPAN) == 409
+    assert dry_run_status(client, ds, m, blocks=SPAN) == 200
+    assert dry_run_status(client, ds, {**m, "epsilon": m["epsilon"] * 1.01}, blocks=SPAN) == 409
     charged = client.post(f"/v1/datasets/{ds}/charges", json={"mechanism": m, "blocks": SPAN})
     assert charged.status_code == 201, charged.text
 
@@ -232,7 +222,7 @@ def test_many_blocks_none_dominating_are_searched_by_admission(client: TestClien
     assert r.status_code == 200, r.text
     m = r.json()["mechanism"]
     assert m["epsilon"] > 0.36
-    assert _dry(client, ds, {**m, "epsilon": m["epsilon"] * 1.01}, blocks=span) == 409
+    assert dry_run_status(client, ds, {**m, "epsilon": m["epsilon"] * 1.01}, blocks=span) == 409
     charged = client.post(f"/v1/datasets/{ds}/charges", json={"mechanism": m, "blocks": span})
     assert charged.status_code == 201, charged.text
 
@@ -259,8 +249,8 @@ def test_a_parameter_from_zero_is_searched_below_the_usual_least_value(
     answer = r.json()
     m, p = answer["mechanism"], answer["parameter"]
     assert 0.0 < answer["value"] < 1e-12
-    assert _dry(client, ds, m) == 200
-    assert _dry(client, ds, {**m, p: m[p] * 1.01}) == 409
+    assert dry_run_status(client, ds, m) == 200
+    assert dry_run_status(client, ds, {**m, p: m[p] * 1.01}) == 409
 
 
 def test_an_envelope_answer_within_one_percent_costs_one_admission_check(
@@ -293,5 +283,5 @@ def test_an_envelope_answer_within_one_percent_costs_one_admission_check(
     assert len(checks) == 1
     monkeypatch.undo()
     m = r.json()["mechanism"]
-    assert _dry(client, ds, m, blocks=span) == 200
-    assert _dry(client, ds, {**m, "epsilon": m["epsilon"] * 1.01}, blocks=span) == 409
+    assert dry_run_status(client, ds, m, blocks=span) == 200
+    assert dry_run_status(client, ds, {**m, "epsilon": m["epsilon"] * 1.01}, blocks=span) == 409

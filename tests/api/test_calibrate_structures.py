@@ -10,19 +10,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import new_dataset
+from tests.conftest import dry_run_status, new_dataset
 
 STEP = 1e-6
-
-
-def _dry_run(client: TestClient, ds: str, mechanism: dict[str, Any], **extra: Any) -> int:
-    r = client.post(
-        f"/v1/datasets/{ds}/charges",
-        params={"dry_run": "true"},
-        json={"mechanism": mechanism, **extra},
-    )
-    assert r.status_code in (200, 409), r.text
-    return r.status_code
 
 
 def _calibrated_sigma(client: TestClient, ds: str, **params: Any) -> float:
@@ -36,9 +26,9 @@ def _calibrated_sigma(client: TestClient, ds: str, **params: Any) -> float:
 
 def _sharp(client: TestClient, ds: str, sigma: float, **extra: Any) -> None:
     """``sigma`` is admitted; a relative step less noise is refused."""
-    assert _dry_run(client, ds, {"mechanism": "gaussian", "sigma": sigma}, **extra) == 200
+    assert dry_run_status(client, ds, {"mechanism": "gaussian", "sigma": sigma}, **extra) == 200
     less = {"mechanism": "gaussian", "sigma": sigma * (1 - STEP)}
-    assert _dry_run(client, ds, less, **extra) == 409
+    assert dry_run_status(client, ds, less, **extra) == 409
 
 
 def _partitioned(client: TestClient, **fields: Any) -> str:
@@ -152,8 +142,8 @@ def test_dp_sgd_noise_under_a_dataset_and_an_allocation_is_sharp(client: TestCli
     assert r.status_code == 200, r.text
     sigma = r.json()["value"]
     assert sigma < 1e4
-    assert _dry_run(client, ds, {**run, "sigma": sigma}, allocation="a") == 200
-    assert _dry_run(client, ds, {**run, "sigma": sigma * (1 - STEP)}, allocation="a") == 409
+    assert dry_run_status(client, ds, {**run, "sigma": sigma}, allocation="a") == 200
+    assert dry_run_status(client, ds, {**run, "sigma": sigma * (1 - STEP)}, allocation="a") == 409
 
 
 def test_the_spend_after_a_calibrated_charge_is_the_charges(client: TestClient) -> None:

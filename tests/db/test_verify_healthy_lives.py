@@ -7,13 +7,12 @@ ledgers are reported drifted and rebuilt."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import new_dataset, run_sql
+from tests.conftest import expire_active_holds, new_dataset
 
 DAY = {"from": "2026-11-02", "to": "2026-11-04"}
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -78,11 +77,7 @@ def test_every_step_of_a_datasets_life_verifies(
     assert client.delete(f"/v1/reservations/{released}").status_code == 200
     _ok(client, "commit and release")
 
-    past = datetime.now(UTC) - timedelta(minutes=5)
-    run_sql(db_url, "UPDATE reservation SET expires_at = :t WHERE id = :i", t=past, i=expiring)
-    run_sql(
-        db_url, "UPDATE dataset_total SET held_next_expiry = :t WHERE dataset_id = :d", t=past, d=ds
-    )
+    expire_active_holds(db_url)  # the one active hold left: `expiring`
     r = client.post(
         f"/v1/datasets/{ds}/charges",
         json={"mechanism": {"mechanism": "gaussian", "sigma": 5.0}, **extra},

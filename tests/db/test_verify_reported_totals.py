@@ -66,41 +66,35 @@ def test_a_stored_spend_drifted_low_is_drift_and_rebuilt(
     assert after["spent"]["epsilon"] == spent
 
 
-def test_a_stored_spend_method_drift_is_found(client: TestClient, db_url: str) -> None:
+@pytest.mark.parametrize(
+    ("column", "value", "drift"),
+    [
+        ("spent_method", "zcdp", "spent"),
+        (  # the laplace entries left out
+            "mechanism_counts",
+            '{"gaussian": {"entries": 2, "count": 2, "rho": 0.18055555555555555}}',
+            "mechanism_counts",
+        ),
+        ("last_entry_at", None, "last_entry_at"),
+    ],
+)
+def test_a_drifted_reported_total_is_drift_and_rebuilt(
+    client: TestClient, db_url: str, column: str, value: str | None, drift: str
+) -> None:
     view = _charged(client, adaptive=False)
+    ((stored,),) = run_sql(
+        db_url, f"SELECT {column} FROM dataset_total WHERE dataset_id = :d", d=view["dataset_id"]
+    )
+    assert stored is not None and str(stored) != value
+    if column == "mechanism_counts":
+        assert "laplace" in str(stored)
     run_sql(
         db_url,
-        "UPDATE dataset_total SET spent_method = 'zcdp' WHERE dataset_id = :d",
+        f"UPDATE dataset_total SET {column} = :v WHERE dataset_id = :d",
+        v=value,
         d=view["dataset_id"],
     )
-    _drift_then_rebuild(client, view, "spent")
-
-
-def test_drifted_mechanism_counts_are_drift_and_rebuilt(client: TestClient, db_url: str) -> None:
-    view = _charged(client, adaptive=False)
-    ((counts,),) = run_sql(
-        db_url,
-        "SELECT mechanism_counts FROM dataset_total WHERE dataset_id = :d",
-        d=view["dataset_id"],
-    )
-    assert "laplace" in str(counts)
-    run_sql(
-        db_url,
-        "UPDATE dataset_total SET mechanism_counts = :c WHERE dataset_id = :d",
-        c='{"gaussian": {"entries": 2, "count": 2, "rho": 0.18055555555555555}}',
-        d=view["dataset_id"],
-    )
-    _drift_then_rebuild(client, view, "mechanism_counts")
-
-
-def test_a_drifted_last_entry_time_is_drift_and_rebuilt(client: TestClient, db_url: str) -> None:
-    view = _charged(client, adaptive=False)
-    run_sql(
-        db_url,
-        "UPDATE dataset_total SET last_entry_at = NULL WHERE dataset_id = :d",
-        d=view["dataset_id"],
-    )
-    _drift_then_rebuild(client, view, "last_entry_at")
+    _drift_then_rebuild(client, view, drift)
 
 
 def test_an_allocations_stored_spend_drifted_low_is_drift_and_rebuilt(
