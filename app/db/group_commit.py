@@ -15,6 +15,10 @@ means durable.
 * The thread that opens a group is one of the submitters (no background thread): when its group
   is done it hands the lead to the oldest waiting submitter, so no caller's answer waits for
   groups that came after its own.
+* A group takes its units once it holds the key's lock (``open_group`` calls ``take``), not
+  before it asks for it: units submitted while the lock is awaited (held by another process's
+  group, say) join the group instead of forming the next one, which would wait for the lock
+  again.
 
 This is "flat combining" (Hendler, Incze, Shavit, Tzafrir, SPAA 2010) applied to commits.
 """
@@ -64,14 +68,15 @@ class GroupCommit:
     def submit(
         self,
         key: Any,
-        open_group: Callable[[int], AbstractContextManager[C]],
+        open_group: Callable[[Callable[[], int]], AbstractContextManager[C]],
         work: Callable[[C], T],
         own_errors: tuple[type[BaseException], ...] = (),
     ) -> T:
         """Run ``work(context)`` inside a group for ``key`` and return its result.
 
-        ``open_group(size)`` opens the shared transaction for a group of ``size`` units (entering
-        it begins and locks, leaving it normally commits); ``context`` is what it yields.
+        ``open_group(take)`` opens the shared transaction (entering it begins and locks, leaving
+        it normally commits) and calls ``take()`` once it holds the lock: ``take`` gathers the
+        group's units and returns how many there are. ``context`` is what it yields.
         """
         unit: _Unit[C] = _Unit(work)
         with self._mutex:
@@ -92,20 +97,32 @@ class GroupCommit:
     def _lead(
         self,
         key: Any,
-        open_group: Callable[[int], AbstractContextManager[C]],
+        open_group: Callable[[Callable[[], int]], AbstractContextManager[C]],
         own_errors: tuple[type[BaseException], ...],
     ) -> None:
         with self._mutex:
             queue = self._queues[key]
-            group = [queue.popleft() for _ in range(min(len(queue), self.max_group))]
+        group: list[_Unit[Any]] = []
+        taken = False
+
+        def take() -> int:
+            nonlocal taken
+            if not taken:  # once: the leader's own unit is the oldest, so it is always taken
+                taken = True
+                with self._mutex:
+                    group.extend(queue.popleft() for _ in range(min(len(queue), self.max_group)))
+            return len(group)
+
         try:
-            with open_group(len(group)) as context:
+            with open_group(take) as context:
+                take()  # in case ``open_group`` did not
                 for u in group:
                     try:
                         u.value = u.work(context)
                     except own_errors as exc:
                         u.error = exc
         except BaseException as exc:  # the whole group is rolled back: nobody is acknowledged
+            take()  # a group that failed to open fails the units it would have run
             for u in group:
                 u.value, u.error = None, exc
         with self._mutex:

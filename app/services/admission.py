@@ -183,8 +183,9 @@ def run_locked(
     """
 
     @contextmanager
-    def open_group(size: int) -> Iterator[tuple[Session, DatasetState]]:
+    def open_group(take: Callable[[], int]) -> Iterator[tuple[Session, DatasetState]]:
         with db.write() as s, locked(s, ref, SYSTEM) as st:
+            size = take()  # under the lock: the units that queued while it was awaited join
             # a lone unit writes the totals with its entry; a group, once at its end (``save``),
             # and on PostgreSQL its entries too, in one INSERT, with ids drawn up front
             st.totals_with_entry = size == 1

@@ -5,7 +5,7 @@ Grouping is checked by counting groups and units, never by timing."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
@@ -21,21 +21,27 @@ class Own(Exception):
 class Ledger:
     """A toy transactional store: a group's writes become visible only on commit."""
 
-    def __init__(self, fail_commit_when: int | None = None) -> None:
+    def __init__(self, fail_commit_when: int | None = None, fail_open: bool = False) -> None:
         self.committed: list[int] = []
         self.commits = 0
-        self.sizes: list[int] = []  # the size each group was opened with
+        self.sizes: list[int] = []  # the size of each group, taken under the lock
         self.fail_commit_when = fail_commit_when
+        self.fail_open = fail_open
         self.inside = threading.Event()  # a group is open
         self.proceed = threading.Event()  # let the open group finish
         self.proceed.set()
+        self.lock_free = threading.Event()  # another process's group holds the lock until set
+        self.lock_free.set()
 
     @contextmanager
-    def transaction(self, size: int) -> Iterator[list[int]]:
-        self.sizes.append(size)
-        pending = list(self.committed)
+    def transaction(self, take: Callable[[], int]) -> Iterator[list[int]]:
         self.inside.set()
-        self.proceed.wait()
+        self.lock_free.wait()  # the lock, awaited before the group takes its units
+        if self.fail_open:
+            raise RuntimeError("no such dataset")
+        self.sizes.append(take())
+        pending = list(self.committed)
+        self.proceed.wait()  # the group runs (holding its units) until let go
         yield pending
         if self.fail_commit_when is not None and self.fail_commit_when in pending:
             raise RuntimeError("commit failed")
@@ -98,7 +104,40 @@ def test_units_queued_behind_an_open_group_share_the_next_transaction() -> None:
     assert sorted(store.committed) == [0, 1, 2, 3, 4, 5]
     assert (gc.stats.units, gc.stats.groups) == (6, 2)
     assert store.commits == 2
-    assert store.sizes == [1, 5]  # each group is opened knowing how many units it runs
+    assert store.sizes == [1, 5]  # units queued while a group runs form the next group
+
+
+def test_units_queued_while_the_lock_is_awaited_join_the_group() -> None:
+    """A group takes its units once it holds the lock: those submitted while the lock was held
+    elsewhere (by another process's group) run in the same transaction, not in one more."""
+    gc, store = GroupCommit(), Ledger()
+    store.lock_free.clear()
+    values = [1, 2, 3, 4, 5]
+    pool = ThreadPoolExecutor(len(values) + 1)
+    first = pool.submit(gc.submit, "k", store.transaction, _append(0), (Own,))
+    assert store.inside.wait(10)
+    futures = [pool.submit(gc.submit, "k", store.transaction, _append(v), (Own,)) for v in values]
+    for _ in range(QUEUE_POLLS):  # counted polls, as in _queue_behind_an_open_group
+        with gc._mutex:
+            if len(gc._queues["k"]) == 1 + len(values):  # the leader's own unit is queued too
+                break
+        threading.Event().wait(0.001)
+    else:
+        store.lock_free.set()
+        raise AssertionError("the units did not all queue while the lock was awaited")
+    store.lock_free.set()
+    pool.shutdown(wait=True)
+    assert sorted([first.result(), *(f.result() for f in futures)]) == [1, 2, 3, 4, 5, 6]
+    assert (gc.stats.units, gc.stats.groups) == (6, 1)
+    assert store.sizes == [6] and store.commits == 1
+
+
+def test_a_group_that_fails_to_open_fails_the_units_it_would_have_run() -> None:
+    gc, store = GroupCommit(), Ledger(fail_open=True)
+    with pytest.raises(RuntimeError, match="no such dataset"):
+        gc.submit("k", store.transaction, _append(1))
+    assert (gc.stats.units, gc.stats.groups) == (1, 1) and not gc._queues
+    assert store.committed == []
 
 
 def test_a_units_own_error_leaves_the_rest_of_its_group_committed() -> None:
