@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.dependencies.models import Dependant
 from fastapi.requests import HTTPConnection
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
@@ -68,6 +69,12 @@ Pipeline = Annotated[Credentials, Depends(_RoleBearer(Role.PIPELINE))]
 Admin = Annotated[Credentials, Depends(_RoleBearer(Role.ADMIN))]
 
 
+def role_of(dependant: Dependant) -> Role | None:
+    """The role ``dependant`` asks for when it is a ``Viewer`` / ``Pipeline`` / ``Admin``
+    dependency (None for any other)."""
+    return dependant.call.role if isinstance(dependant.call, _RoleBearer) else None
+
+
 def route_role(route: object) -> Role | None:
     """The role a route's ``Viewer`` / ``Pipeline`` / ``Admin`` dependency asks for (None when
     the route takes no key)."""
@@ -75,8 +82,8 @@ def route_role(route: object) -> Role | None:
     stack = list(dependant.dependencies) if dependant is not None else []
     while stack:
         dep = stack.pop()
-        if isinstance(dep.call, _RoleBearer):
-            return dep.call.role
+        if (role := role_of(dep)) is not None:
+            return role
         stack.extend(dep.dependencies)
     return None
 
@@ -124,5 +131,6 @@ __all__ = [
     "get_settings_dep",
     "metrics_access",
     "refused_credentials",
+    "role_of",
     "route_role",
 ]

@@ -15,6 +15,7 @@ from app.accounting.registry import calibration_parameters
 from app.api.answer import send
 from app.api.dataset_names import NAME_MAX_LENGTH
 from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer, db_of
+from app.api.direct import DirectRoute
 from app.api.problems import responses
 from app.api.query_times import QueryTime
 from app.api.safe_text import IdempotencyKey, one_idempotency_key
@@ -32,7 +33,7 @@ from app.errors import Unprocessable
 from app.services import calibrate as calibrate_service
 from app.services import charges, datasets, ledger
 
-router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+router = APIRouter(prefix="/v1/datasets", tags=["datasets"], route_class=DirectRoute)
 
 if TYPE_CHECKING:
     CalibratedKind = str
