@@ -29,6 +29,7 @@ from app.api.routes import (
     structures,
     web,
 )
+from app.api.safe_text import reject_unsafe_parameters
 from app.main import create_app
 from tests.conftest import ADMIN, make_settings, new_dataset
 
@@ -210,6 +211,7 @@ def _requests(f: dict[str, Any]) -> list[tuple[str, dict[str, Any], bool]]:
             },
             False,
         ),
+        ("deeply nested JSON", {**raw, "content": b"[" * 50_000 + b"]" * 50_000}, False),
         (
             "text/plain body",
             {
@@ -312,3 +314,12 @@ def test_only_the_hot_routes_take_the_direct_path() -> None:
         ("GET", "/v1/datasets/{dataset_id}/budget"),
         ("POST", "/v1/datasets/{dataset_id}/charges"),
     ]
+
+
+def test_the_direct_path_knows_every_dependency_it_replaces(sqlite_url: str) -> None:
+    """The direct path reads a route's own dependant; the dependencies an app or a router adds
+    to it are not there. It does the app's one (``reject_unsafe_parameters``) itself: a new
+    one would be skipped, so this fails until ``app.api.direct`` learns it."""
+    app = create_app(make_settings(sqlite_url))
+    assert [d.dependency for d in app.router.dependencies] == [reject_unsafe_parameters]
+    assert datasets.router.dependencies == []
