@@ -2,7 +2,7 @@
 
 Run from the repository root: ``.venv/bin/python bench/cpu_split.py [--rounds 2]`` (prints one
 JSON line per measurement). PostgreSQL, 2 workers, 16 connections on one dataset, as
-``bench/service.py throughput``; both servers up at once, measured in turn for 4 s each. Per
+``bench/service.py throughput`` (``--datasets 16``: as ``throughput_16_datasets``); both servers up at once, measured in turn for 4 s each. Per
 request, from ``/proc`` (CPU seconds of every process, counted, not sampled): the server's
 processes (``app_ms``), the PostgreSQL backends serving its database (``pg_ms``) and the load
 generator (``loadgen_ms``); and ``requests_per_transaction`` from ``pg_stat_database``
@@ -69,6 +69,7 @@ def _commits(database: str) -> int:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--datasets", type=int, default=1, help="spread the charges over this many")
     a = p.parse_args()
     tmp = Path(tempfile.mkdtemp())
     url, base_url = service._throughput_databases("postgresql", tmp)
@@ -78,7 +79,7 @@ def main() -> None:
     try:
         ours.wait("/readyz")
         base.wait("/docs")
-        charge = service._charge_requests(ours, 1)
+        charge = service._charge_requests(ours, a.datasets)
         servers = (
             ("ours", ours, charge, url.rsplit("/", 1)[1]),
             ("baseline", base, service.INSERT_REQUEST, base_url.rsplit("/", 1)[1]),
