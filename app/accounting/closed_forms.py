@@ -145,9 +145,16 @@ def laplace_rdp(alpha: Vector, eps: float | Vector) -> Vector:
     if n > LAPLACE_ROWS:  # a column of epsilons: row blocks that stay in cache
         out: Vector = np.empty((n, a.size))
         for k in range(0, n, LAPLACE_ROWS):
-            out[k : k + LAPLACE_ROWS] = _laplace_log1p_s(a, e[k : k + LAPLACE_ROWS])
-    else:
-        out = _laplace_log1p_s(a, e)
+            _laplace_block(a, e[k : k + LAPLACE_ROWS], out[k : k + LAPLACE_ROWS])
+        return out
+    return _laplace_block(a, e, None)
+
+
+def _laplace_block(a: Vector, e: Vector, dest: Vector | None) -> Vector:
+    """``laplace_rdp`` of ``a`` and ``e`` (broadcast together), written into ``dest`` (when
+    given), the overflowed elements (S = inf) taken again in log space. Called per row block, so
+    that finding and gathering those elements reads an array that is still in cache."""
+    out = _laplace_log1p_s(a, e, dest)
     if not np.max(out, initial=0.0) < math.inf:  # some S overflowed (S >= 0: out >= 0)
         huge = ~np.isfinite(out)
         shape = out.shape
@@ -169,8 +176,9 @@ LAPLACE_ROWS = 128
 """Rows of epsilons evaluated together by ``laplace_rdp`` (their temporaries stay in cache)."""
 
 
-def _laplace_log1p_s(a: Vector, eps: Vector) -> Vector:
-    """log1p(S) / (a - 1) (1 + ``LAPLACE_ERROR``) of ``laplace_rdp``: +inf where S overflows."""
+def _laplace_log1p_s(a: Vector, eps: Vector, dest: Vector | None = None) -> Vector:
+    """log1p(S) / (a - 1) (1 + ``LAPLACE_ERROR``) of ``laplace_rdp``: +inf where S overflows;
+    written into ``dest`` when given."""
     x1 = (a - 1.0) * eps
     x2 = -a * eps
     p = a / (2.0 * a - 1.0)
@@ -181,8 +189,7 @@ def _laplace_log1p_s(a: Vector, eps: Vector) -> Vector:
     np.add(s, np.multiply(1.0 - p, e2, out=e2), out=s)
     out: Vector = np.log1p(s, out=e2)
     np.divide(out, a - 1.0, out=out)
-    np.multiply(out, 1.0 + LAPLACE_ERROR, out=out)
-    return out
+    return np.multiply(out, 1.0 + LAPLACE_ERROR, out=out if dest is None else dest)
 
 
 def laplace_rho(eps: float) -> float:
