@@ -1,8 +1,9 @@
 """Where a charge's CPU goes under load: our server against the trivial-insert baseline.
 
-Run from the repository root: ``.venv/bin/python bench/cpu_split.py [--rounds 2]`` (prints one
-JSON line per measurement). PostgreSQL, 2 workers, 16 connections on one dataset, as
-``bench/service.py throughput`` (``--datasets 16``: as ``throughput_16_datasets``); both servers up at once, measured in turn for 4 s each. Per
+Run from the repository root: ``.venv/bin/python bench/cpu_split.py [--rounds 2]
+[--datasets 1]`` (prints one JSON line per measurement). PostgreSQL, 2 workers, 16 connections
+on one dataset, as ``bench/service.py throughput`` (``--datasets 16``: spread over 16, as
+``throughput_16_datasets``); both servers up at once, measured in turn for 4 s each. Per
 request, from ``/proc`` (CPU seconds of every process, counted, not sampled): the server's
 processes (``app_ms``), the PostgreSQL backends serving its database (``pg_ms``) and the load
 generator (``loadgen_ms``); and ``requests_per_transaction`` from ``pg_stat_database``
