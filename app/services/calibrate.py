@@ -27,7 +27,7 @@ from app.accounting.calibration import (
 from app.accounting.curve import PrivacyCurve
 from app.accounting.pld_filter import PldFilter, with_new_entry
 from app.db.engine import Database
-from app.errors import BudgetExceeded, Unprocessable
+from app.errors import BudgetExceeded, Forbidden, Unprocessable
 from app.principal import Caller
 from app.services import admission, answers, state
 from app.services.auth import authenticated
@@ -330,7 +330,8 @@ def calibrate_next(
     """Calibrate the next invocation of ``kind`` against the dataset's remaining budget
     (active reservations count as spent), under the dataset's filter; with an ``allocation``
     and (on a partitioned dataset, required) the ``blocks`` the invocation reads, against
-    every limit a charge with them must fit.
+    every limit a charge with them must fit. A key limited to allocations that names none of
+    them is refused (403) as its charge would be.
 
     ``fixed``: the other parameters of the invocation. Each is checked to be one the answer
     holds (``refused_input``): the parameter solved for, a field ``kind`` does not have or one
@@ -363,6 +364,8 @@ def calibrate_next(
         fixed["sensitivity"] = int(s)
     with db.read() as s:
         principal = authenticated(db, caller, s)
+        if (why := principal.may_charge(allocation)) is not None:  # the 403 a charge gets
+            raise Forbidden(why)
         st = state.load(s, ref, principal)
         admission.check_not_archived(st)  # nothing fits: the 409 a charge gets
         if st.is_pld:

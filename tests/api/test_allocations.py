@@ -160,6 +160,20 @@ def test_unknown_allocation_and_keys_outside_theirs_change_nothing(client: TestC
         )
         assert r.status_code == 403, r.text
     assert _state(client, ds) == before
+    # nor calibrate what it could not charge: the 403 the charge gets, then its own allocation
+    for params in ({}, {"allocation": "team-b"}):
+        r = client.get(
+            f"/v1/datasets/{ds}/calibrate",
+            params={"mechanism": "laplace", **params},
+            headers=headers,
+        )
+        assert r.status_code == 403 and "limited to" in r.json()["detail"], r.text
+    r = client.get(
+        f"/v1/datasets/{ds}/calibrate",
+        params={"mechanism": "laplace", "allocation": "team-a"},
+        headers=headers,
+    )
+    assert r.status_code == 200 and r.json()["value"] <= 1.0, r.text
     # the key cannot mint a wider key either
     r = client.post("/v1/keys", json={"role": "pipeline"}, headers=headers)
     assert r.status_code == 403
