@@ -7,12 +7,14 @@ conventions stated in the mechanism docstrings of ``mechanisms.py``. Functions n
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 import numpy.typing as npt
 from scipy import optimize, special
 
+from app.accounting.orders import ORDERS
 from app.accounting.rounding import up
 
 Vector = npt.NDArray[np.float64]
@@ -106,90 +108,161 @@ def binary_rr_rho_array(eps: Vector) -> Vector:
 # --- Laplace (M17 Prop 6; HM25 main theorem) ----------------------------------------------
 
 
-def _expm1_minus_x_array(x: Vector) -> Vector:
-    """e^x - 1 - x for any real x (inf above ~709): a Horner series below |x| = 2^-6 (8 terms
-    leave < 1e-15 of it), elsewhere the closed form, whose two terms cancel by at most a factor
-    4 / |x| <= 256 there. Relative error below 2^-44."""
-    x = np.asarray(x, dtype=np.float64)
-    small = np.abs(x) < 2.0**-6
-    with np.errstate(over="ignore"):
-        out = np.expm1(x)
-    np.subtract(out, x, out=out)
-    xs = x[small]
-    series = np.ones_like(xs)
-    for k in range(8, 2, -1):  # 1 + x/3 (1 + x/4 (1 + ... x/8))
-        series = 1.0 + xs / k * series
-    out[small] = xs * xs / 2.0 * series
-    return out
-
-
 LAPLACE_ERROR = 2.0**-42
-"""Relative rounding bound of ``laplace_rdp`` while e^{(a-1) eps} does not overflow: the two
-e^x - 1 - x within 2^-44 each, then a weighted sum, log1p and a division (a few ulps)."""
+"""Relative rounding bound of ``laplace_rdp`` (2048 u; its two forms err by at most 55 u and
+16.6 u K + 2 u, K <= ``LAPLACE_MAX_CANCEL``, see ``laplace_rdp``): every value is raised by it."""
 
+LAPLACE_SERIES_BELOW = 2.0**-5
+"""``laplace_rdp`` takes its series where a eps < this, its closed form elsewhere."""
 
-def laplace_rdp(alpha: Vector, eps: float | Vector) -> Vector:
-    """Mironov's exact Laplace RDP [M17 Prop 6], eps = Delta / b, without cancellation:
+LAPLACE_SERIES_TERMS = 10
+"""Highest power of eps in the series (the terms left out are below 3e-21 of the sum)."""
 
-    eps(a) = log(p e^{(a-1) eps} + (1-p) e^{-a eps}) / (a - 1), p = a / (2a - 1). The exponents
-    x1 = (a-1) eps and x2 = -a eps have p x1 + (1-p) x2 = 0, so the argument of the log is
-    1 + S with S = p (e^{x1} - 1 - x1) + (1-p) (e^{x2} - 1 - x2), a sum of two non-negative
-    terms: eps(a) = log1p(S) / (a - 1). (The earlier form eps + log1p(...) / (a-1) cancels to a
-    relative error of u / eps: 5.7e-8 at eps = 1e-9.) The relative error of S carries through
-    log1p undiminished at most, so the result is raised by ``LAPLACE_ERROR``. Where
-    e^{(a-1) eps} overflows, log S = log p + x1 + log1p(-(1 + x1) e^{-x1}) + log1p(tiny) is
-    taken in log space, its rounding bounded by a few ulps of x1."""
-    a = np.asarray(alpha, dtype=np.float64)
-    e = np.asarray(eps, dtype=np.float64)
-    n = e.shape[0] if e.ndim == 2 and a.ndim == 1 and e.shape[1] == 1 else 0
-    if n > LAPLACE_ROWS:  # a column of epsilons: row blocks that stay in cache
-        out: Vector = np.empty((n, a.size))
-        for k in range(0, n, LAPLACE_ROWS):
-            _laplace_block(a, e[k : k + LAPLACE_ROWS], out[k : k + LAPLACE_ROWS])
-        return out
-    return _laplace_block(a, e, None)
-
-
-def _laplace_block(a: Vector, e: Vector, dest: Vector | None) -> Vector:
-    """``laplace_rdp`` of ``a`` and ``e`` (broadcast together), written into ``dest`` (when
-    given), the overflowed elements (S = inf) taken again in log space. Called per row block, so
-    that finding and gathering those elements reads an array that is still in cache."""
-    out = _laplace_log1p_s(a, e, dest)
-    if not np.max(out, initial=0.0) < math.inf:  # some S overflowed (S >= 0: out >= 0)
-        huge = ~np.isfinite(out)
-        shape = out.shape
-        # x1, p and a of those elements: the same operations on the same operands
-        xb = np.broadcast_to(a - 1.0, shape)[huge] * np.broadcast_to(e, shape)[huge]
-        pb = np.broadcast_to(a / (2.0 * a - 1.0), shape)[huge]
-        ab = np.broadcast_to(a, shape)[huge]
-        tiny = -(1.0 + xb) * exp_or_zero(-xb)
-        # log1p(+-0) = +-0: evaluated only where nonzero (numpy's log1p is slow on tiny values)
-        log1p_tiny = tiny.copy()
-        np.log1p(tiny, out=log1p_tiny, where=tiny != 0.0)
-        log_s = np.log(pb) + xb + log1p_tiny
-        # log1p(S) = log S + log1p(1/S) <= log S + 1/S, and 1/S < e^-700 here
-        out[huge] = (log_s * (1.0 + 8.0 * ULP_HALF) + exp_or_zero(-log_s)) / (ab - 1.0)
-    return out
-
+LAPLACE_MAX_CANCEL = 100.0
+"""Largest eps / eps(a) where the closed form is used (a eps >= 2^-5 (1 - u)): about 2 / (a eps)
+<= 64 (checked against mpmath on the grid by tests/unit/test_numerics.py)."""
 
 LAPLACE_ROWS = 128
 """Rows of epsilons evaluated together by ``laplace_rdp`` (their temporaries stay in cache)."""
 
 
-def _laplace_log1p_s(a: Vector, eps: Vector, dest: Vector | None = None) -> Vector:
-    """log1p(S) / (a - 1) (1 + ``LAPLACE_ERROR``) of ``laplace_rdp``: +inf where S overflows;
-    written into ``dest`` when given."""
-    x1 = (a - 1.0) * eps
-    x2 = -a * eps
-    p = a / (2.0 * a - 1.0)
-    e1 = _expm1_minus_x_array(x1)
-    e2 = _expm1_minus_x_array(x2)
-    # s = p e1 + (1 - p) e2, then the result, in place (the same operations, fewer temporaries)
-    s = np.multiply(p, e1, out=e1)
-    np.add(s, np.multiply(1.0 - p, e2, out=e2), out=s)
-    out: Vector = np.log1p(s, out=e2)
-    np.divide(out, a - 1.0, out=out)
-    return np.multiply(out, 1.0 + LAPLACE_ERROR, out=out if dest is None else dest)
+def _laplace_series_coefficients(a: Vector) -> Vector:
+    """c_k(a), k = 2 .. ``LAPLACE_SERIES_TERMS``, rows by k, of S = sum_k c_k eps^k, where
+    1 + S = p e^{(a-1) eps} + (1 - p) e^{-a eps}, p = a / (2a - 1): c_k = (p (a-1)^k +
+    (1-p) (-a)^k) / k! = a (a-1) / (2a-1) B_k / k!, with B_k = (a-1)^{k-1} + a^{k-1} for even k
+    and B_k = -(a^{k-1} - (a-1)^{k-1}) = -sum_{j<k-1} a^j (a-1)^{k-2-j} for odd k (a - (a-1) =
+    1): sums of positive terms, so every coefficient is within 24 u of its exact value."""
+    a = np.asarray(a, dtype=np.float64)
+    am1 = a - 1.0
+    head = a * am1 / (2.0 * a - 1.0)
+    rows = []
+    for k in range(2, LAPLACE_SERIES_TERMS + 1):
+        if k % 2 == 0:
+            b: Vector = am1 ** (k - 1) + a ** (k - 1)
+        else:
+            b = np.zeros_like(a)
+            for j in range(k - 1):
+                b -= a**j * am1 ** (k - 2 - j)
+        rows.append(head * b / math.factorial(k))
+    out: Vector = np.array(rows)
+    return out
+
+
+@functools.cache
+def _grid_tables() -> tuple[Vector, Vector, Vector, Vector]:
+    """-(2a - 1), (a - 1) / (2a - 1), a - 1 and the series coefficients on ``ORDERS``."""
+    a = ORDERS
+    return -(2.0 * a - 1.0), (a - 1.0) / (2.0 * a - 1.0), a - 1.0, _laplace_series_coefficients(a)
+
+
+def laplace_rdp(alpha: Vector, eps: float | Vector) -> Vector:
+    """Mironov's exact Laplace RDP [M17 Prop 6], eps = Delta / b, raised by ``LAPLACE_ERROR``:
+
+    eps(a) = log(p e^{(a-1) eps} + (1-p) e^{-a eps}) / (a - 1), p = a / (2a - 1). Taking
+    e^{(a-1) eps} out of the log, with t = (2a - 1) eps and q = 1 - p = (a-1) / (2a-1):
+
+        eps(a) = eps + L / (a - 1),  L = log1p(q expm1(-t))  (closed form; never overflows).
+
+    Rounding (u = 2^-53; 2a - 1 and a - 1 are exact in floating point): t and q err by u each,
+    expm1 by 4 u (numpy's vectorised kernels) plus u from t, q expm1(-t) in (-1/2, 0] by u, and
+    log1p, whose condition number there is at most 1.45, by 4 u: L within 15.6 u, L / (a - 1)
+    within 16.6 u of itself. |L| / (a - 1) = eps - eps(a) <= eps, so the sum errs by at most
+    16.6 u K + u of eps(a), K = eps / eps(a): K is at most ``LAPLACE_MAX_CANCEL`` where
+    a eps >= 2^-5 (about 2 / (a eps)), which keeps the error below 1700 u.
+
+    Where a eps < 2^-5 (``LAPLACE_SERIES_BELOW``), eps(a) = log1p(S) / (a - 1) with
+    S = sum_{k=2}^{10} c_k eps^k (``_laplace_series_coefficients``) by Horner's rule:
+    |c_k| eps^{k-2} <= c_2 4 (a eps)^{k-2} / k!, so the corrections to c_2 = a (a - 1) / 2 add
+    up to less than 2 % (no cancellation) and the terms left out to less than 3e-21 of S;
+    S is within 24 u (coefficients) + 20 u (Horner) + 2 u, log1p(S) within 50 u, the result
+    within 55 u. (The earlier form eps + log1p(...) / (a-1) cancelled to a relative error of
+    u / eps: 5.7e-8 at eps = 1e-9.)"""
+    a = np.asarray(alpha, dtype=np.float64)
+    e = np.asarray(eps, dtype=np.float64)
+    if a.ndim == 1 and e.ndim == 2 and e.shape[1] == 1:  # a column of epsilons on a grid
+        return _laplace_grid(a, e[:, 0])
+    a_b, e_b = np.broadcast_arrays(a, e)
+    flat_a, flat_e = a_b.ravel(), e_b.ravel()
+    out = np.empty(flat_a.size)
+    two_a_m1 = 2.0 * flat_a - 1.0
+    _laplace_closed_form(flat_e, -two_a_m1, (flat_a - 1.0) / two_a_m1, flat_a - 1.0, out)
+    small = np.flatnonzero(flat_a * flat_e < LAPLACE_SERIES_BELOW)
+    if small.size:
+        sa = flat_a[small]
+        out[small] = _laplace_series(flat_e[small], _laplace_series_coefficients(sa), sa - 1.0)
+    result: Vector = out.reshape(a_b.shape)
+    return result
+
+
+def _laplace_closed_form(e: Vector, neg_t: Vector, q: Vector, am1: Vector, out: Vector) -> None:
+    """eps + log1p(q expm1(-t)) / (a - 1), raised, written into ``out`` (``e``, ``neg_t`` =
+    -(2a - 1), ``q`` and ``am1`` broadcast together)."""
+    t = np.multiply(e, neg_t, out=out)
+    np.expm1(t, out=t)
+    t *= q
+    np.log1p(t, out=t)
+    t /= am1
+    t += e
+    t *= 1.0 + LAPLACE_ERROR
+
+
+def _laplace_series(
+    e: Vector, coef: Vector, am1: Vector, cols: npt.NDArray[np.intp] | None = None
+) -> Vector:
+    """log1p(sum_k c_k e^k) / (a - 1), raised: ``coef`` rows by k, each broadcast with ``e``,
+    or gathered at ``cols`` (one row at a time: no k-by-n table)."""
+
+    def c(k: int) -> Vector:
+        row: Vector = coef[k] if cols is None else coef[k][cols]
+        return row
+
+    top = coef.shape[0] - 1
+    s = c(top) * e
+    for k in range(top - 1, 0, -1):
+        s += c(k)
+        s *= e
+    s += c(0)
+    s *= e * e
+    np.log1p(s, out=s)
+    s /= am1
+    s *= 1.0 + LAPLACE_ERROR
+    out: Vector = s
+    return out
+
+
+def _laplace_grid(a: Vector, eps: Vector) -> Vector:
+    """``laplace_rdp`` of every eps (rows) at every order of ``a`` (columns): the closed form
+    in row blocks that stay in cache, then the series at the elements a eps < 2^-5 (a prefix
+    of each row, the orders being sorted), gathered once for the whole array."""
+    if a is ORDERS:
+        neg_t, q, am1, coef = _grid_tables()
+    else:
+        neg_t, q, am1 = -(2.0 * a - 1.0), (a - 1.0) / (2.0 * a - 1.0), a - 1.0
+        coef = _laplace_series_coefficients(a)
+    n, m = eps.size, a.size
+    out: Vector = np.empty((n, m))
+    col = eps[:, None]
+    for k in range(0, n, LAPLACE_ROWS):
+        _laplace_closed_form(col[k : k + LAPLACE_ROWS], neg_t, q, am1, out[k : k + LAPLACE_ROWS])
+    if n == 0:
+        return out
+    ordered = bool(np.all(a[1:] > a[:-1]))
+    with np.errstate(divide="ignore"):
+        limit = LAPLACE_SERIES_BELOW / eps
+    # per row, the orders with a < 2^-5 / eps: a eps < 2^-5 (1 + u) there, >= 2^-5 (1 - u) after
+    counts = np.searchsorted(a, limit) if ordered else None
+    if counts is None:
+        rows, cols = np.nonzero(a[None, :] < limit[:, None])
+    else:
+        total = int(counts.sum())
+        if total == 0:
+            return out
+        rows = np.repeat(np.arange(n), counts)
+        cols = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+    if rows.size:
+        flat = out.reshape(-1)
+        flat[rows * m + cols] = _laplace_series(eps[rows], coef, am1[cols], cols)
+    return out
 
 
 def laplace_rho(eps: float) -> float:
