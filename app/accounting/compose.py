@@ -43,9 +43,10 @@ from app.accounting.rounding import add_up, rounding_upward
 U = 2.0**-53
 
 
-def _raise(total: Vector, terms: int) -> Vector:
-    """``total`` (a float sum of ``terms`` non-negative products) raised above the exact sum; a
-    sum of zeros stays exactly 0 (every term was 0)."""
+def _raise(total: Vector, terms: int | npt.NDArray[np.int64]) -> Vector:
+    """``total`` (a float sum of ``terms`` non-negative products, or sums of as many, each
+    broadcast with its sum) raised above the exact sum; a sum of zeros stays exactly 0 (every
+    term was 0)."""
     gamma = (terms + 1) * U / (1.0 - (terms + 1) * U)
     with np.errstate(over="ignore"):
         raised = np.nextafter(total * (1.0 + 2.0 * gamma), np.inf)
@@ -226,12 +227,39 @@ def compose_many(mechanisms: Iterable[Mechanism]) -> PrivacyCurve:
         if affine is not None:
             total = _add(total, _affine_sum(affine, weights))
             continue
+        sums = [UnitCurves.stack([total])]
         for k in range(0, len(units), COMPUTE_CHUNK):
             curves = cls.unit_curves(units[k : k + COMPUTE_CHUNK])
-            for j in range(0, curves.rho.size, CHUNK):
-                block = curves.rows(slice(j, j + CHUNK))
-                total = _add(total, _weighted_sum(block, weights[k + j : k + j + CHUNK]))
+            sums.append(_chunk_sums(curves, weights[k : k + COMPUTE_CHUNK]))
+        total = compose_in_order(UnitCurves.concatenate(sums))
     return total
+
+
+def _chunk_sums(curves: UnitCurves, weights: Vector) -> UnitCurves:
+    """Row c: ``_weighted_sum`` of the ``CHUNK`` curves c * CHUNK .. (the same sums and raises,
+    bit for bit; the raises computed for every chunk at once). Folding these rows with
+    ``compose_in_order`` after the running total adds them as ``_add`` did one by one."""
+    n = weights.size
+    starts = range(0, n, CHUNK)
+    rows = len(starts)
+    rdp = np.empty((rows, ORDERS.size))
+    rho, pure, delta = np.empty(rows), np.empty(rows), np.empty(rows)
+    with np.errstate(over="ignore"):
+        for c, j in enumerate(starts):
+            w = weights[j : j + CHUNK]
+            rdp[c] = _dot(w, curves.rdp[j : j + CHUNK])
+            rho[c] = _dot(w, curves.rho[j : j + CHUNK])
+            pure[c] = _dot(w, curves.pure_eps[j : j + CHUNK])
+            delta[c] = _dot(w, curves.delta[j : j + CHUNK])
+    terms = np.minimum(CHUNK, n - np.arange(0, n, CHUNK))
+    gaussian = np.logical_and.reduceat(curves.gaussian_only, np.arange(0, n, CHUNK))
+    return UnitCurves(
+        rho=_raise(rho, terms),
+        rdp=_raise(rdp, terms[:, None]),
+        pure_eps=_raise(pure, terms),
+        delta=np.minimum(1.0, _raise(delta, terms)),
+        gaussian_only=gaussian,
+    )
 
 
 def compose_in_order(curves: UnitCurves) -> PrivacyCurve:

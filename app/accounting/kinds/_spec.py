@@ -279,6 +279,17 @@ class UnitCurves:
         )
 
     @classmethod
+    def concatenate(cls, parts: Sequence[UnitCurves]) -> UnitCurves:
+        """The rows of ``parts``, one after the other."""
+        return cls(
+            rho=np.concatenate([p.rho for p in parts]),
+            rdp=np.concatenate([p.rdp for p in parts]),
+            pure_eps=np.concatenate([p.pure_eps for p in parts]),
+            delta=np.concatenate([p.delta for p in parts]),
+            gaussian_only=np.concatenate([p.gaussian_only for p in parts]),
+        )
+
+    @classmethod
     def of(
         cls,
         rho: Vector,
