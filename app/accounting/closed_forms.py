@@ -120,7 +120,7 @@ LAPLACE_SERIES_TERMS = 10
 
 LAPLACE_MAX_CANCEL = 100.0
 """Largest eps / eps(a) where the closed form is used (a eps >= 2^-5 (1 - u)): about 2 / (a eps)
-<= 64 (checked against mpmath on the grid by tests/unit/test_numerics.py)."""
+<= 64 (checked against mpmath on the grid by tests/unit/test_laplace_rdp.py)."""
 
 LAPLACE_ROWS = 128
 """Rows of epsilons evaluated together by ``laplace_rdp`` (their temporaries stay in cache)."""
@@ -148,11 +148,24 @@ def _laplace_series_coefficients(a: Vector) -> Vector:
     return out
 
 
+def _closed_form_tables(a: Vector) -> tuple[Vector, Vector, Vector]:
+    """What the closed form needs of each order: -(2a - 1), q = (a - 1) / (2a - 1), a - 1."""
+    two_a_m1 = 2.0 * a - 1.0
+    return -two_a_m1, (a - 1.0) / two_a_m1, a - 1.0
+
+
 @functools.cache
 def _grid_tables() -> tuple[Vector, Vector, Vector, Vector]:
-    """-(2a - 1), (a - 1) / (2a - 1), a - 1 and the series coefficients on ``ORDERS``."""
-    a = ORDERS
-    return -(2.0 * a - 1.0), (a - 1.0) / (2.0 * a - 1.0), a - 1.0, _laplace_series_coefficients(a)
+    """``_closed_form_tables`` and the series coefficients on ``ORDERS`` (built once)."""
+    return *_closed_form_tables(ORDERS), _laplace_series_coefficients(ORDERS)
+
+
+def _series_below(a: Vector, eps: Vector) -> npt.NDArray[np.bool_]:
+    """Where ``laplace_rdp`` takes its series: a < 2^-5 / eps, so that a eps < 2^-5 (1 + u)
+    there and >= 2^-5 (1 - u) elsewhere (a and eps broadcast together)."""
+    with np.errstate(divide="ignore"):
+        below: npt.NDArray[np.bool_] = a < LAPLACE_SERIES_BELOW / eps
+    return below
 
 
 def laplace_rdp(alpha: Vector, eps: float | Vector) -> Vector:
@@ -184,9 +197,8 @@ def laplace_rdp(alpha: Vector, eps: float | Vector) -> Vector:
     a_b, e_b = np.broadcast_arrays(a, e)
     flat_a, flat_e = a_b.ravel(), e_b.ravel()
     out = np.empty(flat_a.size)
-    two_a_m1 = 2.0 * flat_a - 1.0
-    _laplace_closed_form(flat_e, -two_a_m1, (flat_a - 1.0) / two_a_m1, flat_a - 1.0, out)
-    small = np.flatnonzero(flat_a * flat_e < LAPLACE_SERIES_BELOW)
+    _laplace_closed_form(flat_e, *_closed_form_tables(flat_a), out)
+    small = np.flatnonzero(_series_below(flat_a, flat_e))
     if small.size:
         sa = flat_a[small]
         out[small] = _laplace_series(flat_e[small], _laplace_series_coefficients(sa), sa - 1.0)
@@ -237,28 +249,20 @@ def _laplace_grid(a: Vector, eps: Vector) -> Vector:
     if a is ORDERS:
         neg_t, q, am1, coef = _grid_tables()
     else:
-        neg_t, q, am1 = -(2.0 * a - 1.0), (a - 1.0) / (2.0 * a - 1.0), a - 1.0
+        neg_t, q, am1 = _closed_form_tables(a)
         coef = _laplace_series_coefficients(a)
     n, m = eps.size, a.size
     out: Vector = np.empty((n, m))
     col = eps[:, None]
     for k in range(0, n, LAPLACE_ROWS):
         _laplace_closed_form(col[k : k + LAPLACE_ROWS], neg_t, q, am1, out[k : k + LAPLACE_ROWS])
-    if n == 0:
-        return out
-    ordered = bool(np.all(a[1:] > a[:-1]))
-    with np.errstate(divide="ignore"):
-        limit = LAPLACE_SERIES_BELOW / eps
-    # per row, the orders with a < 2^-5 / eps: a eps < 2^-5 (1 + u) there, >= 2^-5 (1 - u) after
-    counts = np.searchsorted(a, limit) if ordered else None
-    if counts is None:
-        rows, cols = np.nonzero(a[None, :] < limit[:, None])
-    else:
-        total = int(counts.sum())
-        if total == 0:
-            return out
+    if bool(np.all(a[1:] > a[:-1])):  # sorted orders: the series' elements are a row prefix
+        with np.errstate(divide="ignore"):
+            counts = np.searchsorted(a, LAPLACE_SERIES_BELOW / eps)  # as ``_series_below``
         rows = np.repeat(np.arange(n), counts)
-        cols = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        cols = np.arange(rows.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    else:
+        rows, cols = np.nonzero(_series_below(a[None, :], col))
     if rows.size:
         flat = out.reshape(-1)
         flat[rows * m + cols] = _laplace_series(eps[rows], coef, am1[cols], cols)
