@@ -75,18 +75,7 @@ def _weighted_sum(curves: UnitCurves, weights: Vector) -> PrivacyCurve:
     n = weights.size
     if n == 0:
         return PrivacyCurve.zero()
-    with np.errstate(over="ignore"):
-        rdp = _dot(weights, curves.rdp)
-        rho = float(_dot(weights, curves.rho))
-        pure = float(_dot(weights, curves.pure_eps))
-        delta = float(_dot(weights, curves.delta))
-    return PrivacyCurve(
-        rho=float(_raise(np.array(rho), n)),
-        rdp=_raise(rdp, n),
-        pure_eps=float(_raise(np.array(pure), n)),
-        gaussian_only=bool(curves.gaussian_only.all()),
-        delta=min(1.0, float(_raise(np.array(delta), n))),
-    )
+    return _chunk_sums(curves, weights, n).row(0)
 
 
 def _affine_sum(affine: Affine, weights: Vector) -> PrivacyCurve:
@@ -235,24 +224,23 @@ def compose_many(mechanisms: Iterable[Mechanism]) -> PrivacyCurve:
     return total
 
 
-def _chunk_sums(curves: UnitCurves, weights: Vector) -> UnitCurves:
-    """Row c: ``_weighted_sum`` of the ``CHUNK`` curves c * CHUNK .. (the same sums and raises,
-    bit for bit; the raises computed for every chunk at once). Folding these rows with
-    ``compose_in_order`` after the running total adds them as ``_add`` did one by one."""
+def _chunk_sums(curves: UnitCurves, weights: Vector, chunk: int = CHUNK) -> UnitCurves:
+    """Row c: sum_i weights_i curve_i over the ``chunk`` curves from c * chunk on, raised above
+    the exact sum (the raises computed for every chunk at once). Folding these rows with
+    ``compose_in_order`` adds them as ``_add`` would one by one."""
     n = weights.size
-    starts = range(0, n, CHUNK)
-    rows = len(starts)
-    rdp = np.empty((rows, ORDERS.size))
-    rho, pure, delta = np.empty(rows), np.empty(rows), np.empty(rows)
+    starts = np.arange(0, n, chunk)
+    rdp = np.empty((starts.size, ORDERS.size))
+    rho, pure, delta = np.empty(starts.size), np.empty(starts.size), np.empty(starts.size)
     with np.errstate(over="ignore"):
-        for c, j in enumerate(starts):
-            w = weights[j : j + CHUNK]
-            rdp[c] = _dot(w, curves.rdp[j : j + CHUNK])
-            rho[c] = _dot(w, curves.rho[j : j + CHUNK])
-            pure[c] = _dot(w, curves.pure_eps[j : j + CHUNK])
-            delta[c] = _dot(w, curves.delta[j : j + CHUNK])
-    terms = np.minimum(CHUNK, n - np.arange(0, n, CHUNK))
-    gaussian = np.logical_and.reduceat(curves.gaussian_only, np.arange(0, n, CHUNK))
+        for c, j in enumerate(starts.tolist()):
+            w = weights[j : j + chunk]
+            rdp[c] = _dot(w, curves.rdp[j : j + chunk])
+            rho[c] = _dot(w, curves.rho[j : j + chunk])
+            pure[c] = _dot(w, curves.pure_eps[j : j + chunk])
+            delta[c] = _dot(w, curves.delta[j : j + chunk])
+    terms = np.minimum(chunk, n - starts)
+    gaussian = np.logical_and.reduceat(curves.gaussian_only, starts)
     return UnitCurves(
         rho=_raise(rho, terms),
         rdp=_raise(rdp, terms[:, None]),
