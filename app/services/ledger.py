@@ -672,7 +672,15 @@ def _held_drift(stored: RunningSum, fresh: RunningSum) -> bool:
     Every member admission reads is compared: the counts exactly (of holds, of non-Gaussian
     holds, which switch a filter's exact Gaussian rule off, and of infinite parts), and the
     pure-DP and delta sums like rho. A held pure_eps drifted to 0 with count, rho and RDP intact
-    passed, and admission then let a ledger reach epsilon 1.0999993 on a budget of 1."""
+    passed, and admission then let a ledger reach epsilon 1.0999993 on a budget of 1.
+
+    No finite member is checked from above. A removal leaves the ulps of the largest sum the
+    holds ever reached: a hold of RDP 1e5 at a high order released beside one of 0.085 left
+    0.085 + 8.6e-11, which a relative test of 1e-9 reported as drift on a consistent database
+    (``verify`` exit 1, ``--rebuild`` rewriting sums that had not drifted). How large that
+    excess may be depends on the holds' history, which the sum does not keep; an excess only
+    holds back more budget than the holds need, and a missing or repeated removal changes the
+    exact counts above."""
     a, b = stored.total(), fresh.total()
     if a is None or b is None:
         return (a is None) != (b is None)
@@ -687,7 +695,6 @@ def _held_drift(stored: RunningSum, fresh: RunningSum) -> bool:
         or stored.pure_eps < fresh.pure_eps * floor
         or stored.delta < fresh.delta * floor
         or (a.rdp < b.rdp * floor).any()
-        or not np.allclose(a.rdp, b.rdp, rtol=1e-9, atol=1e-300)
     )
 
 
