@@ -117,7 +117,12 @@ def _bootstrap_keys(db: Database, settings: Settings) -> None:
         keys.ensure_admin_key(db, settings.admin_key)
         return
     key = keys.bootstrap_first_key(db)
-    if key is not None:
+    if key is None:
+        log.info(
+            "API keys exist (a first admin key is printed once, at the first start); a lost "
+            "admin key is replaced with `privacy-ledger keys create --role admin --local`"
+        )
+    else:
         banner = (
             "\n" + "=" * 72 + "\n"
             "privacy-ledger: no API key existed, so an admin key was created.\n"

@@ -30,11 +30,23 @@ def _function_level_app_imports(path: Path, root: Path = APP.parent) -> list[str
 
 def test_no_function_level_imports_of_app_modules() -> None:
     """An import of an app module inside a function is how an import circle hides from the
-    module graph; every app import is at module level, where `lint-imports` sees it."""
+    module graph; every app import is at module level, where `lint-imports` sees it.
+
+    One exception: the command line (``app/cli``) imports the server's modules (services,
+    database, migrations, the PLD) in the commands that need them, so that the client's
+    commands start in a fraction of a second. No circle can hide there: the layers contract
+    keeps every other app module from importing ``app.cli``, and these imports never name an
+    ``app.cli`` module (a circle among its own modules would)."""
+    cli = APP / "cli"
     offenders = [
-        hit for path in sorted(APP.rglob("*.py")) for hit in _function_level_app_imports(path)
+        hit
+        for path in sorted(APP.rglob("*.py"))
+        for hit in _function_level_app_imports(path)
+        if cli not in path.parents or " app.cli" in hit or hit.endswith(" None")
     ]
     assert offenders == []
+    lazy = [hit for path in sorted(cli.rglob("*.py")) for hit in _function_level_app_imports(path)]
+    assert lazy, "the exception above is no longer used: drop it"
 
 
 def test_the_scan_finds_a_function_level_import(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 import numpy.typing as npt
-from scipy import optimize, special
+from scipy import special
 
 from app.accounting.orders import ORDERS
 from app.accounting.rounding import up
@@ -421,6 +421,8 @@ def rho_from_curve(
     alpha_max = 1e8 max(1, 1/eps) the bound eps(alpha)/alpha <= pure_eps / alpha_max
     <= eps min(1, eps) / 1e8 is used.
     """
+    from scipy import optimize  # (here: the command line loads this module for its flags)
+
     curve = rdp  # a callable Vector -> Vector
     assert callable(curve)
 

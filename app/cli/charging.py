@@ -11,7 +11,6 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from app.accounting.calibration import refused_input
 from app.accounting.registry import calibration_parameters, kind_names
 from app.cli.common import (
     DEFAULT_URL,
@@ -295,8 +294,13 @@ def calibrate(
     naming them must fit."""
     solvable = calibration_parameters().get(mechanism) or {}
     target = parameter or next(iter(solvable), None)
+    if not solvable:
+        kinds = ", ".join(k for k, p in calibration_parameters().items() if p)
+        fail(f"{mechanism} has no parameter to calibrate (kinds that have one: {kinds})")
     if target not in solvable:
         fail(f"{mechanism} cannot be calibrated for {target} (it can: {', '.join(solvable)})")
+    from app.accounting.calibration import refused_input  # (the PLD's scipy.signal)
+
     body = mechanism_from_flags(mechanism, flags, solve_for=target)
     fixed = {k: v for k, v in body.items() if k != "mechanism"}
     for name in sorted(fixed):  # the flags the server would refuse (422), refused here

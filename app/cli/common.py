@@ -30,9 +30,6 @@ from privacy_ledger_client import (
 from rich import table as rich_table
 from rich.console import Console
 
-from app.accounting.filters import RHO_FILTERS
-from app.api.safe_text import find_unsafe
-
 URL_ENV = "PRIVACY_LEDGER_URL"
 KEY_ENV = "PRIVACY_LEDGER_API_KEY"
 
@@ -147,6 +144,8 @@ def load_json(text: str, what: str) -> Any:
         raise typer.BadParameter(f"{what} is nested too deeply to be read") from None
     except ValueError as exc:
         raise typer.BadParameter(f"{what} is not JSON: {exc}") from None
+    from app.api.safe_text import find_unsafe  # (loads FastAPI: only for JSON arguments)
+
     unsafe = find_unsafe(data, "$")
     if unsafe:
         raise typer.BadParameter(f"{what}: {unsafe}")
@@ -347,6 +346,8 @@ def num_toward(x: float | int, up: bool, digits: int = 8) -> str:
 
 def uses_rho(filter_name: str | None) -> bool:
     """Whether the dataset's filter composes zCDP rho (so rho is what its accounting uses)."""
+    from app.accounting.filters import RHO_FILTERS  # (the conversions: scipy.stats)
+
     return filter_name in {f.value for f in RHO_FILTERS}
 
 

@@ -12,8 +12,6 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
-from sqlalchemy import make_url
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from app.cli.common import fail
 from app.config import Settings, get_settings, invalid_settings
@@ -56,6 +54,9 @@ def redact(url: str) -> str:
 def _driver(url: str) -> None:
     """Fail unless ``url`` is a database URL whose driver is installed (``mysql://`` asked for
     MySQLdb, which ends in a ModuleNotFoundError deep inside SQLAlchemy)."""
+    from sqlalchemy import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
     try:
         dialect = make_url(url).get_dialect()
     except SQLAlchemyError as exc:  # not a URL, or a dialect SQLAlchemy does not know
@@ -79,6 +80,8 @@ def opened(url: str, doing: str, hint: str = "") -> Iterator[None]:
     or read (refused connection, not a database file, a directory that does not exist) ends
     the command with ``error: cannot <doing> the database at <url>: <why>`` and the setting to
     check. Errors of any other kind are not the database's and pass through."""
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError  # (server commands only)
+
     _driver(url)
     where = redact(url)
     try:

@@ -19,11 +19,7 @@ from app.cli.common import (
     print_json,
 )
 from app.cli.database import opened, settings
-from app.db.engine import Database
-from app.errors import ProblemError
 from app.principal import SYSTEM, Role
-from app.services import datasets as dataset_service
-from app.services import keys as key_service
 
 app = typer.Typer(
     help="Create, list and revoke API keys (admin key).",
@@ -76,6 +72,12 @@ def keys_create(
     if local:
         if allocation:
             fail("--allocation needs the API (drop --local)")
+        # the server's modules, loaded here only: every other command is a client's
+        from app.db.engine import Database
+        from app.errors import ProblemError
+        from app.services import datasets as dataset_service
+        from app.services import keys as key_service
+
         database_url = settings().database_url
         with opened(database_url, "create a key in"):
             db = Database(database_url)

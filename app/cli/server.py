@@ -1,27 +1,23 @@
 """Commands run where the server runs: ``migrate``, ``serve`` and ``verify`` (which opens the
-database directly, or with ``--server`` asks a running server over HTTP)."""
+database directly, or with ``--server`` asks a running server over HTTP). The server's modules
+(the database layer, the services, uvicorn) are imported by the commands that use them, so that
+the client's commands start without loading them."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import tempfile
 from typing import Annotated, Any
 
 import typer
-import uvicorn
-from alembic.util import CommandError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
 from app.cli.common import DEFAULT_URL, JSON_OUT, KEY, URL, connect, console, err_console, fail
 from app.cli.database import DATABASE_URL, opened, redact, settings
 from app.config import get_settings
-from app.db import migrate as m
-from app.db.engine import Database
 from app.principal import SYSTEM, Principal
-from app.services import datasets as dataset_service
-from app.services.ledger import rederive_if_formulas_changed
-from app.services.ledger import verify as run_verify
 
 
 def migrate(
@@ -45,6 +41,12 @@ def migrate(
     ] = False,
 ) -> None:
     """Bring the database schema to the latest Alembic revision (or --downgrade it)."""
+    from alembic.util import CommandError
+
+    from app.db import migrate as m
+    from app.db.engine import Database
+    from app.services.ledger import rederive_if_formulas_changed
+
     url = database_url or settings().database_url
     with opened(url, "migrate"):
         if downgrade is None:
@@ -86,6 +88,8 @@ def serve(
     database_url: DATABASE_URL = None,
 ) -> None:
     """Serve the HTTP API with uvicorn (uvloop + httptools)."""
+    import uvicorn
+
     if database_url:
         os.environ["PRIVACY_LEDGER_DATABASE_URL"] = database_url
         get_settings.cache_clear()
@@ -97,6 +101,12 @@ def serve(
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # prometheus-client's multiprocess mode: /metrics sums every worker's counters
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="privacy-ledger-metrics-")
+    busy = _port_taken(host, port)
+    if busy is not None:  # before start-up, which would create (and print) a first admin key
+        fail(
+            f"cannot listen on {host}:{port}: {busy}. Choose another port with --port "
+            "(`make run PORT=8001`) and point the CLI and client at it (PRIVACY_LEDGER_URL)."
+        )
     typer.echo(f"privacy-ledger on http://{host}:{port} (database: {redact(config.database_url)})")
     uvicorn.run(
         "app.main:app",
@@ -109,6 +119,24 @@ def serve(
         log_config=None,  # the app sends uvicorn's loggers through its JSON formatter
         access_log=False,  # the app writes one access line per request, with its request id
     )
+
+
+def _port_taken(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be bound now (as uvicorn binds it), or None when it can. A
+    server that failed to bind after start-up had already created and printed the first admin
+    key, and the next start on a free port printed none."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return str(exc)
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
 
 
 def verify(
@@ -156,6 +184,10 @@ def verify(
 
 def _verify_here(database_url: str, rebuild: bool, quiet: bool) -> dict[str, Any]:
     """One dataset at a time (each in its own locked transaction), with a progress bar."""
+    from app.db.engine import Database
+    from app.services import datasets as dataset_service
+    from app.services.ledger import verify as run_verify
+
     db = Database(database_url)
     try:
         listed: list[tuple[str, str, int]] = []

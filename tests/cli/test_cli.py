@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -90,3 +92,50 @@ def test_the_installed_command_prints_its_version_and_charges(server: Server) ->
     )
     csv_out = run("ledger", "census", "--format", "csv")
     assert csv_out.returncode == 0 and csv_out.stdout == export.text, csv_out.stderr
+
+
+def test_serve_on_a_taken_port_fails_before_creating_a_key(tmp_path: Path) -> None:
+    """Newcomer audit (stop 31): on a port already in use, `serve` (and `make run`) started,
+    created and printed the first admin key, then failed to bind; the next start on a free port
+    printed no key. It now fails first, naming the port and how to choose another, and the
+    database has no key (the next start creates and prints one)."""
+    db = tmp_path / "x.db"
+    url = f"sqlite:///{db}"
+    assert cli("migrate", db=url).returncode == 0
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = cli("serve", "--port", str(port), db=url, key=None)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert f"cannot listen on 127.0.0.1:{port}" in r.stderr and "--port" in r.stderr
+    assert "Traceback" not in r.stderr and "admin key was created" not in r.stdout
+    keys = sqlite3.connect(db).execute("SELECT count(*) FROM api_key").fetchone()
+    assert keys == (0,)
+
+
+def test_the_client_commands_load_no_server_module() -> None:
+    """Newcomer audit (stop 31): every command, --version included, took 2.4 s of CPU to start,
+    importing the services, FastAPI, SQLAlchemy, scipy.signal and scipy.stats. The command line
+    now imports the server's modules in the commands that use them (migrate, serve, verify,
+    keys create --local); this counts what loading it imports, not how long it takes."""
+    heavy = [
+        "alembic",
+        "app.accounting.conversions",
+        "app.accounting.pld",
+        "app.api",
+        "app.db",
+        "app.services",
+        "fastapi",
+        "scipy.optimize",
+        "scipy.signal",
+        "scipy.stats",
+        "sqlalchemy",
+        "uvicorn",
+    ]
+    probe = f"import sys, app.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    r = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"

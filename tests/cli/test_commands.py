@@ -178,6 +178,11 @@ def test_calibrate_gives_the_least_sigma_that_fits(run: Cli) -> None:
     assert "sigma =" in text and "least that fits" in text
     r = run("calibrate", "census", "-m", "gaussian", "--sigma", "3", code=1)
     assert "--sigma: 'sigma' is the parameter calibration solves for" in r.stderr
+    # a kind without a parameter to solve for (newcomer audit, stop 31: "rdp cannot be
+    # calibrated for None (it can: )")
+    r = run("calibrate", "census", "-m", "rdp", code=1)
+    assert "error: rdp has no parameter to calibrate (kinds that have one: " in r.stderr
+    assert "gaussian, laplace," in r.stderr
 
 
 @pytest.mark.parametrize(
