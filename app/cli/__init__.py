@@ -27,7 +27,7 @@ from privacy_ledger_client import __version__ as client_version
 from typer.core import TyperGroup
 
 from app.cli import charging, datasets, keys, reading, server, structures
-from app.cli.common import err_console, fail
+from app.cli.common import JSON_ASKED, err_console, fail
 
 
 class Commands(TyperGroup):
@@ -87,6 +87,7 @@ def _root(
     ] = False,
 ) -> None:
     """A stateful privacy-budget accountant: serve it, migrate it, and talk to it."""
+    JSON_ASKED.set(False)  # (the command's own --json sets it again)
 
 
 cli.command()(server.migrate)

@@ -13,6 +13,7 @@ import json
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Annotated, Any, Concatenate, NoReturn, ParamSpec, TypeVar
 
 import httpx
@@ -21,6 +22,7 @@ from privacy_ledger_client import (
     DEFAULT_URL,
     BudgetExceeded,
     Forbidden,
+    HTTPStatusError,
     LedgerClient,
     LedgerError,
     NotFound,
@@ -54,9 +56,24 @@ KEY = Annotated[
         help="API key (a secret; prefer the environment variable to the flag).",
     ),
 ]
+JSON_ASKED: ContextVar[bool] = ContextVar("json_asked", default=False)
+"""Whether the running command was given ``--json``: then an error answer's problem document
+is printed on stdout as well (the root command resets it before each command)."""
+
+
+def _asked_json(value: bool) -> bool:
+    JSON_ASKED.set(bool(value))
+    return value
+
+
 JSON_OUT = Annotated[
     bool,
-    typer.Option("--json", help="Print the server's answer as JSON (for scripts)."),
+    typer.Option(
+        "--json",
+        help="Print the server's answer as JSON (for scripts; an error answer's problem "
+        "document too, on stdout, beside the message on stderr and the exit code).",
+        callback=_asked_json,
+    ),
 ]
 
 console = Console(highlight=False)
@@ -200,7 +217,7 @@ def connect(url: str, api_key: str | None, timeout: float = 30.0) -> Iterator[Se
         client = LedgerClient(
             url or DEFAULT_URL, api_key, timeout=timeout, retries=2, transport=TRANSPORT
         )
-    except (httpx.InvalidURL, UnicodeError) as exc:
+    except (httpx.InvalidURL, ValueError) as exc:  # (UnicodeError is a ValueError)
         fail(f"{url!r} is not a server URL ({exc}); check {URL_ENV} or --url")
     with client:
         yield Session(client)
@@ -221,6 +238,10 @@ class Session:
         try:
             return fn(self.client, *args, **kwargs)
         except LedgerError as exc:
+            if isinstance(exc, HTTPStatusError) and JSON_ASKED.get():
+                # a script reads the refusal's fields (spent, budget, requested, limit...) from
+                # stdout, the message and the exit code stay as without --json
+                print_json({"status": exc.status, **exc.problem})
             explain(exc, self.client.url)
         except httpx.InvalidURL as exc:
             fail(

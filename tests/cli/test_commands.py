@@ -126,6 +126,15 @@ def test_refused_for_budget_exits_2_and_records_a_rejection(run: Cli) -> None:
     assert [x["mechanism"]["epsilon"] for x in rejected] == [5.0]
     table = run("rejections").stdout
     assert "laplace epsilon=5" in table
+    # with --json the refusal's problem document is on stdout too, for scripts (newcomer audit,
+    # stop 31: stdout was empty); the message and the exit code are the same
+    r = run("charge", "census", "-m", "laplace", "--epsilon", "5", "--json", code=2)
+    problem = json.loads(r.stdout)
+    assert problem["status"] == 409 and problem["requested"]["epsilon"] > 1.0
+    assert problem["budget"]["epsilon"] == 1.0 and "over budget" in r.stderr
+    r = run("charge", "nowhere", "-m", "laplace", "--epsilon", "5", "--json", code=1)
+    assert json.loads(r.stdout)["status"] == 404
+    assert run("charge", "census", "-m", "laplace", "--epsilon", "5", code=2).stdout == ""
 
 
 def test_reserve_commit_release(run: Cli) -> None:

@@ -409,3 +409,39 @@ def test_a_server_busy_503_is_repeated_for_every_call(
     assert not isinstance(info.value, ServerError)
     assert len(script.requests) == 2
     assert script.requests[0].content == script.requests[1].content
+
+
+@pytest.mark.parametrize(
+    "url", ["localhost:8000", "127.0.0.1:8000", "ftp://ledger.test", "http://"]
+)
+@pytest.mark.parametrize("make", [LedgerClient, AsyncLedgerClient])
+def test_a_url_that_is_not_http_is_refused_at_once(url: str, make: Any) -> None:
+    """Newcomer audit (stop 31): ``url="localhost:8000"`` was retried for about 3 s as a
+    transient failure before ``UnsupportedProtocol``. It is refused when the client is made,
+    before any request (the transport would count one)."""
+    script = Script()
+    with pytest.raises(ValueError, match="must look like http://host:port") as caught:
+        make(url, "k", transport=httpx.MockTransport(script))
+    assert repr(url) in str(caught.value) and "the url argument" in str(caught.value)
+    assert script.requests == []
+
+
+def test_an_unreachable_server_is_named_in_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Newcomer audit (stop 31): the message was httpx's alone ("ConnectError: [Errno 111]
+    Connection refused"); it now names the URL and the setting it came from. ``detail`` stays
+    httpx's reason (the CLI words its own message around it)."""
+    monkeypatch.setenv("PRIVACY_LEDGER_URL", "http://ledger.test:9")
+    refused = Script(*[httpx.ConnectError("Connection refused")] * 3)
+    with (
+        LedgerClient(
+            api_key="k", retries=2, backoff=0.0, transport=httpx.MockTransport(refused)
+        ) as c,
+        pytest.raises(TransportError) as caught,
+    ):
+        c.dataset("census")
+    assert len(refused.requests) == 3
+    assert str(caught.value) == (
+        "cannot reach the server at http://ledger.test:9: ConnectError: Connection refused "
+        "(the url given to the client, else PRIVACY_LEDGER_URL)"
+    )
+    assert caught.value.detail == "ConnectError: Connection refused"

@@ -67,7 +67,8 @@ class AsyncLedgerClient:
     """An asyncio client for the privacy-ledger HTTP API.
 
     ``url`` and ``api_key`` default to ``PRIVACY_LEDGER_URL`` (else http://127.0.0.1:8000) and
-    ``PRIVACY_LEDGER_API_KEY``. Failed requests are retried ``retries`` times with exponential
+    ``PRIVACY_LEDGER_API_KEY`` (a URL that is not http(s)://host[:port] raises ValueError at
+    once). Failed requests are retried ``retries`` times with exponential
     back-off from ``backoff`` seconds (see ``RetryPolicy``); ``transport`` replaces httpx's.
     Use it as an async context manager, or call ``aclose()``.
     """
@@ -112,7 +113,9 @@ class AsyncLedgerClient:
                 )
             except httpx.TransportError as exc:
                 if not self.retry.after_error(call, exc, attempt):
-                    raise TransportError(0, {"detail": f"{type(exc).__name__}: {exc}"}) from exc
+                    raise TransportError(
+                        0, {"detail": f"{type(exc).__name__}: {exc}", "url": self.url}
+                    ) from exc
             else:
                 if response.status_code in call.ok:
                     answer: T = read_answer(call, response)
@@ -152,7 +155,9 @@ class AsyncLedgerClient:
                         raise self._endpoint.error(response)
             except httpx.TransportError as exc:
                 if written or not self.retry.after_error(call, exc, attempt):
-                    raise TransportError(0, {"detail": stream_failure(exc, written)}) from exc
+                    raise TransportError(
+                        0, {"detail": stream_failure(exc, written), "url": self.url}
+                    ) from exc
             await asyncio.sleep(self.retry.delay(attempt, response))
             attempt += 1
 

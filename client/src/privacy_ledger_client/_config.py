@@ -33,7 +33,18 @@ class Endpoint:
     @classmethod
     def resolve(cls, url: str | None, api_key: str | None) -> Endpoint:
         """Arguments first, then ``PRIVACY_LEDGER_URL`` / ``PRIVACY_LEDGER_API_KEY``."""
-        base = (url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
+        given = url or os.environ.get(URL_ENV) or DEFAULT_URL
+        base = given.rstrip("/")
+        try:
+            parsed = httpx.URL(base) if "://" in base else None
+        except httpx.InvalidURL:
+            parsed = None
+        if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+            source = "the url argument" if url else f"{URL_ENV}" if os.environ.get(URL_ENV) else ""
+            raise ValueError(
+                f"the server URL must look like http://host:port or https://host (got {given!r}"
+                + (f" from {source})" if source else ")")
+            )
         key = api_key or os.environ.get(KEY_ENV)
         headers = {"User-Agent": f"privacy-ledger-client/{__version__}"}
         if key:

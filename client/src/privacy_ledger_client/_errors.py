@@ -27,7 +27,18 @@ class LedgerError(Exception):
 
 
 class TransportError(LedgerError):
-    """The server could not be reached, or the connection broke, after every retry."""
+    """The server could not be reached, or the connection broke, after every retry. ``detail``
+    is httpx's reason; the message also names the server's URL (``problem["url"]``) and where
+    it came from."""
+
+    def __init__(self, status: int, problem: Mapping[str, Any]) -> None:
+        super().__init__(status, problem)
+        url = self.problem.get("url")
+        if url:
+            self.args = (
+                f"cannot reach the server at {url}: {self.detail} (the url given to the client, "
+                "else PRIVACY_LEDGER_URL)",
+            )
 
 
 class DecodingError(LedgerError):
