@@ -355,8 +355,10 @@ def list_rejections(
     limit: int = 100,
     cursor: str | None = None,
     label: str | None = None,
+    kind: str | None = None,
 ) -> r.RejectionPage:
-    """Refused charges and reservations, newest first."""
+    """Refused charges and reservations, newest first (``kind``: of that mechanism kind; a
+    refused request keeps its mechanism as sent, whose ``mechanism`` member is the kind)."""
     before = decode_cursor(cursor) if cursor else None
     with db.read() as s:
         principal = authenticated(db, caller, s)
@@ -371,6 +373,8 @@ def list_rejections(
             q = q.where(Rejection.created_at <= until)
         if label is not None:
             q = q.where(Rejection.label == label)
+        if kind is not None:
+            q = q.where(Rejection.mechanism["mechanism"].as_string() == kind)
         if before is not None:
             q = q.where(Rejection.id < before)
         rows = s.scalars(q.order_by(Rejection.id.desc()).limit(limit + 1)).all()

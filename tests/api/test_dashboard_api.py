@@ -119,6 +119,33 @@ def test_dataset_rejections_are_visible_to_viewers(client: TestClient) -> None:
     assert client.get(f"/v1/datasets/{other['id']}/rejections", headers=h).status_code == 404
 
 
+def test_rejections_filter_by_kind_across_pages(client: TestClient) -> None:
+    """Dashboard audit (stop 31): the page filtered refusals by kind among the 25 it had read,
+    so an older refusal of that kind was never found. The API filters by kind (the dataset's
+    list and the admin's), newest first, paged by the same cursor."""
+    ds = new_dataset(client)["id"]
+    refused = [{"mechanism": "gaussian", "sigma": 0.01}] + [
+        {"mechanism": "laplace", "epsilon": 5.0 + i} for i in range(4)
+    ]
+    refused.insert(2, {"mechanism": "gaussian", "sigma": 0.02})
+    for m in refused:
+        r = client.post(f"/v1/datasets/{ds}/charges", json={"mechanism": m})
+        assert r.status_code == 409, r.text
+    path = f"/v1/datasets/{ds}/rejections"
+    first = client.get(path, params={"kind": "gaussian", "limit": 1}).json()
+    assert [x["mechanism"]["sigma"] for x in first["rejections"]] == [0.02]
+    rest = client.get(
+        path, params={"kind": "gaussian", "limit": 1, "cursor": first["next_cursor"]}
+    ).json()
+    assert [x["mechanism"]["sigma"] for x in rest["rejections"]] == [0.01]
+    assert rest["next_cursor"] is None
+    laplace = client.get(path, params={"kind": "laplace"}).json()["rejections"]
+    assert [x["mechanism"]["epsilon"] for x in laplace] == [8.0, 7.0, 6.0, 5.0]
+    assert client.get(path, params={"kind": "rappor"}).json()["rejections"] == []
+    admin = client.get("/v1/rejections", params={"dataset": ds, "kind": "gaussian"}).json()
+    assert len(admin["rejections"]) == 2
+
+
 def test_dashboard_page_and_static_files(client: TestClient) -> None:
     r = client.get("/", headers={"Authorization": ""})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")

@@ -68,6 +68,7 @@ def rejections(
     until: QueryTime | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
+    kind: Annotated[str | None, Query(max_length=32, description="mechanism kind")] = None,
 ) -> Response:
     page = ledger.list_rejections(
         db,
@@ -77,6 +78,7 @@ def rejections(
         until=until,
         limit=limit,
         cursor=cursor,
+        kind=kind,
     )
     return send(page)
 

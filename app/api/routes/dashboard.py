@@ -54,6 +54,7 @@ def rejections(
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     label: Annotated[str | None, Query(max_length=200)] = None,
+    kind: Annotated[str | None, Query(max_length=32, description="mechanism kind")] = None,
     created_after: QueryTime | None = None,
     created_before: QueryTime | None = None,
 ) -> Response:
@@ -64,6 +65,7 @@ def rejections(
         limit=limit,
         cursor=cursor,
         label=label,
+        kind=kind,
         since=created_after,
         until=created_before,
     )
