@@ -27,6 +27,7 @@ from app.cli.common import (
     num,
     num_toward,
     print_json,
+    used,
 )
 from app.cli.mechanism_flags import kind_option, mechanism_from_flags, with_mechanism_flags
 
@@ -104,7 +105,7 @@ def _metadata(raw: str | None) -> dict[str, Any] | None:
 
 
 def _spent(sp: dict[str, Any]) -> str:
-    return f"epsilon {num(sp['epsilon'])} at delta {sp['delta']:g} ({sp['method']})"
+    return f"epsilon {used(sp['epsilon'])} at delta {sp['delta']:g} ({sp['method']})"
 
 
 def charge(

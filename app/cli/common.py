@@ -291,7 +291,7 @@ def over_budget(exc: BudgetExceeded) -> str:
         whose = "dataset spent" if "allocation" in budgets else "spent"
         composed = ", all charges composed" if partitioned else ""
         parts.append(
-            f"{whose} epsilon {num(exc.spent.epsilon)} at delta {exc.spent.delta:g}{composed}"
+            f"{whose} epsilon {used(exc.spent.epsilon)} at delta {exc.spent.delta:g}{composed}"
         )
     if exc.would_spend is not None:
         parts.append(f"would become {num(exc.would_spend.epsilon)}")
@@ -310,7 +310,7 @@ def _budgets(exc: BudgetExceeded, limits: list[str], partitioned: bool) -> dict[
         per = " per block" if partitioned else ""
         composed = " (all its charges composed)" if partitioned else ""
         named["allocation"] = (
-            f"allocation {a.get('name')!r} spent epsilon {num(a.get('spent_epsilon'))}"
+            f"allocation {a.get('name')!r} spent epsilon {used(a.get('spent_epsilon'))}"
             f"{composed}, budget{per} epsilon {b['epsilon']:g}, delta {b['delta']:g}"
             f"{_exceeded(p.get('allocation_blocks_exceeded') or [])}"
         )
@@ -363,6 +363,29 @@ def num_toward(x: float | int, up: bool, digits: int = 8) -> str:
     rounding = decimal.ROUND_CEILING if up else decimal.ROUND_FLOOR
     safe = decimal.Context(prec=digits, rounding=rounding).plus(decimal.Decimal(x))
     return f"{float(safe):.{digits}g}"
+
+
+def _shown(x: float | int | None, up: bool) -> str:
+    """``num``'s 6 figures rounded toward safety (``num_toward``), except that a value within
+    one part in 10^9 of its nearest 6-figure decimal is shown as that decimal: a float sum such
+    as 0.3 x 4 = 1.2000000000000002 (already an upper bound of the exact 1.2) reads 1.2, not
+    1.20001, while 0.1234449 spent never reads 0.123444."""
+    if x is None or isinstance(x, int) or not math.isfinite(x):
+        return num(x)
+    nearest = num(x)
+    if abs(float(nearest) - x) <= 1e-9 * abs(x):
+        return nearest
+    return num_toward(x, up=up, digits=6)
+
+
+def used(x: float | int | None) -> str:
+    """A spend for people: 6 figures, never shown below what it is (``_shown``)."""
+    return _shown(x, up=True)
+
+
+def left(x: float | int | None) -> str:
+    """What remains, for people: 6 figures, never shown above what it is (``_shown``)."""
+    return _shown(x, up=False)
 
 
 def uses_rho(filter_name: str | None) -> bool:

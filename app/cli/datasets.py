@@ -21,9 +21,10 @@ from app.cli.common import (
     console,
     fail,
     finite,
-    num,
+    left,
     print_json,
     state_label,
+    used,
 )
 
 Accounting = Literal["rdp", "zcdp", "pld"]
@@ -88,8 +89,8 @@ def datasets_list(
             d["id"],
             f"{d['accounting']} / {d['filter']}",
             budget_text(d, short=True),
-            num(d["spent"]["epsilon"]),
-            num(d["remaining"]["epsilon"]),
+            used(d["spent"]["epsilon"]),
+            left(d["remaining"]["epsilon"]),
             str(d["entries"]),
             _state(d),
         )
@@ -274,7 +275,7 @@ def datasets_update(
         composed = ", all charges composed" if d.get("partition") else ""
         console.print(
             f"updated {d['name']} ({d['id']}): {budget_text(d)}; spent "
-            f"{num(d['spent']['epsilon'])}{composed}",
+            f"{used(d['spent']['epsilon'])}{composed}",
             markup=False,
         )
 

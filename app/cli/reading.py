@@ -24,9 +24,11 @@ from app.cli.common import (
     console,
     describe,
     fail,
+    left,
     num,
     print_json,
     state_label,
+    used,
     uses_rho,
     when,
 )
@@ -123,23 +125,25 @@ def _spend_rows(
     composed = ", all charges composed" if partition is not None else ""
     table.add_row(
         "spent",
-        f"epsilon {num(sp['epsilon'])} at delta {sp['delta']:g} ({sp['method']}){composed}",
+        f"epsilon {used(sp['epsilon'])} at delta {sp['delta']:g} ({sp['method']}){composed}",
     )
     if partition is None:
         where = ""
-        left = "after holds (an indication)" if holds else "(an indication; the filter decides)"
+        left_words = (
+            "after holds (an indication)" if holds else "(an indication; the filter decides)"
+        )
     elif partition.lifetime:
         where = " of the lifetime budget"
-        left = where.lstrip() + (" after holds" if holds else "") + " (an indication)"
+        left_words = where.lstrip() + (" after holds" if holds else "") + " (an indication)"
     else:
         where = " in a block nobody charged"
-        left = where.lstrip() + " (no lifetime budget)"
+        left_words = where.lstrip() + " (no lifetime budget)"
     if uses_rho(answer["filter"]):
         rule = "" if holds else " (the filter admits while the rho sum fits)"
-        table.add_row("rho", f"{num(sp['rho'])} spent, {num(rem['rho'])} left{where}{rule}")
+        table.add_row("rho", f"{used(sp['rho'])} spent, {left(rem['rho'])} left{where}{rule}")
     if holds:
         table.add_row("reserved", _reserved(answer.get("reserved")))
-    table.add_row("remaining", f"epsilon {num(rem['epsilon'])} {left}")
+    table.add_row("remaining", f"epsilon {left(rem['epsilon'])} {left_words}")
     if partition is not None and partition.blocks is not None:
         _block_rows(table, partition.blocks)
 
@@ -165,8 +169,8 @@ def _block_rows(table: Table, blocks: dict[str, Any]) -> None:
     top = blocks.get("most_spent")
     table.add_row(
         "most-spent block",
-        f"{top['block']}: epsilon {num(top['spent']['epsilon'])} spent, "
-        f"{num(top['remaining']['epsilon'])} left" + (" (exhausted)" if top["exhausted"] else "")
+        f"{top['block']}: epsilon {used(top['spent']['epsilon'])} spent, "
+        f"{left(top['remaining']['epsilon'])} left" + (" (exhausted)" if top["exhausted"] else "")
         if top
         else "none charged yet",
     )
@@ -340,7 +344,7 @@ def ledger(
                 describe({k: v for k, v in e.mechanism.items() if k != "count"}),
                 str(e.count),
                 e.label or "",
-                num(e.spent_epsilon),
+                used(e.spent_epsilon),
                 e.source or "",
             )
         console.print(table)
@@ -381,7 +385,7 @@ def rejections(
             r["dataset_id"],
             r.get("operation") or "",
             describe(r.get("mechanism")),
-            num((r.get("spent") or {}).get("epsilon")),
+            used((r.get("spent") or {}).get("epsilon")),
             num((r.get("requested") or {}).get("epsilon")),
         )
     console.print(table)

@@ -19,8 +19,10 @@ from app.cli.common import (
     console,
     fail,
     finite,
+    left,
     num,
     print_json,
+    used,
 )
 
 DATASET = Annotated[str, typer.Argument(help="Dataset name or id.", metavar="DATASET")]
@@ -42,8 +44,8 @@ def _table(rows: list[dict[str, Any]]) -> Table:
         t.add_row(
             a["name"],
             num(a["budget"]["epsilon"]),
-            num(a["spent"]["epsilon"]),
-            num(a["remaining"]["epsilon"]),
+            used(a["spent"]["epsilon"]),
+            left(a["remaining"]["epsilon"]),
             "yes" if a["exhausted"] else "no",
             str(a.get("entries", "")),
         )
@@ -163,8 +165,8 @@ def blocks(
     for b in rows:
         t.add_row(
             b["block"],
-            num(b["spent"]["epsilon"]),
-            num(b["remaining"]["epsilon"]),
+            used(b["spent"]["epsilon"]),
+            left(b["remaining"]["epsilon"]),
             "yes" if b["exhausted"] else "no",
         )
     console.print(t)

@@ -386,7 +386,7 @@ def test_a_narrow_table_never_cuts_a_number_short(
     _dataset(run, "tiny", "--no-adaptive")
     run("charge", "tiny", "-m", "laplace", "--epsilon", "0.999999999999999")
     left = run.client.get("/v1/datasets/tiny/budget").json()["remaining"]["epsilon"]
-    shown = common.num(left)
+    shown = common.left(left)  # (rounded down: never more than is left)
     assert "e-" in shown  # a tiny number, whose exponent is what an ellipsis would cut
     for width in (80, 60):
         monkeypatch.setattr(common.console, "width", width)
@@ -705,15 +705,16 @@ def test_budget_and_status_of_a_partitioned_dataset(run: Cli) -> None:
         assert rows["budget per block"] == "epsilon 1, delta 1e-06 for each day of data (UTC)"
         assert rows["lifetime budget"] == "epsilon 3, delta 1e-07 over all charges composed"
         assert rows["spent"].startswith(
-            f"epsilon {common.num(api['spent']['epsilon'])} at delta 1e-07 "
+            f"epsilon {common.used(api['spent']['epsilon'])} at delta 1e-07 "
         ) and rows["spent"].endswith("all charges composed")
         assert rows["remaining"].startswith(
             f"epsilon {common.num(api['remaining']['epsilon'])} of the lifetime budget"
         )
         assert rows["blocks"].startswith("3 charged, 0 exhausted")
         assert rows["most-spent block"] == (
-            f"2026-11-20: epsilon {common.num(top['spent']['epsilon'])} spent, "
-            f"{common.num(top['remaining']['epsilon'])} left"
+            # (spent rounded up, what is left down: 0.5999994 reads 0.6 and 0.4000006 0.4)
+            f"2026-11-20: epsilon {common.used(top['spent']['epsilon'])} spent, "
+            f"{common.left(top['remaining']['epsilon'])} left"
         )
 
     api = run.client.get("/v1/datasets/free/budget").json()
@@ -887,3 +888,25 @@ def test_charge_with_the_whole_mechanism_as_json(run: Cli) -> None:
     assert answer["entry"]["mechanism"]["epsilon"] == 0.1
     r = run("charge", "census", "--mechanism", "gaussian", "--sigma", "-1", code=1)
     assert "sigma" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("x", "spent", "remaining"),
+    [
+        (0.1234449, "0.123445", "0.123444"),  # 6 figures: up for a spend, down for what is left
+        (0.3 * 4, "1.2", "1.2"),  # 1.2000000000000002: a float sum, shown as its decimal
+        (0.5, "0.5", "0.5"),
+        (9.992007221626409e-16, "9.99201e-16", "9.992e-16"),
+        (None, "-", "-"),
+        (float("inf"), "inf", "inf"),
+    ],
+)
+def test_spent_is_never_shown_below_nor_what_is_left_above(
+    x: float | None, spent: str, remaining: str
+) -> None:
+    """Newcomer and dashboard audits (stop 31): spends and what was left were printed to the
+    nearest 6 figures, so a spend could read below what it was. They are rounded toward safety
+    unless the nearest decimal is within 1e-9 relative (float noise of exact sums)."""
+    assert common.used(x) == spent and common.left(x) == remaining
+    if x is not None and x != float("inf"):
+        assert float(spent) >= x * (1 - 1e-9) and float(remaining) <= x * (1 + 1e-9)
