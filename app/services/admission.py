@@ -207,9 +207,11 @@ def run_locked(
 def locked(
     session: Session, ref: str, principal: Principal, now: datetime | None = None
 ) -> Iterator[DatasetState]:
-    """The dataset under its lock with due holds settled; its totals are saved on exit."""
-    now = now or utcnow()
+    """The dataset under its lock with due holds settled; its totals are saved on exit. The
+    time is read once the lock is held: read before, a hold that expired while the lock was
+    awaited was still active to the request (a release then freed budget that expiry charges)."""
     st = state.load(session, ref, principal, lock=True)
+    now = now or utcnow()
     settle(session, st, now)
     yield st
     if st.pending_entries:  # the group's entries (``append``), before its totals

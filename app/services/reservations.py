@@ -164,6 +164,10 @@ def _resolve(
                 held_for = st.tallies().allocation_by_id(s, row.allocation_id).name
             if (why := principal.may_charge(held_for)) is not None:
                 raise Forbidden(why)
+        if row.status is ReservationStatus.ACTIVE and admission.aware(row.expires_at) <= now:
+            # due since the group settled (it waited for the lock, or ran earlier units):
+            # charged now, as the sweeper would (fail closed); a release is then refused
+            admission.settle(s, st, now)
         if row.status is ReservationStatus.ACTIVE:
             row.status = to
             row.resolved_by = principal.key_id

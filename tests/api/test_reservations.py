@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import pytest
 from fastapi.testclient import TestClient
@@ -86,6 +87,36 @@ def test_expired_reservation_is_charged_not_freed(
     assert client.delete(f"/v1/reservations/{hold['id']}").status_code == 409
     events = client.get("/v1/audit", params={"action": "reservation.expired"}).json()["events"]
     assert [e["target_id"] for e in events] == [hold["id"]]
+
+
+@pytest.mark.parametrize("to", ["release", "commit"])
+def test_a_hold_due_while_its_request_waited_is_charged_not_released(
+    client: TestClient, ds: dict, monkeypatch: pytest.MonkeyPatch, to: str
+) -> None:
+    """Crash-and-concurrency audit (stop 31): the time a group judged expiry by was read before
+    the dataset's lock, and a release never compared the hold's expiry with the time, so a
+    release that waited for the lock (another replica's group, verify, a budget change) past
+    the expiry was honoured: budget that expiry charges was freed, no ledger entry. Here the
+    group settles at the real time (before the hold expires) and the release runs an hour later
+    (the lock wait, simulated by the service's clock): the hold is charged as expired."""
+    hold = client.post(
+        f"/v1/datasets/{ds['id']}/reservations", json={**LAP, "ttl_seconds": 60}
+    ).json()
+    real = reservations.utcnow
+    monkeypatch.setattr(reservations, "utcnow", lambda: real() + timedelta(hours=1))
+    if to == "release":
+        r = client.delete(f"/v1/reservations/{hold['id']}")
+        assert r.status_code == 409 and "expired" in r.json()["detail"], r.text
+    else:
+        r = client.post(f"/v1/reservations/{hold['id']}/commit")
+        assert r.status_code == 200 and r.json()["status"] == "expired", r.text
+    monkeypatch.undo()
+    assert client.get(f"/v1/reservations/{hold['id']}").json()["status"] == "expired"
+    entries = client.get(f"/v1/datasets/{ds['id']}/ledger").json()["entries"]
+    assert [e["source"] for e in entries] == ["reservation_expired"]
+    b = client.get(f"/v1/datasets/{ds['id']}/budget").json()
+    assert b["reserved"] is None and b["spent"]["epsilon"] == pytest.approx(0.3)
+    assert client.post("/v1/admin/verify").json()["ok"]
 
 
 def test_sweeper_charges_expired_holds(client: TestClient, ds: dict, db_url: str) -> None:
