@@ -267,6 +267,9 @@ class Reservation(_Answer):
     key_id: str | None
     allocation_id: str | None = None
     blocks: BlockSpan | None = None
+    key_name: str | None = Field(
+        default=None, description="the reserving key's label (in the dataset's list of holds)"
+    )
 
 
 class ReservationAnswer(Reservation):
@@ -314,6 +317,7 @@ class Rejection(_Answer):
     label: str | None
     metadata: dict[str, Any] | None
     key_id: str | None
+    key_name: str | None = Field(default=None, description="the key's label")
     reason: str
     spent: dict[str, Any]
     requested: dict[str, Any]

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
+
+from sqlalchemy import select
 
 from app import responses as r
 from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import DryRun, Filter, Spend, pure_spend
 from app.accounting.pld_filter import PldFilter
+from app.db.models import ApiKey
 from app.services import blocks as block_keys
 from app.services.state import DatasetState
 from app.services.tallies import Tally
@@ -392,10 +395,21 @@ def lifetime_budget(st: DatasetState) -> r.Budget | None:
     return r.Budget(epsilon=st.lifetime.budget.epsilon, delta=st.lifetime.budget.delta)
 
 
+def key_labels(s: Any, key_ids: Iterable[str | None]) -> dict[str, str | None]:
+    """The labels of these keys (one query), for lists that name who made each row as the
+    ledger does (``key_name``)."""
+    ids = {k for k in key_ids if k is not None}
+    if not ids:
+        return {}
+    rows = s.execute(select(ApiKey.id, ApiKey.label).where(ApiKey.id.in_(ids))).all()
+    return {key_id: label for key_id, label in rows}
+
+
 __all__ = [
     "allocation",
     "block",
     "block_span",
+    "key_labels",
     "lifetime_budget",
     "spend_at",
     "spend_with_holds",

@@ -328,7 +328,7 @@ def export_entries(
     return lines()
 
 
-def rejection_answer(row: Rejection) -> r.Rejection:
+def rejection_answer(row: Rejection, key_name: str | None = None) -> r.Rejection:
     return r.Rejection(
         id=row.id,
         dataset_id=row.dataset_id,
@@ -338,6 +338,7 @@ def rejection_answer(row: Rejection) -> r.Rejection:
         label=row.label,
         metadata=row.metadata_,
         key_id=row.key_id,
+        key_name=key_name,
         reason=row.reason,
         spent=row.spent,
         requested=row.requested,
@@ -380,8 +381,9 @@ def list_rejections(
         rows = s.scalars(q.order_by(Rejection.id.desc()).limit(limit + 1)).all()
         more = len(rows) > limit
         rows = rows[:limit]
+        names = answers.key_labels(s, (x.key_id for x in rows))
         return r.RejectionPage(
-            rejections=[rejection_answer(x) for x in rows],
+            rejections=[rejection_answer(x, names.get(x.key_id or "")) for x in rows],
             next_cursor=encode_cursor(rows[-1].id) if more and rows else None,
         )
 

@@ -241,7 +241,13 @@ def list_reservations(
         rows = s.scalars(
             select(Reservation).where(*where).order_by(_R.expires_at, _R.id).limit(limit)
         ).all()
-        return r.ReservationList(reservations=[reservation_answer(x) for x in rows], total=total)
+        names = answers.key_labels(s, (x.key_id for x in rows))
+        return r.ReservationList(
+            reservations=[
+                r.Reservation(**_fields(x), key_name=names.get(x.key_id or "")) for x in rows
+            ],
+            total=total,
+        )
 
 
 def sweep_expired(db: Database) -> int:

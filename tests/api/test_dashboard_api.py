@@ -146,6 +146,25 @@ def test_rejections_filter_by_kind_across_pages(client: TestClient) -> None:
     assert len(admin["rejections"]) == 2
 
 
+def test_refusals_and_holds_name_their_key_as_the_ledger_does(client: TestClient) -> None:
+    """Dashboard audit (stop 31): the ledger named a key by its label (``key_name``), refusals
+    and holds only by its id, so one key read as two on one page."""
+    ds = new_dataset(client)["id"]
+    made = client.post("/v1/keys", json={"role": "pipeline", "label": "etl-nightly"}).json()
+    h = {"Authorization": f"Bearer {made['key']}"}
+    for body in ({"epsilon": 0.2}, {"epsilon": 5.0}):
+        m = {"mechanism": {"mechanism": "laplace", **body}}
+        client.post(f"/v1/datasets/{ds}/charges", json=m, headers=h)
+        client.post(f"/v1/datasets/{ds}/reservations", json=m, headers=h)
+    ledger = client.get(f"/v1/datasets/{ds}/ledger").json()["entries"]
+    refused = client.get(f"/v1/datasets/{ds}/rejections").json()["rejections"]
+    held = client.get(f"/v1/datasets/{ds}/reservations").json()["reservations"]
+    admin = client.get("/v1/rejections", params={"dataset": ds}).json()["rejections"]
+    assert len(ledger) == 1 and len(refused) == 2 and len(held) == 1 and len(admin) == 2
+    for row in (*ledger, *refused, *held, *admin):
+        assert row["key_id"] == made["id"] and row["key_name"] == "etl-nightly", row
+
+
 def test_dashboard_page_and_static_files(client: TestClient) -> None:
     r = client.get("/", headers={"Authorization": ""})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
