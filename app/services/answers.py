@@ -402,7 +402,7 @@ def key_labels(s: Any, key_ids: Iterable[str | None]) -> dict[str, str | None]:
     if not ids:
         return {}
     rows = s.execute(select(ApiKey.id, ApiKey.label).where(ApiKey.id.in_(ids))).all()
-    return {key_id: label for key_id, label in rows}
+    return dict(rows)
 
 
 __all__ = [
