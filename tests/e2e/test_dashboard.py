@@ -103,15 +103,26 @@ PAGE = 25
 
 
 def floor_pct(spent: float, budget: float, exhausted: bool) -> str:
-    """The page's percentage: floored to 0.1 (0.01 below 0.1 %), never 100.0 unless exhausted."""
-    f = spent / budget
-    if exhausted and f >= 0.9995:
-        return f"{min(100.0, 100 * f):.1f}%"
+    """The page's percentage used (``pctUsed`` in charts.js; the name is historical: it is
+    rounded UP, never reading less than is used): to 0.1 (0.01 below 0.1 %); never 100.0
+    unless exhausted (more digits then: "99.999%"); beyond the budget the true share with
+    "(over budget)"."""
+    f = max(0.0, spent / budget) if budget > 0 else 0.0
     digits = 2 if 0 < f < 0.001 else 1
-    k = 10**digits
-    v = math.floor(100 * f * k + 1e-9) / k
-    if not exhausted and v >= 100:
-        v = 100 - 1 / k
+
+    def ceil_to(d: int) -> float:
+        return math.ceil(100 * f * 10**d - 1e-7) / 10**d
+
+    v = ceil_to(digits)
+    if f > 1 + 1e-9:
+        return f"{v:.{digits}f}% (over budget)"
+    if exhausted:
+        return f"{min(100.0, v):.{digits}f}%"
+    while v >= 100 and f < 1 and digits < 8:
+        digits += 1
+        v = ceil_to(digits)
+    if v >= 100:
+        v = 100 - 10**-digits
     return f"{v:.{digits}f}%"
 
 
@@ -302,12 +313,15 @@ def test_dashboard_shows_the_ledger_as_the_api_reports_it(world: dict[str, Any])
             (0.00042, 1.0, False),
             (1.0, 1.0, True),
             (0.123456, 0.5, False),
+            (0.8, 0.5, True),
+            (0.12301, 1.0, False),
         ]:
             got = page.evaluate(
                 "([u, t, e]) => window.Charts.pctUsed(u, t, e)", [used_, total, exhausted]
             )
             assert got == floor_pct(used_, total, exhausted), (used_, total, exhausted)
-        assert floor_pct(0.99999, 1.0, False) == "99.9%"  # never 100.0 unless exhausted
+        assert floor_pct(0.99999, 1.0, False) == "99.999%"  # never 100.0 unless exhausted
+        assert floor_pct(0.8, 0.5, True) == "160.0% (over budget)"
         a11y += check_accessibility(page, "overview")
         DOCS_IMG.mkdir(parents=True, exist_ok=True)
         if SHOTS:

@@ -3,7 +3,7 @@
 "use strict";
 
 (function () {
-  const { lineChart, barChart, gauge, heatmap, fmt, html, pctUsed, stateIcon, el } = window.Charts;
+  const { lineChart, barChart, gauge, heatmap, fmt, fmtUp, fmtDown, fmtStrict, html, pctUsed, stateIcon, el } = window.Charts;
   const KEY = "privacy-ledger.key";
   const REFRESH_MS = 30000;
   const $ = (id) => document.getElementById(id);
@@ -59,7 +59,22 @@
     }
   }
 
-  const eps = (x) => `ε = ${fmt(x)}`;
+  // every number is rounded toward its safe side (fmtUp / fmtDown in charts.js): what is used
+  // (spend, ρ, holds' reserve, "σ ≥") up, so it never reads less than it is; what is left
+  // (remaining, budgets, "ε ≤", steps) down, so it never reads more; a δ up (the failure
+  // probability stated is never smaller than the real one)
+  const up = (x) => fmtUp(x);
+  const down = (x) => fmtDown(x);
+  const eps = (x) => `ε = ${fmtUp(x)}`;
+  const epsLeft = (x) => `ε = ${fmtDown(x)}`;
+  const dlt = (x) => fmtUp(x);
+  // a spend below its cap, rounded up but with enough digits not to read as the whole cap
+  // (0.9999993 of 1 is "0.9999993", not "1", while the block is not exhausted)
+  function upBelow(x, cap) {
+    let text = fmtUp(x);
+    for (let digits = 5; x < cap && Number(text) >= cap && digits <= 17; digits++) text = fmtUp(x, digits);
+    return text;
+  }
   const kindName = (k) => ({
     gaussian: "Gaussian",
     laplace: "Laplace",
@@ -161,7 +176,7 @@
   let caps = null;
   async function capabilities() {
     if (caps) return caps;
-    caps = { reservations: false, csv: false, archived: false, ledgerFilters: false, allocations: false, blocks: false };
+    caps = { reservations: false, csv: false, archived: false, ledgerFilters: false, rejectionKind: false, allocations: false, blocks: false };
     try {
       const r = await fetch("/openapi.json", { headers: { Accept: "application/json" } });
       if (!r.ok) return caps;
@@ -172,6 +187,7 @@
       caps.reservations = !!(paths["/v1/datasets/{dataset_id}/reservations"] || {}).get;
       caps.csv = named("/v1/datasets/{dataset_id}/ledger", "format");
       caps.ledgerFilters = named("/v1/datasets/{dataset_id}/ledger", "kind");
+      caps.rejectionKind = named("/v1/datasets/{dataset_id}/rejections", "kind");
       caps.archived = named("/v1/datasets", "archived");
       caps.allocations = !!(paths["/v1/datasets/{dataset_id}/allocations"] || {}).get;
       caps.blocks = !!(paths["/v1/datasets/{dataset_id}/blocks"] || {}).get;
@@ -241,11 +257,11 @@
       const u = usage(d);
       if (!perBlockOnly(d)) {
         a.appendChild(gauge(d.spent.epsilon, capOf(d).epsilon,
-          `${d.name}: spent ${used(d)} of the epsilon budget, ${eps(d.spent.epsilon)} of ${fmt(capOf(d).epsilon)} at δ = ${fmt(capOf(d).delta)}; ${stateText(d)}`, st));
+          `${d.name}: spent ${used(d)} of the epsilon budget, ${eps(d.spent.epsilon)} of ${down(capOf(d).epsilon)} at δ = ${dlt(capOf(d).delta)}; ${stateText(d)}`, st));
       } else if (u) {
         const g = gauge(u.spent, u.cap.epsilon, u.block
-          ? `${d.name}: its most-spent block ${u.block} has used ${used(d)} of its epsilon budget, ${eps(u.spent)} of ${fmt(u.cap.epsilon)} per block at δ = ${fmt(u.cap.delta)}; ${stateText(d)}`
-          : `${d.name}: no block charged yet, each has its whole budget of ${eps(u.cap.epsilon)}; ${stateText(d)}`, st, "of a block's budget");
+          ? `${d.name}: its most-spent block ${u.block} has used ${used(d)} of its epsilon budget, ε = ${upBelow(u.spent, u.cap.epsilon)} of ${down(u.cap.epsilon)} per block at δ = ${dlt(u.cap.delta)}; ${stateText(d)}`
+          : `${d.name}: no block charged yet, each has its whole budget of ${epsLeft(u.cap.epsilon)}; ${stateText(d)}`, st, "of a block's budget");
         g.setAttribute("data-block", u.block || "");
         a.appendChild(g);
       }
@@ -253,8 +269,8 @@
       const p = html("p", { class: "spent" });
       p.appendChild(html("span", { class: "value", "data-testid": "spent", "data-value": d.spent.epsilon }, eps(d.spent.epsilon)));
       p.appendChild(document.createTextNode(perBlockOnly(d)
-        ? ` over all blocks composed; budget ${fmt(d.budget.epsilon)} per block at δ = ${fmt(d.budget.delta)}, no lifetime budget`
-        : ` of ${fmt(capOf(d).epsilon)} at δ = ${fmt(capOf(d).delta)}`));
+        ? ` over all blocks composed; budget ${down(d.budget.epsilon)} per block at δ = ${dlt(d.budget.delta)}, no lifetime budget`
+        : ` of ${down(capOf(d).epsilon)} at δ = ${dlt(capOf(d).delta)}`));
       a.appendChild(p);
       if (d.reserved && d.reserved.count) {
         a.appendChild(html("p", { class: "muted", "data-testid": "reserved" }, `${d.reserved.count} active hold${d.reserved.count === 1 ? "" : "s"} reserving ${eps(d.reserved.epsilon)}`));
@@ -283,19 +299,19 @@
 
   function renderSummary(d) {
     $("detail-title").textContent = d.name;
-    $("detail-description").textContent = d.description || "";
+    $("detail-description").replaceChildren(d.description ? userText(d.description) : "");
     const dl = $("summary");
     dl.replaceChildren();
     const lifetime = d.partition && d.lifetime_budget
-      ? `; lifetime ${eps(d.lifetime_budget.epsilon)}, δ = ${fmt(d.lifetime_budget.delta)}` : "";
-    summaryRow(dl, "Budget", `${eps(d.budget.epsilon)}, δ = ${fmt(d.budget.delta)}${d.partition ? " per block" : ""}${lifetime}`);
+      ? `; lifetime ${epsLeft(d.lifetime_budget.epsilon)}, δ = ${dlt(d.lifetime_budget.delta)}` : "";
+    summaryRow(dl, "Budget", `${epsLeft(d.budget.epsilon)}, δ = ${dlt(d.budget.delta)}${d.partition ? " per block" : ""}${lifetime}`);
     const share = perBlockOnly(d)
-      ? `all blocks composed, which no budget caps (no lifetime budget)${usage(d) && usage(d).block ? `; the most-spent block ${usedWords(d)} of its budget` : ""}`
+      ? `all blocks composed, which no budget caps (no lifetime budget)${usage(d) && usage(d).block ? `; ${usedWords(d).replace("most-spent block", "the most-spent block")} of its budget` : ""}`
       : `${used(d)} of the budget`;
-    const spent = summaryRow(dl, "Spent", `${eps(d.spent.epsilon)} at δ = ${fmt(d.spent.delta)} — ${share} (converted by ${d.spent.method})`, "detail-spent");
+    const spent = summaryRow(dl, "Spent", `${eps(d.spent.epsilon)} at δ = ${dlt(d.spent.delta)} — ${share} (converted by ${d.spent.method})`, "detail-spent");
     spent.setAttribute("data-value", d.spent.epsilon);
     let remaining = d.remaining.rho !== null && d.remaining.rho !== undefined
-      ? `${eps(d.remaining.epsilon)} (ρ left ${fmt(d.remaining.rho)})` : eps(d.remaining.epsilon);
+      ? `${epsLeft(d.remaining.epsilon)} (ρ left ${down(d.remaining.rho)})` : epsLeft(d.remaining.epsilon);
     if (perBlockOnly(d)) remaining += " in a block nobody charged (no lifetime budget)";
     if (d.reserved) {
       remaining += d.reserved.count
@@ -322,7 +338,8 @@
     rappor: { q: "", fixed: "one report" },
     subsampled_gaussian: { q: "parameter=steps&sample_rate=0.01&sigma=1", fixed: "sampling rate 0.01, σ = 1" },
   };
-  const PARAM_WORDS = { sigma: (v) => `noise σ ≥ ${fmt(v)}`, epsilon: (v) => `ε ≤ ${fmt(v)}`, steps: (v) => `up to ${Math.floor(v)} training steps` };
+  // a calibrated value is typed back in: strictly on its safe side (fmtStrict)
+  const PARAM_WORDS = { sigma: (v) => `noise σ ≥ ${fmtStrict(v, 1)}`, epsilon: (v) => `ε ≤ ${fmtStrict(v, -1)}`, steps: (v) => `up to ${Math.floor(v)} training steps` };
 
   async function renderCalibration(d) {
     const box = $("calibration");
@@ -335,7 +352,7 @@
     if (d.partition) {
       // the budget is per block: /calibrate needs the blocks a query reads (block_from,
       // block_to), which the page cannot guess, so it points to the blocks' remaining budget
-      box.appendChild(html("p", { "data-testid": "calibration-blocks" }, `It depends on the blocks the query reads: each block has its own budget of ${eps(d.budget.epsilon)}, and a block nobody charged has all of it. The remaining ε of each block is in the heatmap below (and its data table).`));
+      box.appendChild(html("p", { "data-testid": "calibration-blocks" }, `It depends on the blocks the query reads: each block has its own budget of ${epsLeft(d.budget.epsilon)}, and a block nobody charged has all of it. The remaining ε of each block is in the heatmap below (and its data table).`));
       return;
     }
     const rows = await Promise.all(kinds.map(async (k) => {
@@ -384,11 +401,19 @@
     // the dataset): no line then, since the spend plotted composes the charges of all blocks
     const perBlock = s.budget_scope ? s.budget_scope === "per_block" : perBlockOnly(d);
     const which = perBlock ? "per-block budget" : "budget";
+    const budgetText = (b) => `ε = ${down(b.epsilon)}${b.delta !== undefined ? `, δ = ${dlt(b.delta)}` : ""}`;
     const vlines = byTime && changes ? changes.map((c) => ({
       x: t(c.created_at),
-      label: `${when(c.created_at)}: ${which} ${c.new ? `changed to ε = ${fmt(c.new.epsilon)}` : "changed"}${c.old ? ` (was ${fmt(c.old.epsilon)})` : ""}`,
+      label: `${when(c.created_at)}: ${which} ${c.new ? `changed to ${budgetText(c.new)}` : "changed"}${c.old ? ` (was ${budgetText(c.old)})` : ""}`,
     })) : [];
-    const span = pts.length ? pts[pts.length - 1][0] - pts[0][0] : 0;
+    // each entry stores the spend at the budget δ of its time: after a change of the budget δ
+    // the earlier points are at the old δ, so the chart says so and ends with the current
+    // spend (at the current δ, the dataset's `spent`) as a "now" point
+    const deltaChanged = !!(changes && changes.some((c) => c.old && c.new && c.old.delta !== undefined && c.new.delta !== undefined && c.old.delta !== c.new.delta));
+    const nowX = pts.length ? (byTime ? Math.max(Date.now(), pts[pts.length - 1][0], ...vlines.map((v) => v.x)) : pts[pts.length - 1][0] + 1) : null;
+    const nowPoint = deltaChanged && pts.length ? { x: nowX, y: d.spent.epsilon, label: `now ${eps(d.spent.epsilon)}` } : null;
+    const lastValue = nowPoint ? d.spent.epsilon : pts.length ? pts[pts.length - 1][1] : null;
+    const span = pts.length ? (nowPoint ? nowX : Math.max(pts[pts.length - 1][0], ...vlines.map((v) => v.x))) - pts[0][0] : 0;
     const timeFmt = (ms) => {
       const dt = new Date(ms);
       return span < 2 * 864e5 ? dt.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: span < 600e3 ? "2-digit" : undefined })
@@ -398,30 +423,41 @@
     if (!byTime) marks = "Budget changes are marked on the time view.";
     else if (!changes) marks = "This server does not report budget changes, so they are not marked.";
     else if (!changes.length) marks = "The budget has not changed.";
+    else if (!pts.length) marks = `${changes.length} budget change${changes.length === 1 ? "" : "s"}, not drawn: no ledger entries yet.`;
     else marks = `${changes.length} budget change${changes.length === 1 ? "" : "s"} marked by triangles.`;
     $("series-marks").textContent = marks;
+    const deltaNote = deltaChanged
+      ? ` The budget δ changed (now δ = ${dlt(d.spent.delta)}): each point is the spend at the budget δ when that charge was made, so points before the change are at the old δ; the last point, "now", is the current spend at δ = ${dlt(d.spent.delta)}.`
+      : "";
     lineChart($("fig-series"), {
       testid: "chart-series",
       title: "Spend over time",
-      description: perBlock
-        ? `The privacy loss of all charges composed (ε at δ = ${fmt(s.budget.delta)}) after each query, ${byTime ? "by the time it was charged" : "by ledger entry number"}; no budget line: this dataset has no lifetime budget, and its budget of ${eps(s.budget.epsilon)} applies to each block, not to this composition (each block's use is in the heatmap below)${s.downsampled ? ` (${pts.length} of ${s.entries} entries shown, evenly spaced)` : ""}.`
-        : `How much of the privacy budget (ε at δ = ${fmt(capOf(d).delta)}) had been used after each query, ${byTime ? "by the time it was charged" : "by ledger entry number"}; the dashed line is the budget${s.downsampled ? ` (${pts.length} of ${s.entries} entries shown, evenly spaced)` : ""}.`,
+      description: (perBlock
+        ? `The privacy loss of all charges composed (ε at ${deltaChanged ? "the budget δ of the time of each charge" : `δ = ${dlt(s.budget.delta)}`}) after each query, ${byTime ? "by the time it was charged" : "by ledger entry number"}; no budget line: this dataset has no lifetime budget, and its budget of ${epsLeft(s.budget.epsilon)} applies to each block, not to this composition (each block's use is in the heatmap below)${s.downsampled ? ` (${pts.length} of ${s.entries} entries shown, evenly spaced)` : ""}.`
+        : `How much of the privacy budget (ε at ${deltaChanged ? "the budget δ of the time of each charge" : `δ = ${dlt(capOf(d).delta)}`}) had been used after each query, ${byTime ? "by the time it was charged" : "by ledger entry number"}; the dashed line is the budget${s.downsampled ? ` (${pts.length} of ${s.entries} entries shown, evenly spaced)` : ""}.`) + deltaNote,
       summary: !pts.length ? "No entries yet."
-        : perBlock ? `Spend of all blocks composed rises to ${eps(pts[pts.length - 1][1])}; no lifetime budget caps it (per block: ${eps(s.budget.epsilon)}).`
-        : `Spend rises to ${eps(pts[pts.length - 1][1])}; budget ${eps(capOf(d).epsilon)}.`,
+        : (perBlock ? `Spend of all blocks composed rises to ${eps(lastValue)}${nowPoint ? " now" : ""}; no lifetime budget caps it (per block: ${epsLeft(s.budget.epsilon)}).`
+        : `Spend rises to ${eps(lastValue)}${nowPoint ? " now" : ""}; budget ${epsLeft(capOf(d).epsilon)}.`) + deltaNote,
       xLabel: byTime ? "time charged" : "ledger entry",
       xTime: byTime,
       xFormat: byTime ? timeFmt : undefined,
       yLabel: "epsilon",
       series: [{ name: "spent ε", points: pts }],
-      hlines: perBlock ? [] : [{ y: capOf(d).epsilon, label: `budget ε = ${fmt(capOf(d).epsilon)}` }],
+      points: nowPoint ? [nowPoint] : [],
+      hlines: perBlock ? [] : [{ y: capOf(d).epsilon, label: `budget ε = ${down(capOf(d).epsilon)}` }],
       vlines,
       vlineName: "budget change",
       empty: "No ledger entries yet",
-      table: { headers: ["entry", "time", "mechanism", "spent ε"], rows: s.points.map((p) => [p.seq, when(p.created_at), kindName(p.kind), p.epsilon]) },
+      table: {
+        headers: ["entry", "time", "mechanism", deltaChanged ? "spent ε (at the budget δ of its time)" : "spent ε"],
+        round: [null, null, null, "up"],
+        rows: s.points.map((p) => [p.seq, when(p.created_at), kindName(p.kind), p.epsilon])
+          .concat(nowPoint ? [["now", when(new Date(nowX).toISOString()), `current spend at δ = ${dlt(d.spent.delta)}`, d.spent.epsilon]] : []),
+      },
     });
     $("fig-series").setAttribute("data-view", seriesView);
     $("fig-series").setAttribute("data-budget-scope", perBlock ? "per_block" : s.budget_scope || "dataset");
+    $("fig-series").setAttribute("data-delta-changed", deltaChanged ? "true" : "false");
   }
 
   function renderBreakdown(d) {
@@ -432,7 +468,7 @@
     const weight = (k) => (byRho ? counts[k].rho || 0 : counts[k].entries);
     const kinds = Object.keys(counts).sort((a, b) => weight(b) - weight(a));
     const total = kinds.reduce((acc, k) => acc + weight(k), 0);
-    const share = (k) => `${total > 0 ? ((100 * weight(k)) / total).toFixed(1) : "0.0"}%`;
+    const share = (k) => `${total > 0 ? (Math.ceil((1000 * weight(k)) / total - 1e-7) / 10).toFixed(1) : "0.0"}%`;
     const entries = (k) => `${counts[k].entries} entr${counts[k].entries === 1 ? "y" : "ies"}`;
     barChart($("fig-breakdown"), {
       testid: "chart-breakdown",
@@ -445,7 +481,7 @@
         value: weight(k),
         text: byRho ? `${share(k)} of ρ · ${entries(k)}` : `${entries(k)} (${share(k)})`,
       })),
-      table: { headers: ["mechanism", "entries", "invocations", "ρ"], rows: kinds.map((k) => [kindName(k), counts[k].entries, counts[k].count, counts[k].rho]) },
+      table: { headers: ["mechanism", "entries", "invocations", "ρ"], round: [null, null, null, "up"], rows: kinds.map((k) => [kindName(k), counts[k].entries, counts[k].count, counts[k].rho]) },
     });
   }
 
@@ -473,7 +509,7 @@
       series: perBlock ? [{ name: "ledger", points: rdp }] : [{ name: "ledger", points: rdp }, { name: "budget", points: bud }],
       points,
       empty: "No entries yet: the curve is zero",
-      table: { headers: ["order α", "ledger ε(α)", perBlock ? "one block's budget ε(α), not comparable" : "budget ε(α)"], rows: c.orders.map((a, i) => [a, c.rdp[i] ?? "n/a", c.budget_rdp[i] ?? "none fits"]) },
+      table: { round: [null, "up", "down"], headers: ["order α", "ledger ε(α)", perBlock ? "one block's budget ε(α), not comparable" : "budget ε(α)"], rows: c.orders.map((a, i) => [a, c.rdp[i] ?? "n/a", c.budget_rdp[i] ?? "none fits"]) },
     });
     const trade = c.tradeoff.filter((t) => t.epsilon !== null).map((t) => [t.delta, t.epsilon]);
     lineChart($("fig-tradeoff"), {
@@ -487,7 +523,7 @@
       xLog: true,
       series: [{ name: "spent ε(δ)", points: trade }],
       points: perBlock ? [] : [{ x: c.budget.delta, y: c.budget.epsilon, label: "budget" }],
-      table: { headers: ["δ", "ε", "method"], rows: c.tradeoff.map((t) => [t.delta, t.epsilon ?? "∞", t.method]) },
+      table: { round: [null, "up"], headers: ["δ", "ε", "method"], rows: c.tradeoff.map((t) => [t.delta, t.epsilon ?? "∞", t.method]) },
     });
   }
 
@@ -506,7 +542,12 @@
     }
     for (const row of rows) {
       const r = html("tr");
-      row.forEach((cell) => r.appendChild(html("td", {}, cell)));
+      row.forEach((cell) => {
+        const td = html("td", {});
+        if (cell instanceof Node) td.appendChild(cell);
+        else td.textContent = cell;
+        r.appendChild(td);
+      });
       body.appendChild(r);
     }
     table.appendChild(body);
@@ -520,8 +561,28 @@
     return `${m.mechanism}(${params})${m.count && m.count > 1 ? ` × ${m.count}` : ""}`;
   }
 
-  const meta = (m) => (m && Object.keys(m).length ? Object.entries(m).map(([k, v]) => `${k}: ${typeof v === "object" ? JSON.stringify(v) : v}`).join("; ") : "");
-  const who = (x) => (x.key_name || x.key_id || "—") + (x.allocation ? ` (${x.allocation})` : "");
+  // text written by users (labels, metadata, key names) goes in <bdi>: a bidi override in it
+  // (U+202E) cannot reorder the text around it
+  const userText = (t) => (t ? html("bdi", {}, String(t)) : "");
+  function meta(m) {
+    if (!m || !Object.keys(m).length) return "";
+    const frag = document.createDocumentFragment();
+    Object.entries(m).forEach(([k, v], i) => {
+      if (i) frag.appendChild(document.createTextNode("; "));
+      frag.appendChild(html("bdi", {}, k));
+      frag.appendChild(document.createTextNode(": "));
+      frag.appendChild(html("bdi", {}, typeof v === "object" ? JSON.stringify(v) : String(v)));
+    });
+    return frag;
+  }
+  function who(x) {
+    const frag = document.createDocumentFragment();
+    frag.appendChild(html("bdi", {}, x.key_name || x.key_id || "—"));
+    if (x.allocation) frag.appendChild(document.createTextNode(" ("));
+    if (x.allocation) frag.appendChild(html("bdi", {}, x.allocation));
+    if (x.allocation) frag.appendChild(document.createTextNode(")"));
+    return frag;
+  }
 
   // ---- history: ledger and rejections, paged by the API's cursor -------------------------
 
@@ -545,13 +606,17 @@
   }
 
   function filterLocal(rows, kindOf) {
-    // filters the API may not apply yet are applied to the page shown (the totals are the API's)
+    // filters the API may not apply yet are applied to the page shown (the totals are the API's);
+    // the label filter is an exact match, as on the server
     const kind = $("f-kind").value, label = $("f-label").value.trim();
     const after = $("f-after").value ? new Date(`${$("f-after").value}T00:00:00`).getTime() : null;
     const before = $("f-before").value ? new Date(`${$("f-before").value}T23:59:59.999`).getTime() : null;
-    return rows.filter((r) => (!kind || kindOf(r) === kind) && (!label || (r.label || "").includes(label)) &&
+    return rows.filter((r) => (!kind || kindOf(r) === kind) && (!label || (r.label || "") === label) &&
       (after === null || new Date(r.created_at).getTime() >= after) && (before === null || new Date(r.created_at).getTime() <= before));
   }
+
+  const filtered = () => [...filterQuery().keys()].length > 0;
+  const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
 
   async function loadEntries() {
     const pg = pagers.entries;
@@ -562,31 +627,41 @@
     pg.next = page.next_cursor;
     const rows = filterLocal(page.entries, (e) => e.kind);
     fillTable($("entries"), ["#", "time", "mechanism", "label", "charged by", "metadata", "spent ε after"],
-      rows.map((e) => [String(e.seq), when(e.created_at), describe(e.mechanism), e.label || "", who(e), meta(e.metadata), fmt(e.spent_epsilon)]),
+      rows.map((e) => [String(e.seq), when(e.created_at), describe(e.mechanism), userText(e.label), who(e), meta(e.metadata), up(e.spent_epsilon)]),
       "No ledger entries match.");
     $("entries-newer").disabled = !pg.stack.length;
     $("entries-older").disabled = !pg.next;
-    const first = page.entries.length ? page.entries[0].seq : null, last = page.entries.length ? page.entries[page.entries.length - 1].seq : null;
-    $("entries-page").textContent = first === null ? "No entries" : `Entries ${last}–${first} of ${page.total}${page.next_cursor ? "" : " (oldest reached)"}`;
+    const oldest = page.next_cursor ? "" : " (oldest reached)";
+    if (filtered()) {
+      // the API's `total` is the whole ledger's, not the filter's: say only what this page shows
+      $("entries-page").textContent = `Page ${pg.stack.length + 1}: ${plural(rows.length, "matching entry", "matching entries")} shown${oldest}`;
+    } else {
+      const first = page.entries.length ? page.entries[0].seq : null, last = page.entries.length ? page.entries[page.entries.length - 1].seq : null;
+      $("entries-page").textContent = first === null ? "No entries" : `Entries ${last}–${first} of ${page.total}${oldest}`;
+    }
   }
 
   async function loadRejections() {
     const pg = pagers.rejections;
+    const c = await capabilities();
     const q = filterQuery();
     q.set("limit", String(PAGE));
     if (pg.cursor) q.set("cursor", pg.cursor);
     const page = await api(`/v1/datasets/${encodeURIComponent(detailId)}/rejections?${q}`);
     pg.next = page.next_cursor;
+    // the server filters by kind (`kind`) where its OpenAPI says so; else only this page is
     const rows = filterLocal(page.rejections, (r) => r.mechanism.mechanism);
     fillTable($("rejections"), ["time", "operation", "mechanism", "label", "requested by", "metadata", "reason"],
-      rows.map((r) => [when(r.created_at), r.operation, describe(r.mechanism), r.label || "", who(r), meta(r.metadata), r.reason]),
+      rows.map((r) => [when(r.created_at), r.operation, describe(r.mechanism), userText(r.label), who(r), meta(r.metadata), userText(r.reason)]),
       "No refused request matches.");
     $("rejections-newer").disabled = !pg.stack.length;
     $("rejections-older").disabled = !pg.next;
-    $("rejections-page").textContent = `Page ${pg.stack.length + 1}${pg.next ? "" : " (oldest reached)"}`;
+    const pageOnly = $("f-kind").value && !c.rejectionKind ? " (the kind filter applies to this page only)" : "";
+    $("rejections-page").textContent = `Page ${pg.stack.length + 1}${filtered() ? `: ${plural(rows.length, "matching refusal", "matching refusals")} shown` : ""}${pg.next ? "" : " (oldest reached)"}${pageOnly}`;
   }
 
   async function page(which, dir) {
+    if (!detailId) return;
     const pg = pagers[which];
     if (dir === "older" && pg.next) { pg.stack.push(pg.cursor); pg.cursor = pg.next; }
     else if (dir === "newer" && pg.stack.length) pg.cursor = pg.stack.pop();
@@ -601,6 +676,7 @@
   async function renderCsvLink() {
     const a = $("csv");
     a.hidden = true;
+    if (!detailId) return;
     const c = await capabilities();
     if (!c.csv) return;
     const q = filterQuery();
@@ -640,10 +716,11 @@
     const page = await api(`/v1/datasets/${encodeURIComponent(d.id)}/reservations?status=active`);
     const holds = page.reservations || [];
     const table = html("table", { "aria-labelledby": "holds-title", "data-testid": "holds-table" });
-    box.appendChild(html("div", { class: "table-wrap" }));
+    // focusable, with a name: it scrolls sideways on a narrow screen
+    box.appendChild(html("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-labelledby": "holds-title" }));
     box.firstChild.appendChild(table);
     fillTable(table, ["held since", "expires", "mechanism", "label", "held by"],
-      holds.map((h) => [when(h.created_at), when(h.expires_at), describe(h.mechanism), h.label || "", who(h)]),
+      holds.map((h) => [when(h.created_at), when(h.expires_at), describe(h.mechanism), userText(h.label), who(h)]),
       "No active holds.");
   }
 
@@ -661,7 +738,7 @@
     const perBlock = !!d.partition;
     const total = allocs.reduce((acc, a) => acc + a.budget.epsilon, 0);
     $("teams-note").textContent = `The dataset's budget is split between ${allocs.length} team${allocs.length === 1 ? "" : "s"}. ` +
-      "Team budgets may add up to more than the dataset's (here " + `${eps(total)} against ${eps(d.budget.epsilon)}` + "): " +
+      "Team budgets may add up to more than the dataset's (here " + `${epsLeft(total)} against ${epsLeft(d.budget.epsilon)}` + "): " +
       "a team's charge must fit both its own budget and the dataset's, so the dataset's budget is the guarantee." +
       (perBlock ? " On this partitioned dataset each team's budget applies to each block; its spend is that of its most-spent block." : "");
     const table = $("teams-table");
@@ -681,7 +758,7 @@
       tr.appendChild(html("th", { scope: "row" }, a.name));
       const g = html("td", { class: "team-gauge" });
       const svg = gauge(a.spent.epsilon, a.budget.epsilon,
-        `${a.name}: spent ${used(view)} of its epsilon budget, ${eps(a.spent.epsilon)} of ${fmt(a.budget.epsilon)}; ${stateText(view)}`, st);
+        `${a.name}: spent ${used(view)} of its epsilon budget, ε = ${upBelow(a.spent.epsilon, a.budget.epsilon)} of ${down(a.budget.epsilon)}; ${stateText(view)}`, st);
       svg.classList.add("small");
       g.appendChild(svg);
       tr.appendChild(g);
@@ -689,9 +766,9 @@
       stc.appendChild(stateBadge(view));
       tr.appendChild(stc);
       const num = (testid, x, text) => tr.appendChild(html("td", { "data-testid": testid, "data-value": x }, text));
-      num("team-budget", a.budget.epsilon, `${eps(a.budget.epsilon)}, δ = ${fmt(a.budget.delta)}`);
+      num("team-budget", a.budget.epsilon, `${epsLeft(a.budget.epsilon)}, δ = ${dlt(a.budget.delta)}`);
       num("team-spent", a.spent.epsilon, `${eps(a.spent.epsilon)} (${used(view)})`);
-      let rem = eps(a.remaining.epsilon);
+      let rem = epsLeft(a.remaining.epsilon);
       if (a.reserved && a.reserved.count) rem += `, after ${a.reserved.count} hold${a.reserved.count === 1 ? "" : "s"} reserving ${eps(a.reserved.epsilon)}`;
       num("team-remaining", a.remaining.epsilon, rem);
       num("team-entries", a.entries, String(a.entries));
@@ -774,24 +851,24 @@
       const b = byKey.get(cell.key);
       const spent = b ? b.spent.epsilon : 0;
       const exhausted = b ? !!b.exhausted : false;
-      const label = `${cell.key}: ${fmt(spent)} of ${fmt(per)} used${exhausted ? ", exhausted" : ""}`;
+      const label = `${cell.key}: ${exhausted ? up(spent) : upBelow(spent, per)} of ${down(per)} used${exhausted ? ", exhausted" : ""}`;
       return { ...cell, spent, exhausted, budget: per, label, entries: b ? b.entries : 0 };
     });
     const span = unit === "day" ? "the last 12 weeks" : unit === "week" ? "the last 26 weeks" : "the last 12 months";
-    $("blocks-note").textContent = `This dataset is split into blocks of ${UNIT_WORDS[unit] || unit} of data (UTC), and each block has its own budget of ${eps(per)} at δ = ${fmt(d.budget.delta)}: ` +
+    $("blocks-note").textContent = `This dataset is split into blocks of ${UNIT_WORDS[unit] || unit} of data (UTC), and each block has its own budget of ${epsLeft(per)} at δ = ${dlt(d.budget.delta)}: ` +
       "a query is charged only to the blocks it reads, so using up one block leaves the others untouched; " +
       "a person whose records are in many blocks is protected only by the lifetime budget.";
     const charged = cells.filter((x) => x.spent > 0 || x.entries > 0);
     heatmap($("fig-blocks"), {
       testid: "chart-blocks",
       title: `Spend per ${unit}, ${span}`,
-      description: `Each square is one block; the darker it is, the more of that block's budget (${eps(per)}) is used; a crossed square is exhausted.`,
+      description: `Each square is one block; the darker it is, the more of that block's budget (${epsLeft(per)}) is used; a crossed square is exhausted.`,
       cells,
       cols: layout.cols,
       rows: layout.rows,
       rowLabels: layout.rowLabels,
       colLabels: layout.colLabels,
-      table: { headers: ["block", "spent ε", "remaining ε", "entries", "exhausted"], rows: charged.map((x) => {
+      table: { headers: ["block", "spent ε", "remaining ε", "entries", "exhausted"], round: [null, "up", "down"], rows: charged.map((x) => {
         const b = byKey.get(x.key);
         return [x.key, x.spent, b ? b.remaining.epsilon : per, x.entries, x.exhausted ? "yes" : "no"];
       }) },
@@ -807,7 +884,7 @@
     if (sb) {
       const top = sb.most_spent;
       summaryRow(dl, "Most-spent block", top
-        ? `${top.block}: ${eps(top.spent.epsilon)} of ${fmt(per)} used${top.exhausted ? " (exhausted)" : ""}`
+        ? `${top.block}: ε = ${top.exhausted ? up(top.spent.epsilon) : upBelow(top.spent.epsilon, per)} of ${down(per)} used${top.exhausted ? " (exhausted)" : ""}`
         : "none charged yet", "blocks-most-spent").setAttribute("data-value", top ? top.block : "");
       summaryRow(dl, "Exhausted blocks", String(sb.exhausted_blocks), "blocks-exhausted-count");
       summaryRow(dl, "Blocks charged", String(sb.charged_blocks), "blocks-charged");
@@ -815,8 +892,8 @@
     const lt = budget && budget.lifetime;
     if (lt) {
       const text = lt.budget
-        ? `${eps(lt.spent.epsilon)} of a lifetime budget of ${fmt(lt.budget.epsilon)} at δ = ${fmt(lt.budget.delta)}` +
-          (lt.remaining ? `, ${eps(lt.remaining.epsilon)} left` : "") + (lt.exhausted ? " (exhausted)" : "")
+        ? `${eps(lt.spent.epsilon)} of a lifetime budget of ${down(lt.budget.epsilon)} at δ = ${dlt(lt.budget.delta)}` +
+          (lt.remaining ? `, ${epsLeft(lt.remaining.epsilon)} left` : "") + (lt.exhausted ? " (exhausted)" : "")
         : `${eps(lt.spent.epsilon)} over all charges together (no lifetime budget is set)`;
       summaryRow(dl, "Lifetime spend", text, "blocks-lifetime").setAttribute("data-value", lt.spent.epsilon);
     }
@@ -824,15 +901,34 @@
     box.hidden = false;
   }
 
+  // a dataset that cannot be read (unknown, or not visible to this key): nothing of the
+  // dataset shown before stays on screen, and the error is said where the dataset would be
+  function showDetailError(message) {
+    detailId = null;
+    lastSeries = null;
+    for (const k of Object.keys(pagers)) pagers[k] = { stack: [], cursor: null, next: null };
+    $("detail-title").textContent = "Dataset not available";
+    $("detail-error").textContent = message;
+    $("detail-body").hidden = true;
+    for (const id of ["detail-description", "summary", "calibration", "holds", "teams-table", "entries", "rejections", "fig-series", "fig-breakdown", "fig-rdp", "fig-tradeoff", "fig-blocks", "blocks-summary"]) $(id).replaceChildren();
+    for (const id of ["entries-page", "rejections-page", "series-marks", "teams-note", "blocks-note", "blocks-exhausted"]) $(id).textContent = "";
+    show("detail");
+    status(message);
+  }
+
   async function renderDetail(id) {
     const base = `/v1/datasets/${encodeURIComponent(id)}`;
+    // read first: the page's dataset (and the pagers' and filters' target) changes only once
+    // the new one could be read
+    const [d, s, c, b] = await Promise.all([api(base), api(`${base}/series?points=400`), api(`${base}/curves`),
+      api(`${base}/budget`).catch(() => null)]);
+    if (b && b.blocks) d.topBlock = b.blocks.most_spent;
     if (detailId !== id) {
       detailId = id;
       for (const k of Object.keys(pagers)) pagers[k] = { stack: [], cursor: null, next: null };
     }
-    const [d, s, c, b] = await Promise.all([api(base), api(`${base}/series?points=400`), api(`${base}/curves`),
-      api(`${base}/budget`).catch(() => null)]);
-    if (b && b.blocks) d.topBlock = b.blocks.most_spent;
+    $("detail-error").textContent = "";
+    $("detail-body").hidden = false;
     renderSummary(d);
     renderSeries(d, s);
     renderBreakdown(d);
@@ -848,7 +944,7 @@
     await renderCalibration(d);
     status(perBlockOnly(d)
       ? `${d.name}: ${eps(d.spent.epsilon)} over all blocks composed (no lifetime budget); ${stateText(d)}`
-      : `${d.name}: ${eps(d.spent.epsilon)} of ${fmt(capOf(d).epsilon)} spent; ${stateText(d)}`);
+      : `${d.name}: ${eps(d.spent.epsilon)} of ${down(capOf(d).epsilon)} spent; ${stateText(d)}`);
   }
 
   // ---- routing ----------------------------------------------------------------------------
@@ -865,7 +961,12 @@
       stamp();
       document.body.setAttribute("data-ready", "true");
     } catch (err) {
-      handle(err);
+      if (m && err instanceof ApiError && (err.status === 404 || err.status === 403)) {
+        showDetailError("No such dataset, or it is not visible to this key.");
+        document.body.setAttribute("data-ready", "true");
+      } else {
+        handle(err);
+      }
     }
   }
 

@@ -21,15 +21,45 @@
     return node;
   }
 
-  // numbers as people read them: 4 significant digits, exponent for very small or large
-  function fmt(x) {
+  // numbers as people read them: 4 significant digits, exponent (3 digits) for very small or
+  // large ones. `fmt` rounds to nearest (axis ticks, orders); `fmtUp` and `fmtDown` round in a
+  // direction, for numbers whose safe side is known: a spend, a ρ used, a "σ ≥" up; a
+  // remaining budget, an "ε ≤" down. A value the short form states exactly (it parses back
+  // to the same float: 0.5, 1e-6) is printed as is; any other is moved one unit in its last
+  // digit when rounding to nearest landed on the unsafe side by more than 1e-9 relative, so
+  // the text is never below (fmtUp) or above (fmtDown) the number by more than that.
+  function fmtDir(x, dir, digits, strict) {
     if (x === null || x === undefined || Number.isNaN(x)) return "n/a";
     if (!Number.isFinite(x)) return x > 0 ? "∞" : "-∞";
     if (x === 0) return "0";
     const a = Math.abs(x);
-    if (a < 1e-3 || a >= 1e6) return x.toExponential(2).replace("e+", "e");
-    return String(Number(x.toPrecision(4)));
+    const expForm = a < 1e-3 || a >= 1e6;
+    const p = digits || (expForm ? 3 : 4);
+    const s = x.toExponential(p - 1);
+    let v = Number(s);
+    // (within 1e-9 of it the short form stays, unless ``strict``: float noise of an exact
+    // sum, 0.3 x 4 = 1.2000000000000002, reads 1.2 as in the command line, not 1.201; a value
+    // a person types back in, a calibrated σ or ε, is ``strict``)
+    if (dir && v !== x && (strict || Math.abs(v - x) > 1e-9 * a) && (dir > 0 ? v < x : v > x)) {
+      const [mant, ex] = s.split("e");
+      const neg = mant.startsWith("-");
+      let m = Number(mant.replace("-", "").replace(".", "")); // p digits, as an integer
+      let n = Number(ex);
+      const lo = Math.pow(10, p - 1), hi = Math.pow(10, p);
+      m += (dir > 0) !== neg ? 1 : -1; // away from zero when moving in the sign's direction
+      if (m >= hi) { m = lo; n += 1; }
+      if (m < lo) { m = hi - 1; n -= 1; }
+      const digitsStr = String(m);
+      v = Number(`${neg ? "-" : ""}${digitsStr[0]}.${digitsStr.slice(1)}e${n}`);
+    }
+    const b = Math.abs(v);
+    if (b < 1e-3 || b >= 1e6) return v.toExponential(p - 1).replace("e+", "e");
+    return String(v);
   }
+  const fmt = (x) => fmtDir(x, 0);
+  const fmtUp = (x, digits) => fmtDir(x, 1, digits);
+  const fmtDown = (x, digits) => fmtDir(x, -1, digits);
+  const fmtStrict = (x, dir) => fmtDir(x, dir, 0, true);
 
   function niceStep(span, count) {
     const raw = span / Math.max(1, count);
@@ -102,7 +132,14 @@
     const body = html("tbody");
     for (const row of table.rows) {
       const tr = html("tr");
-      row.forEach((cell) => tr.appendChild(html("td", {}, typeof cell === "number" ? fmt(cell) : String(cell))));
+      // numbers: whole ones as they are (entry numbers, counts), others rounded in the
+      // column's direction (table.round: "up" for what is used, "down" for what is left)
+      row.forEach((cell, i) => {
+        const dir = (table.round || [])[i];
+        const f = dir === "up" ? fmtUp : dir === "down" ? fmtDown : fmt;
+        const text = typeof cell !== "number" ? String(cell) : Number.isInteger(cell) && Math.abs(cell) < 1e15 ? String(cell) : f(cell);
+        tr.appendChild(html("td", {}, text));
+      });
       body.appendChild(tr);
     }
     t.appendChild(body);
@@ -147,7 +184,10 @@
       dataTable(figure, opts.table);
       return svg;
     }
-    let x0 = Math.min(...all.map((p) => p[0])), x1 = Math.max(...all.map((p) => p[0]));
+    // the x range covers the points and the vertical marks (a budget change after the last
+    // entry is drawn, not dropped)
+    const xs = all.map((p) => p[0]).concat((opts.vlines || []).map((v) => v.x).filter((x) => Number.isFinite(x) && (!opts.xLog || x > 0)));
+    let x0 = Math.min(...xs), x1 = Math.max(...xs);
     let y0 = opts.yLog ? Math.min(...ys) : Math.min(0, ...ys), y1 = Math.max(...ys);
     if (x1 === x0) { x0 = opts.xLog ? x0 / 2 : x0 - 1; x1 = opts.xLog ? x1 * 2 : x1 + 1; }
     if (y1 === y0) { y1 = opts.yLog ? y1 * 10 : y0 + 1; }
@@ -204,7 +244,9 @@
       if (!ok([p.x, p.y])) continue;
       const g = el("g", { class: "point" });
       marker(g, "diamond", sx(p.x), sy(p.y), "mark");
-      g.appendChild(el("text", { x: sx(p.x) + 8, y: sy(p.y) - 8 }, p.label));
+      // a label near the right edge is written leftwards, so it is not cut off
+      const nearRight = sx(p.x) > W - R - 6.5 * String(p.label).length - 10;
+      g.appendChild(el("text", { x: sx(p.x) + (nearRight ? -8 : 8), y: sy(p.y) - 8, "text-anchor": nearRight ? "end" : "start" }, p.label));
       svg.appendChild(g);
     }
     // legend along the bottom
@@ -253,15 +295,22 @@
     return svg;
   }
 
-  // percentage of the budget used, floored to 0.1 (0.01 below 0.1 %), so "100.0%" shows only
-  // when the dataset is exhausted: a non-exhausted dataset reads at most 99.9 %
+  // percentage of the budget used, rounded UP to 0.1 (0.01 below 0.1 %), so it never reads
+  // less than is used; "100.0%" shows only when the dataset is exhausted (a non-exhausted one
+  // that rounds up to 100 gets more digits: "99.99%"); spent beyond the budget (a budget
+  // lowered below the spend) reads its true share: "160.0% (over budget)"
   function pctUsed(used, total, exhausted) {
     const f = total > 0 ? Math.max(0, used / total) : 0;
-    if (exhausted && f >= 0.9995) return `${Math.min(100, 100 * f).toFixed(1)}%`;
-    const digits = f > 0 && f < 0.001 ? 2 : 1;
-    const k = Math.pow(10, digits);
-    let v = Math.floor(100 * f * k + 1e-9) / k;
-    if (!exhausted && v >= 100) v = 100 - 1 / k;
+    const ceilTo = (digits) => {
+      const k = Math.pow(10, digits);
+      return Math.ceil(100 * f * k - 1e-7) / k;
+    };
+    let digits = f > 0 && f < 0.001 ? 2 : 1;
+    let v = ceilTo(digits);
+    if (f > 1 + 1e-9) return `${v.toFixed(digits)}% (over budget)`;
+    if (exhausted) return `${Math.min(100, v).toFixed(digits)}%`;
+    while (v >= 100 && f < 1 && digits < 8) v = ceilTo(++digits);
+    if (v >= 100) v = 100 - Math.pow(10, -digits);
     return `${v.toFixed(digits)}%`;
   }
 
@@ -306,9 +355,12 @@
       const [fx, fy] = end(f);
       svg.appendChild(el("path", { d: `M20 100A80 80 0 0 1 ${fx.toFixed(2)} ${fy.toFixed(2)}`, class: `fill ${state}` }));
     }
-    svg.appendChild(el("text", { x: cx, y: cy - 14, "text-anchor": "middle", class: "pct" }, pctUsed(used, total, state === "exhausted")));
+    // over budget: the true share in the middle, "Over budget" under it (the arc stays full)
+    const pct = pctUsed(used, total, state === "exhausted");
+    const over = pct.endsWith(" (over budget)");
+    svg.appendChild(el("text", { x: cx, y: cy - 14, "text-anchor": "middle", class: "pct", "data-testid": "gauge-pct" }, over ? pct.replace(" (over budget)", "") : pct));
     if (state !== "ok") svg.appendChild(stateIcon(state, cx - 44, cy + 8, 14));
-    svg.appendChild(el("text", { x: cx + 6, y: cy + 13, "text-anchor": "middle", class: "sub" }, state === "ok" ? sub || "of epsilon budget" : STATE_WORDS[state]));
+    svg.appendChild(el("text", { x: cx + 6, y: cy + 13, "text-anchor": "middle", class: "sub" }, over ? "Over budget" : state === "ok" ? sub || "of epsilon budget" : STATE_WORDS[state]));
     return svg;
   }
 
@@ -380,5 +432,5 @@
     return svg;
   }
 
-  window.Charts = { lineChart, barChart, gauge, heatmap, heatStep, fmt, html, pctUsed, stateIcon, el };
+  window.Charts = { lineChart, barChart, gauge, heatmap, heatStep, fmt, fmtUp, fmtDown, fmtStrict, html, pctUsed, stateIcon, el };
 })();
