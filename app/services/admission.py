@@ -178,8 +178,10 @@ def run_locked(
     work on the same dataset into one transaction (``app.db.group_commit``): one lock and one
     durable commit for the group, each unit seeing the state the previous ones left.
 
-    ``work`` may raise a ``ProblemError`` only before it writes anything; a refusal it records
-    is returned, not raised (the caller raises it once the rejection is committed).
+    ``work`` may raise a ``ProblemError`` only before it writes anything of its own; a refusal
+    it records is returned, not raised (the caller raises it once the rejection is committed).
+    The one write allowed before such a raise is ``settle`` (charging due holds), which holds
+    whatever the unit answers: a release of a hold that fell due answers 409 after it.
     """
 
     @contextmanager

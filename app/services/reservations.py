@@ -166,7 +166,8 @@ def _resolve(
                 raise Forbidden(why)
         if row.status is ReservationStatus.ACTIVE and admission.aware(row.expires_at) <= now:
             # due since the group settled (it waited for the lock, or ran earlier units):
-            # charged now, as the sweeper would (fail closed); a release is then refused
+            # charged now, as the sweeper would (fail closed); a release is then refused (409,
+            # raised after this write, which stands whatever this unit answers: run_locked)
             admission.settle(s, st, now)
         if row.status is ReservationStatus.ACTIVE:
             row.status = to
