@@ -34,8 +34,8 @@ _R = Reservation.__table__.c
 SCOPE = "reservation"
 
 
-def reservation_answer(row: Reservation) -> r.Reservation:
-    return r.Reservation(**_fields(row))
+def reservation_answer(row: Reservation, key_name: str | None = None) -> r.Reservation:
+    return r.Reservation(**_fields(row), key_name=key_name)
 
 
 def _fields(row: Reservation) -> dict[str, Any]:
@@ -244,9 +244,7 @@ def list_reservations(
         ).all()
         names = answers.key_labels(s, (x.key_id for x in rows))
         return r.ReservationList(
-            reservations=[
-                r.Reservation(**_fields(x), key_name=names.get(x.key_id or "")) for x in rows
-            ],
+            reservations=[reservation_answer(x, names.get(x.key_id or "")) for x in rows],
             total=total,
         )
 

@@ -577,10 +577,8 @@
   }
   function who(x) {
     const frag = document.createDocumentFragment();
-    frag.appendChild(html("bdi", {}, x.key_name || x.key_id || "—"));
-    if (x.allocation) frag.appendChild(document.createTextNode(" ("));
-    if (x.allocation) frag.appendChild(html("bdi", {}, x.allocation));
-    if (x.allocation) frag.appendChild(document.createTextNode(")"));
+    frag.append(html("bdi", {}, x.key_name || x.key_id || "—"));
+    if (x.allocation) frag.append(" (", html("bdi", {}, x.allocation), ")");
     return frag;
   }
 

@@ -40,7 +40,7 @@ class Endpoint:
         except httpx.InvalidURL:
             parsed = None
         if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
-            source = "the url argument" if url else f"{URL_ENV}" if os.environ.get(URL_ENV) else ""
+            source = "the url argument" if url else URL_ENV if os.environ.get(URL_ENV) else ""
             raise ValueError(
                 f"the server URL must look like http://host:port or https://host (got {given!r}"
                 + (f" from {source})" if source else ")")
