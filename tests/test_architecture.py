@@ -56,3 +56,28 @@ def test_the_scan_finds_a_function_level_import(tmp_path: Path) -> None:
         "probe.py:2 from app.services",
         "probe.py:3 import app.db",
     ]
+
+
+def test_the_accounting_packages_lazy_exports_agree() -> None:
+    """``app.accounting`` names its re-exports three times: for type checkers (the
+    ``TYPE_CHECKING`` imports), at run time (``_HOME``, the module each is imported from on
+    first use) and in ``__all__``. The three name the same things, and each name is the object
+    its module defines."""
+    import importlib
+
+    import app.accounting as package
+
+    tree = ast.parse((APP / "accounting" / "__init__.py").read_text())
+    typed = {
+        alias.name: (node.module or "").rsplit(".", 1)[-1]
+        for block in tree.body
+        if isinstance(block, ast.If)
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert typed == package._HOME
+    assert sorted(package.__all__) == sorted(typed)
+    for name, home in typed.items():
+        module = importlib.import_module(f"app.accounting.{home}")
+        assert getattr(package, name) is getattr(module, name), name
