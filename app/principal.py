@@ -9,7 +9,8 @@ own behalf (CLI commands on the server, the reservation sweeper, start-up tasks)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 
 
@@ -38,6 +39,10 @@ class Principal:
     # budget structures: the allocations this key must charge to (None = not limited)
     allocations: tuple[str, ...] | None = None
     key_name: str | None = None  # the key's label, shown beside its id on the entries it makes
+    # when the key's row was read and found active (None: a principal trusted as given, such
+    # as SYSTEM): a write confirms the key again under its lock if a revocation may have
+    # committed since (``app.services.auth.confirm_active``)
+    checked_at: datetime | None = field(default=None, compare=False)
 
     def has_role(self, role: Role) -> bool:
         return self.role.rank >= role.rank

@@ -52,7 +52,7 @@ from app.db.models import (
 )
 from app.errors import BudgetExceeded, DatasetArchived, NotFound, ProblemError, Unprocessable
 from app.principal import SYSTEM, Principal
-from app.services import answers, audit, blocks, state
+from app.services import answers, audit, auth, blocks, state
 from app.services.state import DatasetState
 from app.services.tallies import ALLOCATION_BLOCK, BLOCK, Tally
 
@@ -200,6 +200,8 @@ def run_locked(
         s, st = context
         if not principal.can_see(st.id):
             raise NotFound(f"no dataset {ref!r}")
+        if auth.may_be_revoked(principal, st.keys_revoked_at):  # revoked while it waited?
+            auth.confirm_active(s, principal)
         return work(s, st)
 
     return db.groups.submit(("dataset", ref), open_group, unit, own_errors=(ProblemError,))
@@ -209,10 +211,13 @@ def run_locked(
 def locked(
     session: Session, ref: str, principal: Principal, now: datetime | None = None
 ) -> Iterator[DatasetState]:
-    """The dataset under its lock with due holds settled; its totals are saved on exit. The
+    """The dataset under its lock with due holds settled; its totals are saved on exit; 401
+    when ``principal``'s key was revoked while the lock was awaited. The
     time is read once the lock is held: read before, a hold that expired while the lock was
     awaited was still active to the request (a release then freed budget that expiry charges)."""
     st = state.load(session, ref, principal, lock=True)
+    if auth.may_be_revoked(principal, st.keys_revoked_at):  # revoked while it waited?
+        auth.confirm_active(session, principal)
     now = now or utcnow()
     settle(session, st, now)
     yield st

@@ -14,6 +14,12 @@ trip less; a budget read is one SELECT). Revoking a key through this process for
 remembered key at once; another process (worker, replica, the CLI) keeps accepting a key it
 found active for at most that window after it is revoked (docs/operations.md). Unknown and
 revoked keys are never remembered.
+
+A request authenticated before a revocation may still be waiting for a lock when it commits.
+Every write therefore confirms its key inside its own transaction once its locks are held
+(``confirm_active``): admin writes always, charges and holds only when the installation's last
+revocation (``KEYS_REVOKED_AT``, read with the dataset's lock) is within
+``REVOCATION_SKEW`` of the time the key was read, so that the steady charge path costs nothing more.
 """
 
 from __future__ import annotations
@@ -21,13 +27,14 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, select
 from sqlalchemy.orm import Session
 
 from app.db.engine import Database, core
-from app.db.models import ApiKey
+from app.db.models import ApiKey, utcnow
 from app.errors import Forbidden, Unauthorized
 from app.principal import Caller, Principal, Role
 from app.services import key_digest
@@ -37,6 +44,14 @@ _K = ApiKey.__table__.c
 _BY_DIGEST = select(_K.id, _K.role, _K.dataset_ids, _K.revoked_at, _K.allocations, _K.label).where(
     _K.lookup == bindparam("digest")
 )
+_REVOKED_AT_BY_ID = select(_K.revoked_at).where(_K.id == bindparam("id"))
+
+KEYS_REVOKED_AT = "keys_revoked_at"
+"""``app_setting`` row: when a key was last revoked (UTC, ISO 8601), written by every revocation
+in its transaction (``app.services.keys``)."""
+REVOCATION_SKEW = timedelta(minutes=5)
+"""How far apart the clocks of two replicas may be: a write re-reads its key when the last
+revocation is no more than this before the key was read."""
 
 
 KEY_CACHE_SECONDS = 2.0
@@ -49,23 +64,24 @@ class _RecentKeys:
     """Active keys' rows by lookup digest, each trusted until its deadline."""
 
     def __init__(self) -> None:
-        self._rows: dict[str, tuple[float, Any]] = {}
+        self._rows: dict[str, tuple[float, Any, datetime]] = {}
         self._lock = threading.Lock()
         self.generation = 0  # bumped by ``forget``: a lookup begun before it is not stored
 
-    def get(self, digest: str) -> Any:
+    def get(self, digest: str) -> tuple[Any, datetime] | None:
+        """The row remembered for ``digest`` and when it was read, while it is trusted."""
         found = self._rows.get(digest)
         if found is None or found[0] < _now():
             return None
-        return found[1]
+        return found[1], found[2]
 
-    def put(self, digest: str, row: Any, generation: int) -> None:
+    def put(self, digest: str, row: Any, read_at: datetime, generation: int) -> None:
         with self._lock:
             if generation != self.generation:
                 return
             if len(self._rows) >= KEY_CACHE_SIZE:
                 self._rows.clear()
-            self._rows[digest] = (_now() + KEY_CACHE_SECONDS, row)
+            self._rows[digest] = (_now() + KEY_CACHE_SECONDS, row, read_at)
 
     def forget(self) -> None:
         with self._lock:
@@ -122,16 +138,18 @@ def require_role(principal: Principal, role: Role) -> None:
         )
 
 
-def _steady(db: Database, session: Session | Connection | None, key: str) -> Any:
+def _steady(db: Database, session: Session | Connection | None, key: str) -> tuple[Any, datetime]:
     """The key's row by its scrypt digest: remembered (an active key, found less than
-    ``KEY_CACHE_SECONDS`` ago), or one prebuilt indexed query, in ``session`` if given."""
+    ``KEY_CACHE_SECONDS`` ago), or one prebuilt indexed query, in ``session`` if given; with the
+    time the row was read (taken before the query)."""
     digester = key_digest.digester(db)
     digest = digester.digest(key)  # ServerBusy when the KDF queue is full (an unseen key)
     recent = _recent_keys(db)
-    row = recent.get(digest)
-    if row is not None:
-        return row
+    found = recent.get(digest)
+    if found is not None:
+        return found
     generation = recent.generation
+    read_at = utcnow()
     params = {"digest": digest}
     if session is not None:
         row = core(session).execute(_BY_DIGEST, params).first()
@@ -141,8 +159,8 @@ def _steady(db: Database, session: Session | Connection | None, key: str) -> Any
     if row is not None:
         digester.known(key, digest)  # a flood of unknown keys never evicts its digest
         if row.revoked_at is None:
-            recent.put(digest, row, generation)
-    return row
+            recent.put(digest, row, read_at, generation)
+    return row, read_at
 
 
 def authenticated(
@@ -160,8 +178,9 @@ def authenticated(
         return caller
     if not caller.token:
         raise Unauthorized("an API key is required: send 'Authorization: Bearer <key>'")
-    row = _steady(db, session, caller.token)  # a Row of the key's columns, or None
+    row, read_at = _steady(db, session, caller.token)  # a Row of the key's columns, or None
     if row is None:  # unknown, or a legacy row (upgraded on this first use)
+        read_at = utcnow()
         row = find_key(db, caller.token)
     if row is None:
         raise Unauthorized("unknown API key")
@@ -175,9 +194,44 @@ def authenticated(
         dataset_ids=ids,
         allocations=limited,
         key_name=row.label,
+        checked_at=read_at,
     )
     require_role(principal, caller.role)
     return principal
 
 
-__all__ = ["KEY_CACHE_SECONDS", "authenticated", "find_key", "forget_keys", "require_role"]
+def may_be_revoked(principal: Principal, keys_revoked_at: str | None) -> bool:
+    """Whether a key revocation (the last one at ``keys_revoked_at``, the ``KEYS_REVOKED_AT``
+    setting) may have committed after ``principal``'s key was read, give or take
+    ``REVOCATION_SKEW`` of clock difference between replicas. Principals trusted as given
+    (``checked_at`` None: SYSTEM, CLI commands on the server) never are."""
+    if principal.checked_at is None or not keys_revoked_at:
+        return False
+    return datetime.fromisoformat(keys_revoked_at) >= principal.checked_at - REVOCATION_SKEW
+
+
+def confirm_active(session: Session | Connection, principal: Principal) -> None:
+    """401 when ``principal``'s key is no longer active: read in the caller's write transaction
+    once its locks are held, so that a request authenticated before a revocation, and still
+    waiting for a lock when the revocation committed, writes nothing. Principals trusted as
+    given are not looked up."""
+    if principal.checked_at is None or principal.key_id is None:
+        return
+    row = core(session).execute(_REVOKED_AT_BY_ID, {"id": principal.key_id}).first()
+    if row is None or row.revoked_at is not None:
+        raise Unauthorized(
+            "this API key was revoked while the request waited for its turn; nothing was done"
+        )
+
+
+__all__ = [
+    "KEYS_REVOKED_AT",
+    "KEY_CACHE_SECONDS",
+    "REVOCATION_SKEW",
+    "authenticated",
+    "confirm_active",
+    "find_key",
+    "forget_keys",
+    "may_be_revoked",
+    "require_role",
+]

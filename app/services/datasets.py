@@ -25,7 +25,7 @@ from app.db.models import Allocation, Dataset, DatasetPld, DatasetTotal, Reserva
 from app.errors import Conflict, Forbidden, Unprocessable
 from app.principal import Caller
 from app.services import admission, answers, audit, partitions, state
-from app.services.auth import authenticated
+from app.services.auth import authenticated, confirm_active
 from app.services.tallies import BLOCK, allocation_filter, zero_totals
 
 
@@ -139,6 +139,7 @@ def create_dataset(
     )
     try:
         with db.write() as s:
+            confirm_active(s, actor)
             if s.scalars(select(Dataset.id).where(Dataset.name == name)).first() is not None:
                 raise Conflict(f"a dataset named {name!r} already exists")
             s.add(ds)
@@ -259,11 +260,12 @@ def budget_view(db: Database, caller: Caller, ref: str) -> r.BudgetView:
 def spend_query(
     db: Database, caller: Caller, ref: str, delta: float | None, epsilon: float | None
 ) -> r.SpendQuery:
-    """epsilon at another delta, or delta at an epsilon, under the dataset's filter."""
-    if (delta is None) == (epsilon is None):
-        raise Unprocessable("give exactly one of the query parameters 'delta' or 'epsilon'")
+    """epsilon at another delta, or delta at an epsilon, under the dataset's filter (the key is
+    checked first: a caller without a valid one learns nothing of the request's shape)."""
     with db.read() as s:
         principal = authenticated(db, caller, s)
+        if (delta is None) == (epsilon is None):
+            raise Unprocessable("give exactly one of the query parameters 'delta' or 'epsilon'")
         st = state.load(s, ref, principal)
         if st.is_pld:
             state.load_pld(s, st)

@@ -10,21 +10,63 @@ itself, not even a prefix. Finding a key: ``app.services.auth``.
 from __future__ import annotations
 
 import secrets
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import or_, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app import responses as r
 from app.db.engine import Database
 from app.db.models import Allocation, ApiKey, AppSetting, Dataset, utcnow
-from app.errors import Forbidden, NotFound, Unprocessable
+from app.errors import Conflict, Forbidden, NotFound, Unprocessable
 from app.principal import SYSTEM, Caller, Principal, Role
 from app.services import audit, key_digest
-from app.services.auth import authenticated, find_key, forget_keys
+from app.services.auth import (
+    KEYS_REVOKED_AT,
+    authenticated,
+    confirm_active,
+    find_key,
+    forget_keys,
+)
 
 _K = ApiKey.__table__.c
+
+
+_NEVER = datetime(1970, 1, 1).isoformat() + "+00:00"  # KEYS_REVOKED_AT before any revocation
+
+
+def _serialise_key_changes(s: Session, revoked_at: datetime | None) -> None:
+    """Take the installation's key-change lock (the ``KEYS_REVOKED_AT`` row, written by an
+    upsert, which on PostgreSQL holds its row lock until commit; SQLite's ``BEGIN IMMEDIATE``
+    already serialises every write), and record ``revoked_at`` as the last revocation. Key
+    creations and revocations then run one at a time: two admin keys revoking each other at
+    once can no longer each see the other still active and both go."""
+    dialect = s.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    value = revoked_at.isoformat() if revoked_at is not None else _NEVER
+    stmt = insert(AppSetting).values(key=KEYS_REVOKED_AT, value=value)
+    keep = stmt.excluded.value if revoked_at is not None else AppSetting.value
+    s.execute(stmt.on_conflict_do_update(index_elements=[AppSetting.key], set_={"value": keep}))
+
+
+def _check_label(s: Session, label: str | None, actor: Principal) -> None:
+    """409 when ``label`` is the label of an active key outside the actor's reach: the ledger
+    and the dashboard name the key that made each entry by its label, so a scoped admin must
+    not mint a key that reads as someone else's. Within its reach (rotating a key, or an
+    unscoped admin) a label may repeat; the key id stays the identity."""
+    if label is None:
+        return
+    rows = s.execute(
+        select(_K.dataset_ids, _K.allocations).where(_K.label == label, _K.revoked_at.is_(None))
+    ).all()
+    if any(not actor.covers(row.dataset_ids, row.allocations) for row in rows):
+        raise Conflict(
+            f"label {label!r} belongs to an active key outside this key's scope; choose another",
+            label=label,
+        )
 
 
 def _new_key(role: Role) -> str:
@@ -102,6 +144,9 @@ def create_key(
     key = _new_key(role)
     digest = key_digest.digester(db).mint(key)
     with db.write() as s:
+        _serialise_key_changes(s, None)
+        confirm_active(s, actor)
+        _check_label(s, label, actor)
         if dataset_ids is not None:
             dataset_ids = _resolve_datasets(s, list(dict.fromkeys(dataset_ids)), actor)
         if allocations is not None:  # within the datasets resolved above
@@ -171,6 +216,9 @@ def revoke_key(db: Database, caller: Caller, key_id: str) -> r.Key:
     one could create datasets or manage every key."""
     actor = authenticated(db, caller)
     with db.write() as s:
+        now = utcnow()
+        _serialise_key_changes(s, now)  # one key change at a time (see there)
+        confirm_active(s, actor)
         row = s.get(ApiKey, key_id)
         if row is None or not actor.covers(row.dataset_ids, row.allocations):
             raise NotFound(f"no key {key_id!r}")
@@ -185,7 +233,7 @@ def revoke_key(db: Database, caller: Caller, key_id: str) -> r.Key:
                 ).all()
                 if all(o.dataset_ids is not None or o.allocations is not None for o in others):
                     raise Forbidden("refusing to revoke the last active unscoped admin key")
-            row.revoked_at = utcnow()
+            row.revoked_at = now
             audit.record(
                 s, actor, "key.revoked", target_id=row.id, details={"role": row.role.value}
             )

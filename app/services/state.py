@@ -29,9 +29,10 @@ from app.accounting.pld import Pld
 from app.accounting.running import RunningSum
 from app.db.codec import curve_columns, held_from_bytes, held_to_bytes, rdp_from_bytes
 from app.db.engine import core
-from app.db.models import Dataset, DatasetPld, DatasetTotal, utcnow
+from app.db.models import AppSetting, Dataset, DatasetPld, DatasetTotal, utcnow
 from app.errors import NotFound
 from app.principal import Principal
+from app.services.auth import KEYS_REVOKED_AT
 from app.services.tallies import Tallies, stored_filter
 
 _TOTALS = cast(Table, DatasetTotal.__table__)
@@ -76,14 +77,26 @@ _COLUMNS = (
 )
 
 
-def _by(column: Any) -> Select[Any]:
-    return select(*_COLUMNS).join_from(Dataset, DatasetTotal).where(column == bindparam("ref"))
+# read with the lock, at no extra round trip: when a key was last revoked, so that a write can
+# tell whether its key needs confirming (``app.services.auth.may_be_revoked``)
+_KEYS_REVOKED_AT = (
+    select(AppSetting.value)
+    .where(AppSetting.key == KEYS_REVOKED_AT)
+    .scalar_subquery()
+    .label("keys_revoked_at")
+)
+
+
+def _by(column: Any, *extra: Any) -> Select[Any]:
+    return (
+        select(*_COLUMNS, *extra).join_from(Dataset, DatasetTotal).where(column == bindparam("ref"))
+    )
 
 
 _SELECT_BY_ID = _by(_D.id)
 _SELECT_BY_NAME = _by(_D.name)
-_LOCK_BY_ID = _SELECT_BY_ID.with_for_update(key_share=True)
-_LOCK_BY_NAME = _SELECT_BY_NAME.with_for_update(key_share=True)
+_LOCK_BY_ID = _by(_D.id, _KEYS_REVOKED_AT).with_for_update(key_share=True)
+_LOCK_BY_NAME = _by(_D.name, _KEYS_REVOKED_AT).with_for_update(key_share=True)
 
 
 @dataclass
@@ -126,6 +139,8 @@ class DatasetState:
     partition_unit: str | None = None
     lifetime: Filter | None = None
     structures: Tallies | None = None
+    # read with the lock (None otherwise): the ``KEYS_REVOKED_AT`` setting
+    keys_revoked_at: str | None = None
 
     def tallies(self) -> Tallies:
         """The budget-structure tallies of this transaction (loaded on demand)."""
@@ -242,6 +257,7 @@ def _state(row: Row[Any]) -> DatasetState:
         lifetime=lifetime,
         archived_at=row.archived_at,
         warning_threshold=row.warning_threshold,
+        keys_revoked_at=row._mapping.get("keys_revoked_at"),
     )
 
 
