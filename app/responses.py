@@ -270,6 +270,11 @@ class Reservation(_Answer):
     key_name: str | None = Field(
         default=None, description="the reserving key's label (in the dataset's list of holds)"
     )
+    resolved_by: str | None = Field(
+        default=None,
+        description="the id of the key that committed or released it (None while active, and "
+        "for a hold charged at expiry)",
+    )
 
 
 class ReservationAnswer(Reservation):

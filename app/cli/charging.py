@@ -260,7 +260,8 @@ def release(
     api_key: KEY = None,
     as_json: JSON_OUT = False,
 ) -> None:
-    """Free a hold: you assert that nothing derived from it was released (pipeline key)."""
+    """Free a hold: you assert that nothing derived from it was released (the key that made
+    the hold, or an admin key)."""
     _resolve_reservation("release", reservation_id, url, api_key, as_json)
 
 

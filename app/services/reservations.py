@@ -6,7 +6,8 @@
 * ``release``: frees the hold; the pipeline asserts that no output was released. Idempotent.
 * Expiry fails closed: a hold past its ``expires_at`` is charged into the ledger (source
   ``reservation_expired``) and audited, never silently freed. Expiry happens inside every
-  write transaction on the dataset (``admission.settle``) and in the periodic sweeper.
+  write transaction on the dataset (``admission.settle``) and in the sweeper, which wakes at
+  the earliest hold's expiry (``app.main._sweeper``).
 
 Every transition happens under the dataset's lock (``admission.locked``), so racing commit,
 release and expiry resolve to exactly one outcome.
@@ -14,6 +15,7 @@ release and expiry resolve to exactly one outcome.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
@@ -25,8 +27,8 @@ from app.accounting.mechanisms import Mechanism
 from app.db.engine import Database
 from app.db.models import EntrySource, Reservation, ReservationStatus, utcnow
 from app.errors import BudgetExceeded, Conflict, Forbidden, NotFound, Unprocessable
-from app.principal import SYSTEM, Caller, Principal
-from app.services import admission, answers, idempotency, state
+from app.principal import SYSTEM, Caller, Principal, Role
+from app.services import admission, answers, audit, idempotency, state
 from app.services.auth import authenticated
 from app.services.state import DatasetState
 
@@ -53,6 +55,7 @@ def _fields(row: Reservation) -> dict[str, Any]:
         "resolved_at": row.resolved_at,
         "ledger_entry_id": row.ledger_entry_id,
         "key_id": row.key_id,
+        "resolved_by": row.resolved_by,
         "allocation_id": row.allocation_id,
         "blocks": answers.block_span(row.block_from, row.block_to),
     }
@@ -87,9 +90,9 @@ def reserve(
 ) -> r.ReservationAnswer:
     """Hold budget for a planned invocation: the reservation, or BudgetExceeded (recorded).
     A retry with the same Idempotency-Key answers the first answer and holds nothing more."""
+    principal = authenticated(db, caller)  # first: an unknown key learns nothing of the body
     if not 1 <= ttl_seconds <= max_ttl_seconds:
         raise Unprocessable(f"ttl_seconds must be in [1, {max_ttl_seconds}], got {ttl_seconds}")
-    principal = authenticated(db, caller)
     if (why := principal.may_charge(allocation)) is not None:
         raise Forbidden(why)
     asked = admission.Ask.of(
@@ -164,6 +167,15 @@ def _resolve(
                 held_for = st.tallies().allocation_by_id(s, row.allocation_id).name
             if (why := principal.may_charge(held_for)) is not None:
                 raise Forbidden(why)
+        foreign = row.key_id != principal.key_id  # a hold another key made
+        if to is ReservationStatus.RELEASED and foreign and not principal.has_role(Role.ADMIN):
+            # releasing asserts that nothing derived from the hold was published: only the
+            # pipeline that made it can say so (or an admin, audited below); another pipeline
+            # key freeing it would leave the owner's run uncharged
+            raise Forbidden(
+                f"reservation {reservation_id!r} was made by another key; only that key or an "
+                "admin key may release it (committing it is allowed)"
+            )
         if row.status is ReservationStatus.ACTIVE and admission.aware(row.expires_at) <= now:
             # due since the group settled (it waited for the lock, or ran earlier units):
             # charged now, as the sweeper would (fail closed); a release is then refused (409,
@@ -177,6 +189,15 @@ def _resolve(
             else:
                 admission.release_hold(s, st, row)
                 row.resolved_at = now
+                if foreign:  # an admin freed another key's hold: on the record
+                    audit.record(
+                        s,
+                        principal,
+                        "reservation.released",
+                        dataset_id=st.id,
+                        target_id=row.id,
+                        details={"held_by": row.key_id, "kind": row.kind},
+                    )
             _count(s, st.id, row.kind, to.value)
         elif to is ReservationStatus.COMMITTED and row.status is ReservationStatus.RELEASED:
             raise Conflict(f"reservation {reservation_id!r} was released; it cannot be committed")
@@ -227,13 +248,14 @@ def get_reservation(db: Database, caller: Caller, reservation_id: str) -> r.Rese
 def list_reservations(
     db: Database, caller: Caller, ref: str, status: str | None = "active", limit: int = 1000
 ) -> r.ReservationList:
-    """A dataset's reservations (``status``: only those; None: all), soonest expiry first."""
-    if status is not None and status not in {s.value for s in ReservationStatus}:
-        raise Unprocessable(
-            f"status must be one of {[s.value for s in ReservationStatus]}, got {status!r}"
-        )
+    """A dataset's reservations (``status``: only those; None: all), soonest expiry first (the
+    key is checked before the query)."""
     with db.read() as s:
         principal = authenticated(db, caller, s)
+        if status is not None and status not in {x.value for x in ReservationStatus}:
+            raise Unprocessable(
+                f"status must be one of {[x.value for x in ReservationStatus]}, got {status!r}"
+            )
         st = state.load(s, ref, principal)
         where = [_R.dataset_id == st.id]
         if status is not None:
@@ -247,6 +269,15 @@ def list_reservations(
             reservations=[reservation_answer(x, names.get(x.key_id or "")) for x in rows],
             total=total,
         )
+
+
+def next_expiry(db: Database) -> datetime | None:
+    """When the earliest active hold in the database falls due (None without holds)."""
+    with db.read_core() as conn:
+        due: datetime | None = conn.execute(
+            select(func.min(_R.expires_at)).where(_R.status == ReservationStatus.ACTIVE)
+        ).scalar()
+    return None if due is None else admission.aware(due)
 
 
 def sweep_expired(db: Database) -> int:
@@ -270,6 +301,7 @@ __all__ = [
     "commit",
     "get_reservation",
     "list_reservations",
+    "next_expiry",
     "release",
     "reservation_answer",
     "reserve",

@@ -102,12 +102,16 @@ class World:
         assert r.status_code == 201, r.text
         return str(r.json()["key"])
 
-    def reservation(self, dataset: dict[str, Any]) -> str:
-        r = self.client.post(
-            f"/v1/datasets/{dataset['id']}/reservations",
-            json={"mechanism": {"mechanism": "laplace", "epsilon": 0.01}},
-            headers=ADMIN,
-        )
+    def reservation(self, dataset: dict[str, Any], holder: str | None = None) -> str:
+        """A hold on ``dataset``, made with key ``holder`` where that key may reserve there
+        (only the key that made a hold, or an admin, may release it), else with the admin's."""
+        body = {"mechanism": {"mechanism": "laplace", "epsilon": 0.01}}
+        url = f"/v1/datasets/{dataset['id']}/reservations"
+        if holder is not None:
+            r = self.client.post(url, json=body, headers={"Authorization": f"Bearer {holder}"})
+            if r.status_code == 201:
+                return str(r.json()["id"])
+        r = self.client.post(url, json=body, headers=ADMIN)
         assert r.status_code == 201, r.text
         return str(r.json()["id"])
 
@@ -118,7 +122,8 @@ class World:
         if "{dataset_id}" in path:
             path = path.replace("{dataset_id}", dataset["id"])
         if "{reservation_id}" in path:
-            path = path.replace("{reservation_id}", self.reservation(dataset))
+            holder = key if e.method == "DELETE" else None  # releasing: one's own hold
+            path = path.replace("{reservation_id}", self.reservation(dataset, holder))
         if "{key_id}" in path:
             victim = self.client.post(
                 "/v1/keys", json={"role": "viewer", "datasets": [dataset["id"]]}, headers=ADMIN
