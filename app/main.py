@@ -30,13 +30,20 @@ from app.asgi import send_problem
 from app.config import Settings, get_settings, settings_or_exit
 from app.db import migrate
 from app.db.engine import Database
+from app.db.models import utcnow
 from app.services import keys
 from app.services import ledger as ledger_service
 from app.services import reservations as reservation_service
 
 log = logging.getLogger("privacy_ledger")
 
-SWEEP_INTERVAL_SECONDS = 5.0
+SWEEP_INTERVAL_SECONDS = 1.0
+"""The sweeper looks for due holds at least this often (every replica's sweeper sees every
+hold). A hold shorter-lived than this cannot be missed: the TTL is at least 1 s."""
+SWEEP_AT_EXPIRY = True
+"""Sleep only until the earliest active hold's expiry when that comes sooner: a hold is charged
+within moments of falling due, and reads (``/budget``, the ledger, the hold itself) show it
+charged without waiting for a write on the dataset."""
 
 
 class BodySizeLimit:
@@ -136,20 +143,34 @@ def _bootstrap_keys(db: Database, settings: Settings) -> None:
 
 
 async def _sweeper(db: Database, stop: asyncio.Event) -> None:
-    """Charge the due holds every ``SWEEP_INTERVAL_SECONDS`` until ``stop`` is set; a sweep in
-    progress then finishes first. Stopped, never cancelled: a cancelled ``run_in_threadpool``
-    returns at once but leaves its thread running, and the sweep then handed its connection
-    back to a pool that ``Database.dispose`` had already closed, where it stayed open (never
-    closed: psycopg's "connection deleted while still open" when it was collected)."""
+    """Charge the due holds, waking every ``SWEEP_INTERVAL_SECONDS`` or at the earliest active
+    hold's expiry if sooner (``SWEEP_AT_EXPIRY``), until ``stop`` is set; a sweep in progress
+    then finishes first. Stopped, never cancelled: a cancelled ``run_in_threadpool`` returns at
+    once but leaves its thread running, and the sweep then handed its connection back to a pool
+    that ``Database.dispose`` had already closed, where it stayed open (never closed: psycopg's
+    "connection deleted while still open" when it was collected)."""
     while True:
+        delay = SWEEP_INTERVAL_SECONDS
+        if SWEEP_AT_EXPIRY:
+            try:
+                due = await run_in_threadpool(reservation_service.next_expiry, db)
+            except Exception:  # keep sweeping; the error is logged
+                log.exception("reservation sweeper failed to read the next expiry")
+                due = None
+            if due is not None:
+                delay = min(delay, max(0.0, (due - utcnow()).total_seconds()) + SWEEP_MARGIN)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), SWEEP_INTERVAL_SECONDS)
+            await asyncio.wait_for(stop.wait(), delay)
         if stop.is_set():
             return
         try:
             await run_in_threadpool(reservation_service.sweep_expired, db)
         except Exception:  # keep sweeping; the error is logged
             log.exception("reservation sweeper failed")
+
+
+SWEEP_MARGIN = 0.005
+"""Seconds past an expiry the sweeper wakes (the hold is then due by the clock it reads)."""
 
 
 ROUTERS = (

@@ -119,11 +119,12 @@ def _drop_worker_database() -> None:
 @pytest.fixture(autouse=True)
 def _no_background_sweeps(monkeypatch: pytest.MonkeyPatch) -> None:
     """The apps built in tests never sweep by themselves (tests sweep with
-    ``reservations.sweep_expired``): a sweep fired by the clock, every 5 s of an app's life,
+    ``reservations.sweep_expired``): a sweep fired by the clock, every second of an app's life,
     raced the tests that back-date holds (``expire_active_holds``) and then check how they were
     settled, e.g. it charged a hold in the moment it was expired before the test made it active
     again. tests/api/test_sweeper.py turns the sweeper on to test it."""
     monkeypatch.setattr(app_main, "SWEEP_INTERVAL_SECONDS", 24 * 3600.0)
+    monkeypatch.setattr(app_main, "SWEEP_AT_EXPIRY", False)
 
 
 @pytest.fixture(autouse=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
@@ -12,7 +13,7 @@ import app.main
 from app.db.engine import Database
 from app.main import create_app
 from app.services import reservations
-from tests.conftest import ADMIN, expire_active_holds, make_settings, new_dataset
+from tests.conftest import ADMIN, expire_active_holds, make_settings, new_dataset, run_sql
 
 HANG_GUARD = 120.0  # seconds: only so that a regression fails instead of hanging the suite
 DISPOSE_WINDOW = 2.0
@@ -90,3 +91,36 @@ def test_the_background_sweeper_charges_a_due_hold(
         assert [(e["source"], e["reservation_id"]) for e in entries] == [
             ("reservation_expired", hold["id"])
         ]
+
+
+def test_the_sweeper_wakes_when_the_earliest_hold_falls_due(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads showed a due hold as active and uncharged until the next 5-second sweep (an outside
+    contract check, stop 32): the sweeper now sleeps only until the earliest hold's expiry. Its
+    fixed interval is a day here, so only that wake-up can charge the hold."""
+    with TestClient(create_app(make_settings(db_url)), headers=ADMIN) as c:  # no sweeps
+        ds = new_dataset(c)
+        hold = c.post(
+            f"/v1/datasets/{ds['id']}/reservations",
+            json={"mechanism": {"mechanism": "laplace", "epsilon": 0.25}, "ttl_seconds": 3600},
+        ).json()
+    soon = datetime.now(UTC) + timedelta(seconds=0.3)
+    run_sql(db_url, "UPDATE reservation SET expires_at = :t", t=soon)
+    run_sql(db_url, "UPDATE dataset_total SET held_next_expiry = :t WHERE held_count > 0", t=soon)
+    monkeypatch.setattr(app.main, "SWEEP_INTERVAL_SECONDS", 24 * 3600.0)
+    monkeypatch.setattr(app.main, "SWEEP_AT_EXPIRY", True)
+    charged = threading.Event()
+    real_sweep = reservations.sweep_expired
+
+    def observed_sweep(db: Database) -> int:
+        n = real_sweep(db)
+        if n:
+            charged.set()
+        return n
+
+    monkeypatch.setattr(reservations, "sweep_expired", observed_sweep)
+    with TestClient(create_app(make_settings(db_url)), headers=ADMIN) as c:
+        assert charged.wait(HANG_GUARD)
+        assert c.get(f"/v1/reservations/{hold['id']}").json()["status"] == "expired"
+        assert c.get(f"/v1/datasets/{ds['id']}/budget").json()["entries"] == 1
