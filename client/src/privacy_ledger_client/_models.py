@@ -307,6 +307,8 @@ class Reservation(Model):
     spent: Spent | None = None
     allocation_id: str | None = None
     blocks: dict[str, str] | None = None
+    key_name: str | None = None  # the reserving key's label (in a dataset's list of holds)
+    resolved_by: str | None = None  # the id of the key that committed or released it
 
 
 # --- administration ---------------------------------------------------------------------------
