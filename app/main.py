@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from datetime import datetime
 
 from fastapi import Depends, FastAPI
 from starlette.concurrency import run_in_threadpool
@@ -149,24 +150,33 @@ async def _sweeper(db: Database, stop: asyncio.Event) -> None:
     once but leaves its thread running, and the sweep then handed its connection back to a pool
     that ``Database.dispose`` had already closed, where it stayed open (never closed: psycopg's
     "connection deleted while still open" when it was collected)."""
+
+    async def next_due() -> datetime | None:
+        return (
+            await run_in_threadpool(reservation_service.next_expiry, db)
+            if SWEEP_AT_EXPIRY
+            else None
+        )
+
+    try:
+        due = await next_due()
+    except Exception:  # keep sweeping; the error is logged
+        log.exception("reservation sweeper failed")
+        due = None
     while True:
         delay = SWEEP_INTERVAL_SECONDS
-        if SWEEP_AT_EXPIRY:
-            try:
-                due = await run_in_threadpool(reservation_service.next_expiry, db)
-            except Exception:  # keep sweeping; the error is logged
-                log.exception("reservation sweeper failed to read the next expiry")
-                due = None
-            if due is not None:
-                delay = min(delay, max(0.0, (due - utcnow()).total_seconds()) + SWEEP_MARGIN)
+        if due is not None:
+            delay = min(delay, max(0.0, (due - utcnow()).total_seconds()) + SWEEP_MARGIN)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), delay)
         if stop.is_set():
             return
-        try:
+        try:  # one log line per failed round (the database down: once a second)
             await run_in_threadpool(reservation_service.sweep_expired, db)
+            due = await next_due()
         except Exception:  # keep sweeping; the error is logged
             log.exception("reservation sweeper failed")
+            due = None
 
 
 SWEEP_MARGIN = 0.005
