@@ -53,20 +53,30 @@ def _serialise_key_changes(s: Session, revoked_at: datetime | None) -> None:
 
 
 def _check_label(s: Session, label: str | None, actor: Principal) -> None:
-    """409 when ``label`` is the label of an active key outside the actor's reach: the ledger
-    and the dashboard name the key that made each entry by its label, so a scoped admin must
-    not mint a key that reads as someone else's. Within its reach (rotating a key, or an
-    unscoped admin) a label may repeat; the key id stays the identity."""
+    """409 when ``label`` reads as the label of a key outside the actor's reach (the same
+    after spaces are collapsed and case folded; revoked keys too: their entries keep their
+    label): the ledger and the dashboard name the key that made each entry by its label, so a
+    scoped admin must not mint a key that reads as someone else's. Within its reach (rotating
+    a key, or an unscoped admin) a label may repeat; the key id stays the identity."""
     if label is None:
         return
+    shown = _shown(label)
     rows = s.execute(
-        select(_K.dataset_ids, _K.allocations).where(_K.label == label, _K.revoked_at.is_(None))
+        select(_K.label, _K.dataset_ids, _K.allocations).where(_K.label.is_not(None))
     ).all()
-    if any(not actor.covers(row.dataset_ids, row.allocations) for row in rows):
+    if any(
+        _shown(row.label) == shown and not actor.covers(row.dataset_ids, row.allocations)
+        for row in rows
+    ):
         raise Conflict(
-            f"label {label!r} belongs to an active key outside this key's scope; choose another",
+            f"label {label!r} reads as the label of a key outside this key's scope; choose another",
             label=label,
         )
+
+
+def _shown(label: str) -> str:
+    """A label as a reader tells it apart: runs of spaces as one, case folded."""
+    return " ".join(label.split()).casefold()
 
 
 def _new_key(role: Role) -> str:

@@ -77,14 +77,14 @@ _COLUMNS = (
 )
 
 
-# read with the lock, at no extra round trip: when a key was last revoked, so that a write can
-# tell whether its key needs confirming (``app.services.auth.may_be_revoked``)
-_KEYS_REVOKED_AT = (
-    select(AppSetting.value)
-    .where(AppSetting.key == KEYS_REVOKED_AT)
-    .scalar_subquery()
-    .label("keys_revoked_at")
-)
+# when a key was last revoked, so that a write can tell whether its key needs confirming
+# (``app.services.auth.may_be_revoked``). SQLite: read with the lock, at no extra round trip
+# (``BEGIN IMMEDIATE`` took the write lock before any statement, so the read is current).
+# PostgreSQL: read again in a statement of its own once the lock is held, since a statement
+# that waited for a row lock still reads everything else as of its start, and a revocation
+# that committed during the wait would go unseen.
+_REVOKED_AT = select(AppSetting.value).where(AppSetting.key == KEYS_REVOKED_AT)
+_KEYS_REVOKED_AT = _REVOKED_AT.scalar_subquery().label("keys_revoked_at")
 
 
 def _by(column: Any, *extra: Any) -> Select[Any]:
@@ -139,7 +139,7 @@ class DatasetState:
     partition_unit: str | None = None
     lifetime: Filter | None = None
     structures: Tallies | None = None
-    # read with the lock (None otherwise): the ``KEYS_REVOKED_AT`` setting
+    # read under the lock (None otherwise): the ``KEYS_REVOKED_AT`` setting
     keys_revoked_at: str | None = None
 
     def tallies(self) -> Tallies:
@@ -277,6 +277,8 @@ def load(
     if row is None or not principal.can_see(row.id):
         raise NotFound(f"no dataset {ref!r}")
     st = _state(row)
+    if lock and conn.dialect.name == "postgresql":
+        st.keys_revoked_at = conn.execute(_REVOKED_AT).scalar()
     if lock and st.is_pld:
         load_pld(session, st)
     return st

@@ -265,12 +265,17 @@ def test_a_scoped_admin_cannot_take_the_label_of_a_key_outside_its_scope(
     _mint(client, {"role": "pipeline", "datasets": [a["id"]], "label": "etl-a"}, headers=scoped)
     _mint(client, {"role": "pipeline", "datasets": [a["id"]], "label": "etl-a"}, headers=scoped)
     _mint(client, {"role": "pipeline", "label": "etl-prod"})
-    # once the outside keys are revoked, their label is free
+    # nor one that reads the same (spaces, case), nor the label of a revoked key outside its
+    # reach: that key's entries keep their label
+    for lookalike in ("etl-prod ", "ETL-Prod", " etl-prod"):
+        body = {"role": "pipeline", "datasets": [a["id"]], "label": lookalike}
+        assert client.post("/v1/keys", json=body, headers=scoped).status_code == 409
     for k in client.get("/v1/keys").json()["keys"]:
         if k["label"] == "etl-prod":
             assert client.delete(f"/v1/keys/{k['id']}").status_code == 200
     assert everywhere["id"]
-    _mint(client, {"role": "pipeline", "datasets": [a["id"]], "label": "etl-prod"}, headers=scoped)
+    body = {"role": "pipeline", "datasets": [a["id"]], "label": "etl-prod"}
+    assert client.post("/v1/keys", json=body, headers=scoped).status_code == 409
 
 
 @pytest.mark.parametrize(
