@@ -199,7 +199,8 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
-    """Send the ``privacy_ledger`` and ``uvicorn`` loggers to stderr through our formatter.
+    """Send the ``privacy_ledger`` and ``uvicorn`` loggers, and every logger that propagates to
+    the root (libraries), to stderr through our formatter.
 
     Idempotent: calling it again replaces our handler instead of adding another.
     """
@@ -220,6 +221,13 @@ def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
         logger.addHandler(handler)
         logger.setLevel(level.upper())
         logger.propagate = False
+    # every other logger (psycopg, SQLAlchemy, Alembic...) reaches the root's handlers: ours,
+    # so that their records too are one JSON object per line with secrets masked (they went
+    # to Python's last-resort handler, plain text and unmasked); their levels stay theirs
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, _HANDLER_FLAG, False)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
     # we write our own access line (with the request id); uvicorn's would duplicate it
     logging.getLogger("uvicorn.access").disabled = True
 

@@ -4,6 +4,7 @@ secrets; database failures are counted and answered 503."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sqlite3
 from typing import Any
@@ -182,3 +183,19 @@ def test_scrub_masks_keys_bearer_tokens_and_url_passwords() -> None:
     out = observability.scrub(text)
     assert "AbCdEfGhIjKlMnOp" not in out and "s3cr3t-token" not in out
     assert "hunter2" not in out and "postgresql+psycopg://app:***@db:5432/ledger" in out
+
+
+def test_library_records_are_json_lines_with_secrets_masked(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """psycopg's and SQLAlchemy's records went to Python's last-resort handler: plain text
+    among the JSON lines, a URL's password unmasked (stop 32 operations audit)."""
+    create_app(make_settings(sqlite_url))  # configures logging
+    capsys.readouterr()
+    logging.getLogger("psycopg").warning("Exception during reset, url postgresql://u:secretpw@h/db")
+    logging.getLogger("sqlalchemy.pool.impl.QueuePool").error("error ignored terminating")
+    err = capsys.readouterr().err
+    records = _json_lines(err)
+    assert len(records) == len([ln for ln in err.splitlines() if ln.strip()]) == 2
+    assert [r["logger"] for r in records] == ["psycopg", "sqlalchemy.pool.impl.QueuePool"]
+    assert "secretpw" not in err and "postgresql://u:***@h/db" in records[0]["msg"]
