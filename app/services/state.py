@@ -95,8 +95,10 @@ def _by(column: Any, *extra: Any) -> Select[Any]:
 
 _SELECT_BY_ID = _by(_D.id)
 _SELECT_BY_NAME = _by(_D.name)
-_LOCK_BY_ID = _by(_D.id, _KEYS_REVOKED_AT).with_for_update(key_share=True)
-_LOCK_BY_NAME = _by(_D.name, _KEYS_REVOKED_AT).with_for_update(key_share=True)
+_LOCK_BY_ID = _SELECT_BY_ID.with_for_update(key_share=True)  # PostgreSQL
+_LOCK_BY_NAME = _SELECT_BY_NAME.with_for_update(key_share=True)
+_SQLITE_LOCK_BY_ID = _by(_D.id, _KEYS_REVOKED_AT)  # SQLite: the write lock is already held
+_SQLITE_LOCK_BY_NAME = _by(_D.name, _KEYS_REVOKED_AT)
 
 
 @dataclass
@@ -269,15 +271,20 @@ def load(
 
     A dataset outside a scoped key's datasets is answered like a missing one (404).
     """
-    by_id, by_name = (_LOCK_BY_ID, _LOCK_BY_NAME) if lock else (_SELECT_BY_ID, _SELECT_BY_NAME)
     conn = core(session)  # Core: no ORM bookkeeping for a plain row
+    postgresql = conn.dialect.name == "postgresql"
+    by_id, by_name = (
+        ((_LOCK_BY_ID, _LOCK_BY_NAME) if postgresql else (_SQLITE_LOCK_BY_ID, _SQLITE_LOCK_BY_NAME))
+        if lock
+        else (_SELECT_BY_ID, _SELECT_BY_NAME)
+    )
     row = conn.execute(by_id, {"ref": ref}).first()
     if row is None:
         row = conn.execute(by_name, {"ref": ref}).first()
     if row is None or not principal.can_see(row.id):
         raise NotFound(f"no dataset {ref!r}")
     st = _state(row)
-    if lock and conn.dialect.name == "postgresql":
+    if lock and postgresql:
         st.keys_revoked_at = conn.execute(_REVOKED_AT).scalar()
     if lock and st.is_pld:
         load_pld(session, st)
