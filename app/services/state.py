@@ -143,6 +143,9 @@ class DatasetState:
     structures: Tallies | None = None
     # read under the lock (None otherwise): the ``KEYS_REVOKED_AT`` setting
     keys_revoked_at: str | None = None
+    # the totals row's own held_count column (what /metrics reads), which ``save`` writes from
+    # ``held``; ``verify`` compares it
+    stored_held_count: int | None = None
 
     def tallies(self) -> Tallies:
         """The budget-structure tallies of this transaction (loaded on demand)."""
@@ -254,6 +257,7 @@ def _state(row: Row[Any]) -> DatasetState:
         mechanism_counts=row.mechanism_counts or {},
         last_entry_at=row.last_entry_at,
         held=held_from_bytes(row.held, row.orders_version),
+        stored_held_count=row.held_count,
         held_next_expiry=row.held_next_expiry,
         partition_unit=row.partition_unit,
         lifetime=lifetime,

@@ -96,6 +96,9 @@ class Tally:
     created_at: datetime | None = None
     updated_at: datetime | None = None
     dirty: bool = False
+    # the row's own held_count column (what /metrics and the block search read), which saving
+    # writes from ``held``; ``verify`` compares it (None: no stored row)
+    stored_held_count: int | None = None
 
     @property
     def budget(self) -> Budget:
@@ -169,6 +172,7 @@ def _from_row(kind: str, owner: str, key: str | None, flt: Filter, row: Row[Any]
         row.entry_count,
         held_from_bytes(row.held, row.orders_version),
         exists=True,
+        stored_held_count=row.held_count,
     )
 
 
