@@ -14,10 +14,17 @@ Create Date: 2026-11-24
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+from datetime import UTC, datetime
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 
+from app.accounting import pld_mechanisms
 from app.accounting.adaptive import choose_filter
+from app.accounting.pld import Pld, state_for_budget
 from app.db.migrate import refuse_populated_downgrade
 
 revision = "0006"
@@ -48,6 +55,54 @@ def upgrade() -> None:
         op.execute("ALTER TABLE dataset_pld ALTER COLUMN state SET STORAGE EXTERNAL")
         op.execute("ALTER TABLE dataset_pld ALTER COLUMN held SET STORAGE EXTERNAL")
     _rederive_filter_params()
+    _recompose_missing_plds()
+
+
+def _recompose_missing_plds() -> None:
+    """A ``pld`` dataset found without its distributions (only after a forced downgrade below
+    this revision, which dropped them, and an upgrade) gets them recomposed from its ledger and
+    its active holds, identical mechanisms grouped, on the grid a new dataset with its budget
+    gets: without them its charges and every ``verify`` answered 500."""
+    bind = op.get_bind()
+    rows = bind.execute(
+        sa.text(
+            "SELECT id, budget_epsilon, budget_delta FROM dataset WHERE accounting = 'pld' "
+            "AND id NOT IN (SELECT dataset_id FROM dataset_pld)"
+        )
+    ).all()
+    for row in rows:
+        base = state_for_budget(row.budget_epsilon, row.budget_delta)
+        ledger = _composed(bind, "ledger_entry", "", row.id, base)
+        held = _composed(bind, "reservation", " AND status = 'active'", row.id, base)
+        bind.execute(
+            sa.text(
+                "INSERT INTO dataset_pld (dataset_id, state, held, updated_at) "
+                "VALUES (:d, :state, :held, :now)"
+            ),
+            {
+                "d": row.id,
+                "state": (ledger or base).to_bytes(),
+                "held": None if held is None else held.to_bytes(),
+                "now": datetime.now(UTC),
+            },
+        )
+
+
+def _composed(bind: Any, table: str, where: str, dataset_id: str, base: Pld) -> Pld | None:
+    """The PLD of the mechanisms of ``table``'s rows of the dataset (None without any)."""
+    found = bind.execute(
+        sa.text(f"SELECT mechanism FROM {table} WHERE dataset_id = :d{where}"), {"d": dataset_id}
+    ).scalars()
+    groups = Counter(
+        json.dumps(m if isinstance(m, dict) else json.loads(m), sort_keys=True) for m in found
+    )
+    if not groups:
+        return None
+    total = Pld.identity(base.interval, base.extended)
+    for mechanism, n in sorted(groups.items()):
+        entry = pld_mechanisms.for_mechanism(json.loads(mechanism), interval=base.interval)
+        total = total.compose(entry.self_compose(n))
+    return total
 
 
 def _rederive_filter_params() -> None:
