@@ -143,9 +143,9 @@ class DatasetState:
     structures: Tallies | None = None
     # read under the lock (None otherwise): the ``KEYS_REVOKED_AT`` setting
     keys_revoked_at: str | None = None
-    # the totals row's own held_count column (what /metrics reads), which ``save`` writes from
-    # ``held``; ``verify`` compares it
-    stored_held_count: int | None = None
+    # whether the totals row's own held_count column (what /metrics reads, which ``save``
+    # writes from ``held``) disagreed with the held sum's count when read; ``verify`` reports it
+    held_count_drift: bool = False
 
     def tallies(self) -> Tallies:
         """The budget-structure tallies of this transaction (loaded on demand)."""
@@ -229,6 +229,7 @@ def _state(row: Row[Any]) -> DatasetState:
         if lifetime is not None and row.partition_unit is not None
         else budget.delta
     )
+    held = held_from_bytes(row.held, row.orders_version)
     committed = PrivacyCurve(
         rho=row.rho,
         rdp=rdp_from_bytes(row.rdp, row.orders_version),
@@ -256,8 +257,8 @@ def _state(row: Row[Any]) -> DatasetState:
         entry_count=row.entry_count,
         mechanism_counts=row.mechanism_counts or {},
         last_entry_at=row.last_entry_at,
-        held=held_from_bytes(row.held, row.orders_version),
-        stored_held_count=row.held_count,
+        held=held,
+        held_count_drift=row.held_count != held.count,
         held_next_expiry=row.held_next_expiry,
         partition_unit=row.partition_unit,
         lifetime=lifetime,

@@ -96,9 +96,9 @@ class Tally:
     created_at: datetime | None = None
     updated_at: datetime | None = None
     dirty: bool = False
-    # the row's own held_count column (what /metrics and the block search read), which saving
-    # writes from ``held``; ``verify`` compares it (None: no stored row)
-    stored_held_count: int | None = None
+    # whether the row's own held_count column (what the block search reads, which saving writes
+    # from ``held``) disagreed with the held sum's count when read; ``verify`` reports it
+    held_count_drift: bool = False
 
     @property
     def budget(self) -> Budget:
@@ -162,6 +162,7 @@ def _curve(row: Row[Any]) -> PrivacyCurve:
 
 
 def _from_row(kind: str, owner: str, key: str | None, flt: Filter, row: Row[Any]) -> Tally:
+    held = held_from_bytes(row.held, row.orders_version)
     return Tally(
         kind,
         owner,
@@ -170,9 +171,9 @@ def _from_row(kind: str, owner: str, key: str | None, flt: Filter, row: Row[Any]
         _curve(row),
         Spend(row.spent_epsilon, flt.budget.delta, row.spent_method),
         row.entry_count,
-        held_from_bytes(row.held, row.orders_version),
+        held,
         exists=True,
-        stored_held_count=row.held_count,
+        held_count_drift=row.held_count != held.count,
     )
 
 
