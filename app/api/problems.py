@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
@@ -178,7 +178,11 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(InterfaceError)
+    @app.exception_handler(ProgrammingError)
     async def _db_unavailable(request: Request, exc: Exception) -> JSONResponse:
+        schema = _schema_missing(exc)
+        if isinstance(exc, ProgrammingError) and not schema:
+            raise exc  # a fault of ours: 500, logged with the request id
         log.error(
             "database unavailable on %s %s: %s",
             request.method,
@@ -186,10 +190,26 @@ def install(app: FastAPI) -> None:
             getattr(exc, "orig", None) or type(exc).__name__,
         )
         problem = errors.DatabaseUnavailable(
-            "the database did not answer; retry later (charges: with the same "
+            "the database has no schema, or an older one than this release: an operator must "
+            "run 'privacy-ledger migrate'"
+            if schema
+            else "the database did not answer; retry later (charges: with the same "
             "Idempotency-Key, so a charge that did commit is not recorded twice)"
         )
         return problem_response(problem.to_problem(), {"Retry-After": "1"})
+
+
+_UNDEFINED = {"42P01", "42703"}
+"""PostgreSQL SQLSTATEs of a missing table or column."""
+
+
+def _schema_missing(exc: Exception) -> bool:
+    """Whether ``exc`` says a table or column is missing: a database re-created empty, or not
+    migrated (PostgreSQL's undefined table or column, SQLite's 'no such table/column')."""
+    orig = getattr(exc, "orig", None)
+    if getattr(orig, "sqlstate", None) in _UNDEFINED:
+        return True
+    return str(orig).startswith(("no such table", "no such column"))
 
 
 __all__ = ["PROBLEM_JSON", "BudgetProblem", "Problem", "install", "problem_response", "responses"]

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 
 from app import __version__, observability
 from app.api.deps import DbDep, metrics_access
@@ -45,8 +45,11 @@ def healthz() -> dict[str, Any]:
 def readyz(db: DbDep) -> JSONResponse:
     try:
         with db.read() as s:
-            s.execute(text("SELECT 1 FROM dataset_total LIMIT 1"))
-            revision = s.execute(text("SELECT version_num FROM alembic_version")).scalar()
+            revision = None  # no schema at all (a database re-created empty): named below
+            if inspect(s.connection()).has_table("alembic_version"):
+                revision = s.execute(text("SELECT version_num FROM alembic_version")).scalar()
+            if revision is not None:
+                s.execute(text("SELECT 1 FROM dataset_total LIMIT 1"))
         behind = behind_head(revision)
     except Exception as exc:  # any database failure means not ready
         return JSONResponse(
