@@ -138,6 +138,14 @@ class DatabaseUnavailable(ProblemError):
     description = "the database is unavailable; retry (charges: with the same Idempotency-Key)"
 
 
+class TotalsDrifted(ProblemError):
+    status, slug, title = 503, "totals-drifted", "Dataset totals need rebuilding"
+    description = (
+        "the dataset's stored totals disagree with its ledger (nothing was recorded): an operator "
+        "must run 'privacy-ledger verify --rebuild'"
+    )
+
+
 class ServerBusy(ProblemError):
     status, slug, title = 503, "server-busy", "Server busy"
     description = (

@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError, ProgrammingError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
@@ -197,6 +197,32 @@ def install(app: FastAPI) -> None:
             "Idempotency-Key, so a charge that did commit is not recorded twice)"
         )
         return problem_response(problem.to_problem(), {"Retry-After": "1"})
+
+    @app.exception_handler(IntegrityError)
+    async def _seq_clash(request: Request, exc: Exception) -> JSONResponse:
+        if not _ledger_seq_clash(exc):
+            raise exc  # a fault of ours: 500, logged with the request id
+        log.error(
+            "ledger position clash on %s %s (totals behind the ledger): %s",
+            request.method,
+            request.url.path,
+            getattr(exc, "orig", None),
+        )
+        problem = errors.TotalsDrifted(
+            "this dataset's stored entry count is behind its ledger, so a new entry's position "
+            "clashed with an existing one; nothing was recorded. An operator must run "
+            "'privacy-ledger verify --rebuild'"
+        )
+        return problem_response(problem.to_problem())
+
+
+def _ledger_seq_clash(exc: Exception) -> bool:
+    """Whether ``exc`` is a ledger entry's position (dataset, seq) clashing with a stored one:
+    only a totals row whose entry count lags its ledger (edited by hand) makes it."""
+    text = str(getattr(exc, "orig", exc))
+    return (
+        "uq_ledger_entry_dataset_seq" in text or "ledger_entry.dataset_id, ledger_entry.seq" in text
+    )
 
 
 _UNDEFINED = {"42P01", "42703"}
