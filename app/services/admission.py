@@ -200,8 +200,7 @@ def run_locked(
         s, st = context
         if not principal.can_see(st.id):
             raise NotFound(f"no dataset {ref!r}")
-        if auth.may_be_revoked(principal, st.keys_revoked_at):  # revoked while it waited?
-            auth.confirm_active(s, principal)
+        auth.confirm_if_revoked(s, principal, st.keys_revoked_at)  # revoked while it waited?
         return work(s, st)
 
     return db.groups.submit(("dataset", ref), open_group, unit, own_errors=(ProblemError,))
@@ -216,8 +215,7 @@ def locked(
     time is read once the lock is held: read before, a hold that expired while the lock was
     awaited was still active to the request (a release then freed budget that expiry charges)."""
     st = state.load(session, ref, principal, lock=True)
-    if auth.may_be_revoked(principal, st.keys_revoked_at):  # revoked while it waited?
-        auth.confirm_active(session, principal)
+    auth.confirm_if_revoked(session, principal, st.keys_revoked_at)  # revoked while it waited?
     now = now or utcnow()
     settle(session, st, now)
     yield st

@@ -17,9 +17,10 @@ revoked keys are never remembered.
 
 A request authenticated before a revocation may still be waiting for a lock when it commits.
 Every write therefore confirms its key inside its own transaction once its locks are held
-(``confirm_active``): admin writes always, charges and holds only when the installation's last
-revocation (``KEYS_REVOKED_AT``, read with the dataset's lock) is within
-``REVOCATION_SKEW`` of the time the key was read, so that the steady charge path costs nothing more.
+(``confirm_active``): key changes and dataset creation always; writes under a dataset's lock
+(``confirm_if_revoked``) only when the installation's last revocation (``KEYS_REVOKED_AT``, read
+under that lock) is within ``REVOCATION_SKEW`` of the time the key was read, so that the steady
+charge path reads no key row.
 """
 
 from __future__ import annotations
@@ -224,12 +225,22 @@ def confirm_active(session: Session | Connection, principal: Principal) -> None:
         )
 
 
+def confirm_if_revoked(
+    session: Session | Connection, principal: Principal, keys_revoked_at: str | None
+) -> None:
+    """``confirm_active`` when ``may_be_revoked``: what a write under a dataset's lock does,
+    ``keys_revoked_at`` read under that lock."""
+    if may_be_revoked(principal, keys_revoked_at):
+        confirm_active(session, principal)
+
+
 __all__ = [
     "KEYS_REVOKED_AT",
     "KEY_CACHE_SECONDS",
     "REVOCATION_SKEW",
     "authenticated",
     "confirm_active",
+    "confirm_if_revoked",
     "find_key",
     "forget_keys",
     "may_be_revoked",

@@ -10,7 +10,7 @@ itself, not even a prefix. Finding a key: ``app.services.auth``.
 from __future__ import annotations
 
 import secrets
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import or_, select
@@ -35,7 +35,7 @@ from app.services.auth import (
 _K = ApiKey.__table__.c
 
 
-_NEVER = datetime(1970, 1, 1).isoformat() + "+00:00"  # KEYS_REVOKED_AT before any revocation
+_NEVER = datetime(1970, 1, 1, tzinfo=UTC).isoformat()  # KEYS_REVOKED_AT before any revocation
 
 
 def _serialise_key_changes(s: Session, revoked_at: datetime | None) -> None:

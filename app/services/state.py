@@ -278,11 +278,12 @@ def load(
     """
     conn = core(session)  # Core: no ORM bookkeeping for a plain row
     postgresql = conn.dialect.name == "postgresql"
-    by_id, by_name = (
-        ((_LOCK_BY_ID, _LOCK_BY_NAME) if postgresql else (_SQLITE_LOCK_BY_ID, _SQLITE_LOCK_BY_NAME))
-        if lock
-        else (_SELECT_BY_ID, _SELECT_BY_NAME)
-    )
+    if not lock:
+        by_id, by_name = _SELECT_BY_ID, _SELECT_BY_NAME
+    elif postgresql:
+        by_id, by_name = _LOCK_BY_ID, _LOCK_BY_NAME
+    else:
+        by_id, by_name = _SQLITE_LOCK_BY_ID, _SQLITE_LOCK_BY_NAME
     row = conn.execute(by_id, {"ref": ref}).first()
     if row is None:
         row = conn.execute(by_name, {"ref": ref}).first()

@@ -62,12 +62,8 @@ def test_shutdown_lets_the_sweep_in_progress_return_its_connection_before_dispos
     assert checked_out_at_dispose == [0]
 
 
-def test_the_background_sweeper_charges_a_due_hold(
-    db_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The apps of the other tests never sweep by themselves (tests/conftest.py); here the
-    sweeper runs at once and often: a hold made due is charged without any request."""
-    monkeypatch.setattr(app.main, "SWEEP_INTERVAL_SECONDS", 0.0)
+def _observe_sweeps(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """An event set once a sweep (``reservations.sweep_expired``) has charged something."""
     charged = threading.Event()
     real_sweep = reservations.sweep_expired
 
@@ -78,6 +74,16 @@ def test_the_background_sweeper_charges_a_due_hold(
         return n
 
     monkeypatch.setattr(reservations, "sweep_expired", observed_sweep)
+    return charged
+
+
+def test_the_background_sweeper_charges_a_due_hold(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The apps of the other tests never sweep by themselves (tests/conftest.py); here the
+    sweeper runs at once and often: a hold made due is charged without any request."""
+    monkeypatch.setattr(app.main, "SWEEP_INTERVAL_SECONDS", 0.0)
+    charged = _observe_sweeps(monkeypatch)
     with TestClient(create_app(make_settings(db_url)), headers=ADMIN) as c:
         ds = new_dataset(c)
         hold = c.post(
@@ -110,16 +116,7 @@ def test_the_sweeper_wakes_when_the_earliest_hold_falls_due(
     run_sql(db_url, "UPDATE dataset_total SET held_next_expiry = :t WHERE held_count > 0", t=soon)
     monkeypatch.setattr(app.main, "SWEEP_INTERVAL_SECONDS", 24 * 3600.0)
     monkeypatch.setattr(app.main, "SWEEP_AT_EXPIRY", True)
-    charged = threading.Event()
-    real_sweep = reservations.sweep_expired
-
-    def observed_sweep(db: Database) -> int:
-        n = real_sweep(db)
-        if n:
-            charged.set()
-        return n
-
-    monkeypatch.setattr(reservations, "sweep_expired", observed_sweep)
+    charged = _observe_sweeps(monkeypatch)
     with TestClient(create_app(make_settings(db_url)), headers=ADMIN) as c:
         assert charged.wait(HANG_GUARD)
         assert c.get(f"/v1/reservations/{hold['id']}").json()["status"] == "expired"
