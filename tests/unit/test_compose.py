@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from app.accounting.compose import _groups, compose_arrays, compose_many
+from app.accounting.compose import _groups, _is_affine, compose_arrays, compose_many
 from app.accounting.curve import PrivacyCurve, compose
 from app.accounting.kinds import KINDS
 from app.accounting.kinds._spec import UnitCurves, Units, column, unit_curve
@@ -140,11 +140,15 @@ def test_a_curve_that_overflows_is_a_value_error() -> None:
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_grouped_units_keep_their_own_parameters(kind: str) -> None:
     """The columns ``_groups`` keeps (so that curves do not read the objects again) are the
-    units' own parameters, and the weights add up to every repetition."""
+    units' own parameters, and the weights add up to every repetition. Kinds affine in the
+    order are not grouped: each entry is its own unit, weighted by its count."""
     ms = [m for m in _ledger() if m.kind == kind]
     units, weights = _groups(type(ms[0]), ms)
     distinct = {m.unit_key() for m in ms}  # each parameter set is in the ledger three times
-    assert len(units) == len(distinct) and {u.unit_key() for u in units} == distinct
+    if _is_affine(type(ms[0])):
+        assert list(units) == ms and list(weights) == [m.count for m in ms]
+    else:
+        assert len(units) == len(distinct) and {u.unit_key() for u in units} == distinct
     if isinstance(units, Units):  # scalar parameters: grouped by a sort, columns kept
         assert units.columns
         for name, kept in units.columns.items():

@@ -333,7 +333,7 @@ RDP_EVAL_MARGIN = 2.0**-50
 a few ulps, and the stored curve must never be below the true one."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Mechanism:
     """Base class: a mechanism invocation repeated ``count`` times.
 

@@ -20,7 +20,7 @@ from app.accounting.kinds._spec import (
 from app.accounting.kinds.pure_dp import pure_dp_curves
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ApproxDP(Mechanism):
     """Any (epsilon, delta)-DP mechanism.
 

@@ -30,7 +30,7 @@ from app.accounting.kinds._spec import (
 from app.accounting.orders import ORDERS
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DiscreteLaplace(Mechanism):
     """Discrete Laplace on Z: Pr[Z = z] = tanh(t/2) e^{-t|z|}, t = epsilon / Delta (eps-DP).
 

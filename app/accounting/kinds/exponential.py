@@ -13,7 +13,7 @@ from app.accounting.kinds._spec import MAX_EPSILON, MIN_EPSILON, KindSpec, Mecha
 from app.accounting.orders import ORDERS
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Exponential(Mechanism):
     """The exponential mechanism Pr[y] proportional to exp(-eps loss(y, x) / (2 Delta)), which is
     eps-DP and eps-bounded range [RS21 Lemma 3] (also any other eps-BR mechanism, e.g.

@@ -24,7 +24,7 @@ from app.accounting.kinds._spec import (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Gaussian(Mechanism):
     """Gaussian mechanism f(x) + N(0, sigma^2 I).
 

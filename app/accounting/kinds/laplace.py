@@ -47,7 +47,7 @@ SENSITIVITY = Param(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Laplace(Mechanism):
     """Laplace mechanism f(x) + Lap(b)^d with epsilon = Delta / b (exactly epsilon-DP).
 
@@ -85,7 +85,9 @@ class Laplace(Mechanism):
             return cls.from_scale(scale, sensitivity, count=count)
         if "sensitivity" in fields:
             raise ValueError("laplace: give epsilon (= sensitivity / scale) or scale + sensitivity")
-        return super().from_fields(fields)
+        # (super() names the class: a slotted dataclass is a new class, so the implicit form
+        # would refer to the one the decorator replaced)
+        return super(Laplace, cls).from_fields(fields)  # noqa: UP008
 
     @classmethod
     def _raw_curves(cls, units: Sequence[Laplace]) -> UnitCurves:

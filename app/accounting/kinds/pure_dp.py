@@ -31,7 +31,7 @@ def pure_dp_curves(epsilon: Vector, delta: Vector | float = 0.0) -> UnitCurves:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PureDP(Mechanism):
     """Any epsilon-DP mechanism (sparse vector, report-noisy-max, a Tumult or OpenDP measurement
     with a pure guarantee, ...), charged at the worst case: binary randomized response with

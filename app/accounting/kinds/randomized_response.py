@@ -25,7 +25,7 @@ from app.accounting.kinds._spec import (
 from app.accounting.orders import ORDERS
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RandomizedResponse(Mechanism):
     """k-ary randomized response: report the true value w.p. e^eps / (e^eps + k - 1), each other
     value w.p. 1 / (e^eps + k - 1). Neighbours: the single input changes (local model).

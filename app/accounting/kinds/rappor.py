@@ -20,7 +20,7 @@ from app.accounting.kinds._spec import (
 from app.accounting.orders import ORDERS
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Rappor(Mechanism):
     """Basic one-time RAPPOR: one-hot encode v in [d], keep each bit w.p. e^{eps/2}/(1 + e^{eps/2}).
 

@@ -17,7 +17,7 @@ MAX_GIVEN_EPSILON = 1e9
 MAX_GIVEN_ORDERS = 1000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RDP(Mechanism):
     """A mechanism with (alpha_j, eps_j)-RDP at given orders [M17 Def 4] (an OpenDP or Tumult
     measurement's RDP map, a mechanism analysed elsewhere). With ``delta`` > 0: delta-approximate

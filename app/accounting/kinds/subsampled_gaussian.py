@@ -54,7 +54,7 @@ def too_many_runs(mechanisms: Iterable[Mechanism]) -> str | None:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SubsampledGaussian(Mechanism):
     """Poisson-subsampled Gaussian (DP-SGD): ``steps`` steps, each including every record with
     probability ``sample_rate``, clipping contributions to L2 norm ``sensitivity`` and adding

@@ -22,7 +22,7 @@ from app.accounting.kinds._spec import (
 MAX_RHO = 1e6
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ZCDP(Mechanism):
     """A (xi, rho)-zCDP mechanism: D_alpha <= xi + rho alpha for every alpha > 1 [BS16 Def 1]
     (an OpenDP or Tumult measurement's zCDP privacy map, a discrete Gaussian, ...). With
