@@ -3,8 +3,9 @@
 ``compose_many`` is what a compose request or a ledger rebuild calls: identical mechanisms are
 grouped (their repetitions added), the distinct unit curves of each kind are computed together
 by that kind's vectorised formula (``Mechanism.unit_curves``, the same numbers as one by one),
-and the weighted sum is taken as one matrix product. ``compose_arrays`` sums curves that are
-already known (a ledger's stored entry curves).
+and the weighted sum is taken as one matrix product; kinds affine in the order (Gaussian, zCDP)
+are not grouped, their sum being two dot products over the entries. ``compose_arrays`` sums
+curves that are already known (a ledger's stored entry curves).
 
 Rounding: every term is non-negative, so a float sum of n products differs from the exact sum
 by at most gamma_{n+1} = (n + 1) u / (1 - (n + 1) u) of itself (Higham, Accuracy and Stability of
@@ -207,9 +208,10 @@ def _groups(cls: type[Mechanism], ms: list[Mechanism]) -> tuple[list[Mechanism],
 
 def compose_many(mechanisms: Iterable[Mechanism]) -> PrivacyCurve:
     """The composition of ``mechanisms`` (each with its count): identical parameter sets
-    grouped, the distinct unit curves of each kind computed together, one weighted sum per
-    kind. Never below the exact sum of the entries' curves (module docstring). ValueError
-    when a mechanism's curve overflows or its repetitions exceed the per-entry limit."""
+    grouped (not for kinds affine in the order: ``_groups``), the distinct unit curves of each
+    kind computed together, one weighted sum per kind. Never below the exact sum of the
+    entries' curves (module docstring). ValueError when a mechanism's curve overflows or its
+    repetitions exceed the per-entry limit."""
     # by kind, in the ledger's order: one pass that reads each object once (its type) and
     # appends it to its kind's list; per-kind passes over a list of the types cost twice as
     # much on a 100,000-entry ledger whose objects are scattered in memory
