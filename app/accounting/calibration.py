@@ -260,6 +260,25 @@ def _bracket(
     return _Bracket(good, bad)
 
 
+def _bracket_down(ok: Callable[[float], bool], lo: float, good: float) -> _Bracket:
+    """``_bracket`` of a predicate true at ``good`` whose boundary is expected a little below
+    it (a previous window's answer: a larger window needs at most as much noise): steps down of
+    e^-0.01, doubling while they fit, then bisection to a factor e^0.01. A boundary a factor r
+    below costs about 2 log2(100 log r + 1) + 2 evaluations, instead of the ~11 of bisecting the
+    whole range from ``lo``."""
+    step, bad = 0.01, None
+    while bad is None:
+        v = max(good * math.exp(-step), lo)
+        if v == good:
+            return _Bracket(good, None)
+        if ok(v):
+            good, step = v, 2.0 * step
+        else:
+            bad = v
+    good, bad = _bisect(ok, good, bad, 0.01)
+    return _Bracket(good, bad)
+
+
 def _bisect(
     ok: Callable[[float], bool], good: float, bad: float, tolerance: float
 ) -> tuple[float, float]:
@@ -565,9 +584,18 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
         assert isinstance(m, mech.SubsampledGaussian)
         return m
 
+    seen: dict[tuple[float, bytes | None], PrivacyCurve] = {}
+
     def curve(nm: float, mask: np.ndarray | None) -> PrivacyCurve:
-        m = build(nm)
-        return m.curve() if mask is None else m.curve_on(mask)
+        """The curve at noise ``nm`` on ``mask`` (None: the full grid), each computed once: the
+        bracketing, Brent's method (which starts at the bracket's ends) and the final checks
+        ask for the same points again (a sixth of the curves of a search, before)."""
+        key = (nm, None if mask is None else mask.tobytes())
+        found = seen.get(key)
+        if found is None:
+            m = build(nm)
+            found = seen[key] = m.curve() if mask is None else m.curve_on(mask)
+        return found
 
     coarse = np.zeros(ORDERS.shape, dtype=bool)
     coarse[:: max(1, ORDERS.size // 24)] = True
@@ -602,7 +630,11 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
     for attempt in range(6):
         last = attempt == 5
         ok, margin = on(mask)
-        b = _bracket(ok, lo_limit, sigma, increasing_cost=False)
+        b = (
+            _bracket(ok, lo_limit, sigma, increasing_cost=False)
+            if attempt == 0 or not ok(sigma)
+            else _bracket_down(ok, lo_limit, sigma)
+        )
         if b is None:
             # not even the largest noise fits on the window; try the full grid once
             if not fits(curve(hi_limit, None)):
