@@ -309,16 +309,14 @@ def _refine(
     if m_good == 0.0:  # the bracket landed on the edge itself (a Laplace scale of exactly
         return good  # sensitivity / eps_B): it fits, and nothing beyond it does
     lo_x, hi_x = math.log(good), math.log(bad)
-    if (
-        math.isfinite(m_good)
-        and math.isfinite(m_bad)
-        and m_good > 0 > m_bad
-        # (exp(log(x)) need not be x: Brent's method sees the margin at the rounded ends)
-        and margin(math.exp(lo_x)) > 0 > margin(math.exp(hi_x))
-    ):
-        root = math.exp(
-            optimize.brentq(lambda x: margin(math.exp(x)), lo_x, hi_x, xtol=REL_TOL / 8, rtol=1e-15)
-        )
+    if math.isfinite(m_good) and math.isfinite(m_bad) and m_good > 0 > m_bad:
+
+        def at(x: float) -> float:
+            # the bracket's ends are the values whose margins were just taken (exp(log(v))
+            # need not be v: two more curves of a search, once, and signs to check again)
+            return margin(good if x == lo_x else bad if x == hi_x else math.exp(x))
+
+        root = math.exp(optimize.brentq(at, lo_x, hi_x, xtol=REL_TOL / 8, rtol=1e-15))
         # finish on the safe side of the root, never beyond the known-good end: the root is
         # within REL_TOL / 8 of the boundary and the doubling steps overshoot by at most twice
         # what is needed, so the answer ends within REL_TOL / 2 of the boundary

@@ -159,10 +159,11 @@ def test_dp_sgd_noise_search_is_bounded_and_sharp(
     q: float, steps: int, epsilon: float, delta: float, monkeypatch
 ) -> None:
     """The DP-SGD noise search (issue 12: calibration bounded) evaluates at most 70 batches of
-    curves, counted, not timed (68 at most in these cases, 53 at most and 30 on average in a
-    random search of 150; 69, 71 and 42 before each point was computed once and each later
-    window bracketed down from the last one's answer; up to 122 before that), and its answer is
-    sharp to REL_TOL: one relative step of REL_TOL less noise does not fit."""
+    curves, counted, not timed (66 at most in these cases, 68 before Brent's method was given
+    the bracket's own ends; 53 at most and 30 on average in a random search of 150; 69, 71 and
+    42 before each point was computed once and each later window bracketed down from the last
+    one's answer; up to 122 before that), and its answer is sharp to REL_TOL: one relative step
+    of REL_TOL less noise does not fit."""
     from app.accounting import calibration as cal
     from app.accounting import subsampled_gaussian as sgm
     from app.accounting.kinds._spec import unit_curve
