@@ -668,12 +668,15 @@ def _series_orders() -> _SeriesOrders:
 
 def _mtz_log_a(
     lq: Vector, l1q: Vector, sigma: Vector, orders: IntVector, work: Work
-) -> tuple[Vector, Mask]:
+) -> tuple[Vector, Mask, Vector]:
     """Upper bounds on log A at the fractional grid orders ``orders`` (indices into ``ORDERS``,
     alpha < 11; the parts that depend on the order alone from ``_series_orders``) by the signed
     series of MTZ19 case II: the terms i < ``SERIES_HEAD`` summed, the alternating rest bounded
     by Euler's transform (module docstring); +inf where cancellation leaves no usable bound.
-    Also whether each bound is tight to 1e-12 of A - 1 (then no other bound is tried).
+    Also whether each bound is tight to 1e-12 of A - 1, and how far below it log A can be (the
+    rounding slack and Euler's bracket: A is summed from terms near 1, so where A - 1 is tiny
+    this width is many times A - 1, and the bound moves by up to it with the last bits of the
+    CPU's exp and log).
 
     For i > alpha, a_i = |C(alpha, i)| (X_i + Y_i) is a Hausdorff moment sequence in i
     (|C(alpha, i)| = Gamma(i - alpha) / (|Gamma(-alpha)| Gamma(i + 1)) is a Beta integral, X_i and
@@ -763,7 +766,9 @@ def _mtz_log_a(
         # how far below the bound A can be: the slack and the Euler bracket's width
         width = slack + euler_tail + 8.0 * U * np.abs(hi)
         tight = np.where(near_one, width <= 1e-12 * am1, width <= 1e-12 * upper)
-        return np.where(upper > 0, log_a, np.inf), tight & (upper > 0)
+        # the same width in log A (``rdp_batch``'s spread)
+        log_width = np.where(near_one, width / np.maximum(1.0 + am1, U), width / upper)
+        return np.where(upper > 0, log_a, np.inf), tight & (upper > 0), log_width
 
 
 # --- fractional orders: the Taylor bound ------------------------------------------------------
@@ -927,11 +932,12 @@ def _partial_sums(x: Vector) -> Vector:
 
 def _taylor_log_am1(
     lq: Vector, l1q: Vector, orders: IntVector, moments: tuple[Vector, Vector]
-) -> tuple[Vector, Mask]:
+) -> tuple[Vector, Mask, tuple[Vector, Vector, Vector]]:
     """Upper bounds on log(A - 1) for fractional orders by the Taylor bound (module docstring),
-    +inf where no truncation order gives a positive bound; and whether the bound is tight to
+    +inf where no truncation order gives a positive bound; whether the bound is tight to
     1e-12 (the K-th term and the moments' spread are that small), so that nothing can improve
-    it (the signed series is then skipped). Of every curve (``lq``, ``l1q``, its moments'
+    it (the signed series is then skipped); and (scale, bound, gap), A - 1 being at least
+    e^scale (bound - gap) (``rdp_batch``'s spread). Of every curve (``lq``, ``l1q``, its moments'
     bounds ``moments``, one row each) at every grid order ``orders`` (indices into ``ORDERS``):
     arrays (curve, order).
 
@@ -1048,7 +1054,8 @@ def _taylor_log_am1(
         # log(best) errs by an ulp of itself and the sum by one of the result: a few ulps of
         # both parts, not of the result (they could cancel)
         log_am1 = scale + log_best + 4.0 * U * (np.abs(scale) + np.abs(log_best))
-        return np.where(np.isfinite(best), log_am1, np.inf), tight
+        # and what the least A - 1 can be is made of, for ``rdp_batch``'s spread
+        return np.where(np.isfinite(best), log_am1, np.inf), tight, (scale, best, gap)
 
 
 # --- the curve ---------------------------------------------------------------------------------
@@ -1073,10 +1080,22 @@ calls, 10 % less CPU at 32, without one more evaluation)."""
 
 
 def rdp_batch(
-    q: Vector, sigma: Vector, mask: Mask | None = None, work: Work | None = None
+    q: Vector,
+    sigma: Vector,
+    mask: Mask | None = None,
+    work: Work | None = None,
+    spread: Vector | None = None,
 ) -> Vector:
     """One step's RDP of each (q_r, sigma_r) on the grid ``ORDERS`` (rows), at the orders where
-    ``mask`` is true (+inf elsewhere, a vacuous but valid bound). 0 < q < 1."""
+    ``mask`` is true (+inf elsewhere, a vacuous but valid bound). 0 < q < 1.
+
+    ``spread``, when given (an array of the result's shape), is filled with how far the value
+    at each order may differ on another CPU, in eps: 0 where it is reproducible to rounding,
+    the signed series' width where that bound, not tight to 1e-12 (A - 1 tiny: small q, large
+    sigma), is the least or within its width of it. Two correct evaluations then differ by at
+    most about that much (each is an upper bound within it of the exact value): 2.7e-6 of the
+    value at q = 1e-6, sigma = 0.65, order 9.3, where an AVX-512 and an AVX2 machine differed
+    by 3e-7 of it."""
     q = np.atleast_1d(np.asarray(q, dtype=np.float64))
     sigma = np.atleast_1d(np.asarray(sigma, dtype=np.float64))
     work = Work() if work is None else work
@@ -1095,6 +1114,7 @@ def rdp_batch(
             mask,
             work,
             (moments[0][cut[c] : cut[c + 1]], moments[1][cut[c] : cut[c + 1]]),
+            None if spread is None else spread[k : k + CHUNK],
         )
         for c, k in enumerate(range(0, q.size, CHUNK))
     ]
@@ -1108,11 +1128,18 @@ def _taylor_useful(q: Vector, sigma: Vector) -> Mask:
 
 
 def _rdp_chunk(
-    q: Vector, sigma: Vector, mask: Mask, work: Work, moments: tuple[Vector, Vector]
+    q: Vector,
+    sigma: Vector,
+    mask: Mask,
+    work: Work,
+    moments: tuple[Vector, Vector],
+    spread: Vector | None = None,
 ) -> Vector:
     """``rdp_batch`` of a few curves; ``moments``: ``_moments`` of those where
-    ``_taylor_useful``, in order."""
+    ``_taylor_useful``, in order; ``spread`` (rows as the curves) filled as ``rdp_batch``'s."""
     rows = q.size
+    if spread is not None:
+        spread[:] = 0.0
     lq = np.log(q)
     l1q = np.log1p(-q)
     out = np.full((rows, ORDERS.size), np.inf)
@@ -1143,6 +1170,7 @@ def _rdp_chunk(
         # digits), the signed series wherever the Taylor bound is not tight to 1e-12
         eps_taylor = np.full(al.shape, np.inf)
         taylor_tight = np.zeros(al.shape, dtype=bool)
+        exact_low = np.zeros(al.shape)  # (for the spread) the exact value is at least this
         useful = _taylor_useful(q, sigma)
         sel = np.flatnonzero(useful[r_of])
         if sel.size:
@@ -1163,20 +1191,35 @@ def _rdp_chunk(
             eps_taylor[sel] = np.where(
                 np.isfinite(log_am1), _eps_from_log_am1(log_am1, al[sel]), np.inf
             )
+            if spread is not None:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    log_low = np.concatenate(
+                        [
+                            np.broadcast_to(sc + np.log(np.maximum(b - g, 0.0)), p[0].shape)
+                            for p in parts
+                            for sc, b, g in (p[2],)
+                        ]
+                    ).ravel()
+                    log_low = np.where(np.isnan(log_low), -np.inf, log_low)
+                exact_low[sel] = np.logaddexp(0.0, log_low) / (al[sel] - 1.0)
         eps_mtz = np.full(al.shape, np.inf)
+        mtz_width = np.zeros(al.shape)  # of eps, where the series is not tight to 1e-12
         rest = np.flatnonzero(~taylor_tight)
         if rest.size:
-            log_a = np.concatenate(
-                [
-                    _mtz_log_a(lq[r], l1q[r], sigma[r], o_of[part], work)[0]
-                    for block in _blocks(rest.size, SERIES_TERMS)
-                    for part in (rest[block],)
-                    for r in (r_of[part],)
-                ]
-            )
+            series = [
+                _mtz_log_a(lq[r], l1q[r], sigma[r], o_of[part], work)
+                for block in _blocks(rest.size, SERIES_TERMS)
+                for part in (rest[block],)
+                for r in (r_of[part],)
+            ]
+            log_a = np.concatenate([p[0] for p in series])
             eps_mtz[rest] = np.where(
                 np.isfinite(log_a), np.maximum(log_a, 0.0) / (al[rest] - 1.0) * (1 + 8 * U), np.inf
             )
+            if spread is not None:
+                loose = ~np.concatenate([p[1] for p in series])
+                log_width = np.concatenate([p[2] for p in series])
+                mtz_width[rest] = np.where(loose, log_width / (al[rest] - 1.0), 0.0)
         best = np.minimum(eps_mtz, eps_taylor)
         # the chord of (alpha - 1) eps(alpha) between the neighbouring integer orders
         below, above = np.floor(al), np.ceil(al)
@@ -1189,13 +1232,46 @@ def _rdp_chunk(
         w = al - below
         with np.errstate(invalid="ignore"):
             chord = ((1.0 - w) * g_below + w * g_above) / (al - 1.0) * (1.0 + 8.0 * U)
-        best = np.minimum(best, np.where(np.isfinite(chord), chord, np.inf))
+        chord = np.where(np.isfinite(chord), chord, np.inf)
+        best = np.minimum(best, chord)
         out[r_of, o_of] = best
+        if spread is not None:
+            # another CPU's series bound is within its width above the exact value, as this
+            # one is; the other bounds are stable to rounding. So the least of them lies
+            # between min(others, series - width), or the least the exact value can be (the
+            # Taylor bound's lower end) if larger, and min(others, series + width)
+            others = np.minimum(eps_taylor, chord)
+            with np.errstate(invalid="ignore"):
+                low = np.maximum(np.minimum(others, eps_mtz - mtz_width), exact_low)
+                high = np.minimum(others, eps_mtz + mtz_width)
+                moved = np.maximum(best - low, high - best)
+            spread[r_of, o_of] = np.where(
+                np.isfinite(eps_mtz) & (mtz_width > 0), np.clip(moved, 0.0, mtz_width), 0.0
+            )
     out = np.minimum(out, np.where(mask[None, :], gaussian, np.inf))
     # eps is non-decreasing in alpha: a bound at a higher order holds at every lower one
-    out = np.minimum.accumulate(out[:, ::-1], axis=1)[:, ::-1]
+    least = np.minimum.accumulate(out[:, ::-1], axis=1)[:, ::-1]
+    if spread is not None:
+        _carry_spread(out, least, spread)
+    out = least
     # q > 0 gives a positive divergence: never report 0 for it
     return np.where(mask[None, :], np.maximum(out, TINY), np.inf)
+
+
+def _carry_spread(values: Vector, least: Vector, spread: Vector) -> None:
+    """``spread`` (of ``values``) made that of ``least``, the least value at or above each
+    order: the value of order k on another CPU is at least values_k - spread_k, so it moves the
+    least at order j by at most min(spread_k, least_j - values_k + spread_k) where that is
+    positive, for k >= j."""
+    m = values.shape[1]
+    above = np.triu(np.ones((m, m), dtype=bool))  # [j, k]: k >= j
+    for r in range(values.shape[0]):
+        if not spread[r].any():
+            continue
+        with np.errstate(invalid="ignore"):
+            reach = least[r][:, None] - values[r][None, :] + spread[r][None, :]
+            moved = np.where(above & np.isfinite(reach), np.clip(reach, 0.0, spread[r]), 0.0)
+        spread[r] = moved.max(axis=1)
 
 
 @lru_cache(maxsize=256)

@@ -421,6 +421,14 @@ class Mechanism:
                 raise ValueError(f"{cls.kind}: the privacy loss of these parameters overflows")
         return dataclasses.replace(raw, rdp=raw.rdp * (1.0 + RDP_EVAL_MARGIN))
 
+    @classmethod
+    def unit_spreads(cls, units: Sequence[Self]) -> Vector | None:
+        """How far each of ``units``' unit RDP values (rows, as ``unit_curves``) may differ when
+        computed on another CPU, beyond the last bits (``verify`` allows it on top of its
+        relative 1e-12); None: nowhere (every kind but those that sum terms near 1 to get a
+        tiny value)."""
+        return None
+
     def unit_key(self) -> tuple[Any, ...]:
         """What identifies this mechanism's unit curve (its parameters but the repetitions)."""
         key: tuple[Any, ...] = _key_getter(type(self))(self)

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from app.accounting.curve import PrivacyCurve
+from app.accounting.curve import PrivacyCurve, Vector
 from app.accounting.kinds._spec import (
     MAX_COUNT,
     MAX_SCALE,
@@ -128,6 +128,21 @@ class SubsampledGaussian(Mechanism):
             finish(raw.row(i), m, partial=True).scaled(m.repetitions())
             for i, m in enumerate(mechanisms)
         ]
+
+    @classmethod
+    def unit_spreads(cls, units: Sequence[SubsampledGaussian]) -> Vector | None:
+        """The signed series' width where it gives the value (``rdp_batch``'s ``spread``): at
+        tiny sample rates its rounding moves with the CPU's exp and log by more than 1e-12 of
+        the value (3e-7 at q = 1e-6, sigma = 0.65, order 9.3, an AVX-512 and an AVX2 machine)."""
+        nm = np.array([u.noise_multiplier for u in units])
+        q = np.array([u.sample_rate for u in units])
+        out = np.zeros((len(units), ORDERS.size))
+        sampled = np.flatnonzero(q < 1.0)
+        if sampled.size:
+            part = np.zeros((sampled.size, ORDERS.size))
+            rdp_batch(q[sampled], nm[sampled], spread=part)
+            out[sampled] = part
+        return out
 
     @classmethod
     def _raw_curves(
