@@ -175,6 +175,27 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: Path
     return PG_URL
 
 
+@pytest.fixture(scope="module", params=BACKENDS)
+def module_db_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path
+) -> str:
+    """``db_url`` shared by the tests of one module: for a live server they all talk to (about
+    5 s to start on a loaded 2-core machine, once per module and backend instead of once per
+    test), each test making datasets of its own names. pytest finalises a module's fixtures
+    before it runs a test of another module, so no other test truncates the database while the
+    server runs."""
+    if request.param == "sqlite":
+        path = tmp_path_factory.mktemp("module") / "ledger.db"
+        shutil.copy(sqlite_template, path)
+        return f"sqlite:///{path}"
+    if not PG_URL:
+        reason = "PostgreSQL tests skipped: PRIVACY_LEDGER_TEST_POSTGRES_URL is not set"
+        print(reason)
+        pytest.skip(reason)
+    _reset_postgres(PG_URL)
+    return PG_URL
+
+
 @pytest.fixture
 def sqlite_url(tmp_path: Path, sqlite_template: Path) -> str:
     """A migrated SQLite database only (for tests that are about SQLite itself)."""

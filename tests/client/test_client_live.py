@@ -27,9 +27,10 @@ from tests.conftest import ADMIN_KEY
 from tests.live import running
 
 
-@pytest.fixture
-def server_url(db_url: str) -> Iterator[str]:
-    with running(db_url, ADMIN_KEY) as server:
+@pytest.fixture(scope="module")
+def server_url(module_db_url: str) -> Iterator[str]:
+    """One server per backend for the module's tests (each makes datasets of its own names)."""
+    with running(module_db_url, ADMIN_KEY) as server:
         yield server.url
 
 

@@ -37,9 +37,10 @@ dp.enable_features("contrib")
 FLOATS = (dp.atom_domain(T=float, nan=False), dp.absolute_distance(T=float))
 
 
-@pytest.fixture
-def server_url(db_url: str) -> Iterator[str]:
-    with running(db_url, ADMIN_KEY) as server:
+@pytest.fixture(scope="module")
+def server_url(module_db_url: str) -> Iterator[str]:
+    """One server per backend for the module's tests (each makes datasets of its own names)."""
+    with running(module_db_url, ADMIN_KEY) as server:
         yield server.url
 
 
@@ -132,7 +133,7 @@ def test_every_listed_dp_event_type_is_charged(server_url: str) -> None:
 )
 def test_any_other_event_is_a_clear_error_naming_it(server_url: str, event: dict) -> None:
     with LedgerClient(server_url, ADMIN_KEY) as c:
-        ds = c.create_dataset("refused", 5.0, 1e-6, adaptive=False)
+        ds = c.create_dataset(f"refused-{event['type']}", 5.0, 1e-6, adaptive=False)
         with pytest.raises(InvalidRequest) as info:
             c.charge_dp_event(ds.id, event)
         assert event["type"] in info.value.detail
