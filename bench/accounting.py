@@ -1,8 +1,8 @@
 """Accounting benchmark: bounded compute, composition at scale against dp_accounting, tightness.
 
-Run from the repository root: ``.venv/bin/python bench/accounting.py`` (prints JSON; under a
-minute on a 2-core machine: 37 s at stop 33). One run measures everything; quote ratios, not
-absolute times.
+Run from the repository root: ``.venv/bin/python bench/accounting.py`` (prints JSON; 37 s on a
+2-core machine at stop 33, 92 s on one without AVX-512 at stop 35). One run measures
+everything; quote ratios, not absolute times.
 
 (a) ``curves``: the slowest single curve per kind over adversarial parameters (extremes of
     every range; for the subsampled Gaussian also 60 random (q, sigma) over their whole range),
