@@ -484,12 +484,17 @@ def _stale_curves(mechanisms: list[Mechanism], stored_rho: Vector, stored_rdp: V
 
 
 def _fresh_spreads(mechanisms: list[Mechanism]) -> list[Vector | None]:
-    """Each mechanism's ``unit_spreads`` times its repetitions (None: its kind has none)."""
-    out: list[Vector | None] = []
-    for m in mechanisms:
-        unit = m.unit()
-        spreads = type(unit).unit_spreads([unit])
-        out.append(None if spreads is None else spreads[0] * float(m.repetitions()))
+    """Each mechanism's ``unit_spreads`` times its repetitions (None: its kind has none), the
+    units of a kind computed together."""
+    out: list[Vector | None] = [None] * len(mechanisms)
+    by_kind: dict[type[Mechanism], list[int]] = {}
+    for i, m in enumerate(mechanisms):
+        by_kind.setdefault(type(m), []).append(i)
+    for cls, where in by_kind.items():
+        spreads = cls.unit_spreads([mechanisms[i].unit() for i in where])
+        if spreads is not None:
+            for row, i in enumerate(where):
+                out[i] = spreads[row] * float(mechanisms[i].repetitions())
     return out
 
 

@@ -105,3 +105,29 @@ def test_verify_allows_the_spread_and_nothing_more(monkeypatch) -> None:
     # and so is a curve of other parameters (sigma 0.7 for 0.65: test_verify_rederive)
     other = mechanism_from_dict({**m.to_dict(), "sigma": 0.7}).curve()
     assert _stale_curves([m], np.array([other.rho]), other.rdp[None, :])[0]
+
+
+def test_verify_checks_mixed_rows_each_against_its_own_kind(monkeypatch) -> None:
+    from app.accounting.kinds._spec import unit_curve
+
+    ms = [
+        mechanism_from_dict({"mechanism": "laplace", "epsilon": 0.3}),
+        mechanism_from_dict(
+            {"mechanism": "subsampled_gaussian", "sigma": 0.65, "sample_rate": 1e-6, "steps": 9}
+        ),
+        mechanism_from_dict({"mechanism": "gaussian", "sigma": 4.0}),
+        mechanism_from_dict(
+            {"mechanism": "subsampled_gaussian", "sigma": 1.1, "sample_rate": 0.004, "steps": 50}
+        ),
+    ]
+    monkeypatch.setattr(sgm, "np", _OtherCpu(3))
+    unit_curve.cache_clear()
+    there = [m.curve() for m in ms]  # the DP-SGD rows as another CPU stored them
+    monkeypatch.undo()
+    unit_curve.cache_clear()
+    rho = np.array([c.rho for c in there])
+    rdp = np.vstack([c.rdp for c in there])
+    assert not _stale_curves(ms, rho, rdp).any()
+    rdp[0, 5] *= 1.0 + 1e-9  # the Laplace row, which declares no spread
+    rdp[3, -1] *= 1.0 + 1e-9  # an integer order of a DP-SGD row, where it is 0
+    assert _stale_curves(ms, rho, rdp).tolist() == [True, False, False, True]
