@@ -242,10 +242,56 @@ def _laplace_series(
     return out
 
 
+LAPLACE_FLAT_T = 40.0
+"""Where t = (2a - 1) eps >= this, expm1(-t) is -1 in floating point (e^-40 < 2^-57), so the
+closed form is eps + log1p(-q) / (a - 1): a value per order plus eps (``_laplace_flat``)."""
+
+
+def _flat_is_exact() -> bool:
+    """Whether this machine's expm1 gives exactly -1 from t = ``LAPLACE_FLAT_T`` on, and the
+    flat part of a row is then what the closed form gives, bit for bit (checked once: the grid
+    evaluation takes the flat shortcut only then, so the values never depend on it)."""
+    t = np.concatenate((np.linspace(LAPLACE_FLAT_T, 800.0, 4001), [1e3, 1e6, 1e300, np.inf]))
+    if not bool(np.all(np.expm1(-t) == -1.0)):
+        return False
+    neg_t, q, am1 = _closed_form_tables(ORDERS)
+    eps = np.array([[LAPLACE_FLAT_T], [1e3]])
+    closed = np.empty((2, ORDERS.size))
+    _laplace_closed_form(eps, neg_t, q, am1, closed)
+    flat = np.empty((2, ORDERS.size))
+    _laplace_flat(eps, np.log1p(-q) / am1, flat)
+    return bool(np.array_equal(closed, flat))
+
+
+def _laplace_flat(e: Vector, flat: Vector, out: Vector) -> None:
+    """The closed form where expm1(-t) is -1: (log1p(-q) / (a - 1) + eps), raised, the same
+    operations on the same values as ``_laplace_closed_form`` (``flat`` = log1p(-q) / (a - 1))."""
+    np.add(flat, e, out=out)
+    out *= 1.0 + LAPLACE_ERROR
+
+
+@functools.cache
+def _flat_table() -> Vector | None:
+    """log1p(-q) / (a - 1) on ``ORDERS``, or None where ``_flat_is_exact`` does not hold."""
+    if not _flat_is_exact():
+        return None
+    _, q, am1, _ = _grid_tables()
+    table: Vector = np.log1p(-q) / am1
+    return table
+
+
 def _laplace_grid(a: Vector, eps: Vector) -> Vector:
     """``laplace_rdp`` of every eps (rows) at every order of ``a`` (columns): the closed form
     in row blocks that stay in cache, then the series at the elements a eps < 2^-5 (a prefix
-    of each row, the orders being sorted), gathered once for the whole array."""
+    of each row, the orders being sorted), gathered once for the whole array.
+
+    On ``ORDERS``, a block's columns where every row takes the series are not evaluated by the
+    closed form (the series overwrites them), and those where every row has t >= 40 take
+    ``_laplace_flat`` (the same values: ``_flat_is_exact``). Rows sorted by eps, as
+    ``compose_many`` groups them, leave few columns between: a quarter less work for a ledger's
+    Laplace entries, whose two transcendental functions per element are its cost where numpy
+    has no SIMD kernel for them (a CPU without AVX-512)."""
+    table = _flat_table() if a is ORDERS else None
     if a is ORDERS:
         neg_t, q, am1, coef = _grid_tables()
     else:
@@ -254,11 +300,28 @@ def _laplace_grid(a: Vector, eps: Vector) -> Vector:
     n, m = eps.size, a.size
     out: Vector = np.empty((n, m))
     col = eps[:, None]
-    for k in range(0, n, LAPLACE_ROWS):
-        _laplace_closed_form(col[k : k + LAPLACE_ROWS], neg_t, q, am1, out[k : k + LAPLACE_ROWS])
+    counts = None
     if bool(np.all(a[1:] > a[:-1])):  # sorted orders: the series' elements are a row prefix
         with np.errstate(divide="ignore"):
             counts = np.searchsorted(a, LAPLACE_SERIES_BELOW / eps)  # as ``_series_below``
+    two_a_less_1 = -neg_t
+    for k in range(0, n, LAPLACE_ROWS):
+        block = slice(k, k + LAPLACE_ROWS)
+        start, stop = 0, m
+        if table is not None and counts is not None:
+            start = int(counts[block].min())
+            # from ``stop`` on, every row of the block has t >= 40 (and one column more: either
+            # path gives the same value near the edge, ``_flat_is_exact``)
+            least = float(col[block].min())
+            edge = (
+                m if not least > 0.0 else int(np.searchsorted(two_a_less_1, LAPLACE_FLAT_T / least))
+            )
+            stop = min(max(start, edge) + 1, m)
+            _laplace_flat(col[block], table[stop:], out[block, stop:])
+        _laplace_closed_form(
+            col[block], neg_t[start:stop], q[start:stop], am1[start:stop], out[block, start:stop]
+        )
+    if counts is not None:
         rows = np.repeat(np.arange(n), counts)
         cols = np.arange(rows.size) - np.repeat(np.cumsum(counts) - counts, counts)
     else:
