@@ -160,11 +160,11 @@ def _reset_postgres(url: str) -> None:
         engine.dispose()
 
 
-@pytest.fixture(params=BACKENDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: Path) -> str:
-    """A freshly migrated, empty database: SQLite file, or the CI PostgreSQL (truncated)."""
-    if request.param == "sqlite":
-        path = tmp_path / "ledger.db"
+def _fresh_database(backend: str, directory: Path, sqlite_template: Path) -> str:
+    """A migrated, empty database: a copy of the SQLite template in ``directory``, or the CI
+    PostgreSQL truncated (skipped, with the reason printed, where there is none)."""
+    if backend == "sqlite":
+        path = directory / "ledger.db"
         shutil.copy(sqlite_template, path)
         return f"sqlite:///{path}"
     if not PG_URL:
@@ -173,6 +173,12 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: Path
         pytest.skip(reason)
     _reset_postgres(PG_URL)
     return PG_URL
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: Path) -> str:
+    """A freshly migrated, empty database: SQLite file, or the CI PostgreSQL (truncated)."""
+    return _fresh_database(request.param, tmp_path, sqlite_template)
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -184,16 +190,7 @@ def module_db_url(
     test), each test making datasets of its own names. pytest finalises a module's fixtures
     before it runs a test of another module, so no other test truncates the database while the
     server runs."""
-    if request.param == "sqlite":
-        path = tmp_path_factory.mktemp("module") / "ledger.db"
-        shutil.copy(sqlite_template, path)
-        return f"sqlite:///{path}"
-    if not PG_URL:
-        reason = "PostgreSQL tests skipped: PRIVACY_LEDGER_TEST_POSTGRES_URL is not set"
-        print(reason)
-        pytest.skip(reason)
-    _reset_postgres(PG_URL)
-    return PG_URL
+    return _fresh_database(request.param, tmp_path_factory.mktemp("module"), sqlite_template)
 
 
 @pytest.fixture

@@ -247,19 +247,20 @@ LAPLACE_FLAT_T = 40.0
 closed form is eps + log1p(-q) / (a - 1): a value per order plus eps (``_laplace_flat``)."""
 
 
-def _flat_is_exact() -> bool:
+def _flat_is_exact(table: Vector) -> bool:
     """Whether this machine's expm1 gives exactly -1 from t = ``LAPLACE_FLAT_T`` on, and the
-    flat part of a row is then what the closed form gives, bit for bit (checked once: the grid
-    evaluation takes the flat shortcut only then, so the values never depend on it)."""
+    flat part of a row (``table`` = log1p(-q) / (a - 1) on ``ORDERS``) is then what the closed
+    form gives, bit for bit (checked once: the grid evaluation takes the flat shortcut only
+    then, so the values never depend on it)."""
     t = np.concatenate((np.linspace(LAPLACE_FLAT_T, 800.0, 4001), [1e3, 1e6, 1e300, np.inf]))
     if not bool(np.all(np.expm1(-t) == -1.0)):
         return False
-    neg_t, q, am1 = _closed_form_tables(ORDERS)
+    neg_t, q, am1, _ = _grid_tables()
     eps = np.array([[LAPLACE_FLAT_T], [1e3]])
     closed = np.empty((2, ORDERS.size))
     _laplace_closed_form(eps, neg_t, q, am1, closed)
     flat = np.empty((2, ORDERS.size))
-    _laplace_flat(eps, np.log1p(-q) / am1, flat)
+    _laplace_flat(eps, table, flat)
     return bool(np.array_equal(closed, flat))
 
 
@@ -273,11 +274,9 @@ def _laplace_flat(e: Vector, flat: Vector, out: Vector) -> None:
 @functools.cache
 def _flat_table() -> Vector | None:
     """log1p(-q) / (a - 1) on ``ORDERS``, or None where ``_flat_is_exact`` does not hold."""
-    if not _flat_is_exact():
-        return None
     _, q, am1, _ = _grid_tables()
     table: Vector = np.log1p(-q) / am1
-    return table
+    return table if _flat_is_exact(table) else None
 
 
 def _laplace_grid(a: Vector, eps: Vector) -> Vector:
@@ -291,12 +290,13 @@ def _laplace_grid(a: Vector, eps: Vector) -> Vector:
     ``compose_many`` groups them, leave few columns between: a quarter less work for a ledger's
     Laplace entries, whose two transcendental functions per element are its cost where numpy
     has no SIMD kernel for them (a CPU without AVX-512)."""
-    table = _flat_table() if a is ORDERS else None
     if a is ORDERS:
         neg_t, q, am1, coef = _grid_tables()
+        table = _flat_table()
     else:
         neg_t, q, am1 = _closed_form_tables(a)
         coef = _laplace_series_coefficients(a)
+        table = None
     n, m = eps.size, a.size
     out: Vector = np.empty((n, m))
     col = eps[:, None]

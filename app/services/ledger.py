@@ -449,10 +449,11 @@ _CURVE_COLUMNS = (_L.rho, _L.rdp, _L.pure_eps, _L.gaussian_only, _L.delta, _L.or
 Mask = np.ndarray[Any, np.dtype[np.bool_]]
 
 
-def _close(fresh: Vector, stored: Vector) -> Mask:
-    """Elementwise ``math.isclose(fresh, stored, rel_tol=1e-12)`` (infinities equal)."""
+def _close(fresh: Vector, stored: Vector, slack: Vector | float = 0.0) -> Mask:
+    """Elementwise ``math.isclose(fresh, stored, rel_tol=1e-12)`` (infinities equal), each
+    pair also allowed to differ by ``slack`` more."""
     with np.errstate(invalid="ignore"):
-        tol = 1e-12 * np.maximum(np.abs(fresh), np.abs(stored))
+        tol = 1e-12 * np.maximum(np.abs(fresh), np.abs(stored)) + slack
         close: Mask = (fresh == stored) | (np.abs(fresh - stored) <= tol)
     return close
 
@@ -473,24 +474,24 @@ def _stale_curves(mechanisms: list[Mechanism], stored_rho: Vector, stored_rdp: V
     suspects = [i for i in np.flatnonzero(stale).tolist() if _close(fresh_rho[i], stored_rho[i])]
     spreads = _fresh_spreads([mechanisms[i] for i in suspects])
     for i, spread in zip(suspects, spreads, strict=True):
-        if spread is None:
-            continue
-        with np.errstate(invalid="ignore"):
-            moved = np.abs(fresh_rdp[i] - stored_rdp[i])
-            allowed = 1e-12 * np.maximum(np.abs(fresh_rdp[i]), np.abs(stored_rdp[i]))
-            within = (fresh_rdp[i] == stored_rdp[i]) | (moved <= allowed + 2.0 * spread)
-        stale[i] = not bool(within.all())
+        if spread is not None:
+            stale[i] = not bool(_close(fresh_rdp[i], stored_rdp[i], 2.0 * spread).all())
     return stale
+
+
+def _by_kind(mechanisms: list[Mechanism]) -> dict[type[Mechanism], list[int]]:
+    """The positions of each kind's mechanisms, in order."""
+    by_kind: dict[type[Mechanism], list[int]] = {}
+    for i, m in enumerate(mechanisms):
+        by_kind.setdefault(type(m), []).append(i)
+    return by_kind
 
 
 def _fresh_spreads(mechanisms: list[Mechanism]) -> list[Vector | None]:
     """Each mechanism's ``unit_spreads`` times its repetitions (None: its kind has none), the
     units of a kind computed together."""
     out: list[Vector | None] = [None] * len(mechanisms)
-    by_kind: dict[type[Mechanism], list[int]] = {}
-    for i, m in enumerate(mechanisms):
-        by_kind.setdefault(type(m), []).append(i)
-    for cls, where in by_kind.items():
+    for cls, where in _by_kind(mechanisms).items():
         spreads = cls.unit_spreads([mechanisms[i].unit() for i in where])
         if spreads is not None:
             for row, i in enumerate(where):
@@ -504,10 +505,7 @@ def _fresh_curves(mechanisms: list[Mechanism]) -> tuple[Vector, Vector]:
     by one), times the repetitions."""
     n = len(mechanisms)
     rho, rdp = np.empty(n), np.empty((n, ORDERS.size))
-    by_kind: dict[type[Mechanism], list[int]] = {}
-    for i, m in enumerate(mechanisms):
-        by_kind.setdefault(type(m), []).append(i)
-    for cls, where in by_kind.items():
+    for cls, where in _by_kind(mechanisms).items():
         for start in range(0, len(where), READ_CHUNK):
             part = where[start : start + READ_CHUNK]
             units = cls.unit_curves([mechanisms[i].unit() for i in part])

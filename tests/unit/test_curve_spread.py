@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from app.accounting import subsampled_gaussian as sgm
+from app.accounting.kinds._spec import unit_curve
 from app.accounting.mechanisms import mechanism_from_dict
 from app.accounting.orders import ORDERS
 from app.services.ledger import _stale, _stale_curves
@@ -88,8 +89,6 @@ def test_verify_allows_the_spread_and_nothing_more(monkeypatch) -> None:
     assert spread is not None
     monkeypatch.setattr(sgm, "np", _OtherCpu(2))
     sgm.subsampled_gaussian_rdp.cache_clear()
-    from app.accounting.kinds._spec import unit_curve
-
     unit_curve.cache_clear()
     there = m.curve()  # as another CPU stored it
     monkeypatch.undo()
@@ -108,8 +107,6 @@ def test_verify_allows_the_spread_and_nothing_more(monkeypatch) -> None:
 
 
 def test_verify_checks_mixed_rows_each_against_its_own_kind(monkeypatch) -> None:
-    from app.accounting.kinds._spec import unit_curve
-
     ms = [
         mechanism_from_dict({"mechanism": "laplace", "epsilon": 0.3}),
         mechanism_from_dict(
