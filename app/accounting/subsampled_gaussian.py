@@ -1170,7 +1170,9 @@ def _rdp_chunk(
         # digits), the signed series wherever the Taylor bound is not tight to 1e-12
         eps_taylor = np.full(al.shape, np.inf)
         taylor_tight = np.zeros(al.shape, dtype=bool)
-        exact_low = np.zeros(al.shape)  # (for the spread) the exact value is at least this
+        # (for the spread only) the exact value is at least this; the series' width in eps
+        exact_low = np.zeros(al.shape if spread is not None else 0)
+        mtz_width = np.zeros(al.shape if spread is not None else 0)
         useful = _taylor_useful(q, sigma)
         sel = np.flatnonzero(useful[r_of])
         if sel.size:
@@ -1203,7 +1205,6 @@ def _rdp_chunk(
                     log_low = np.where(np.isnan(log_low), -np.inf, log_low)
                 exact_low[sel] = np.logaddexp(0.0, log_low) / (al[sel] - 1.0)
         eps_mtz = np.full(al.shape, np.inf)
-        mtz_width = np.zeros(al.shape)  # of eps, where the series is not tight to 1e-12
         rest = np.flatnonzero(~taylor_tight)
         if rest.size:
             series = [
