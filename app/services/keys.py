@@ -227,7 +227,10 @@ def revoke_key(db: Database, caller: Caller, key_id: str) -> r.Key:
     actor = authenticated(db, caller)
     with db.write() as s:
         now = utcnow()
-        _serialise_key_changes(s, now)  # one key change at a time (see there)
+        # one key change at a time (see there); the last revocation's time is written only
+        # when this call revokes: revoking an already revoked (or unknown) key changes nothing,
+        # so it must not make every in-flight write confirm its key again
+        _serialise_key_changes(s, None)
         confirm_active(s, actor)
         row = s.get(ApiKey, key_id)
         if row is None or not actor.covers(row.dataset_ids, row.allocations):
@@ -244,6 +247,7 @@ def revoke_key(db: Database, caller: Caller, key_id: str) -> r.Key:
                 if all(o.dataset_ids is not None or o.allocations is not None for o in others):
                     raise Forbidden("refusing to revoke the last active unscoped admin key")
             row.revoked_at = now
+            _serialise_key_changes(s, now)
             audit.record(
                 s, actor, "key.revoked", target_id=row.id, details={"role": row.role.value}
             )

@@ -208,6 +208,35 @@ def test_writes_confirm_their_key_only_after_a_recent_revocation(
     assert len(looked_up) == 1
 
 
+def test_revoking_a_revoked_or_unknown_key_leaves_the_last_revocation_time(
+    client: TestClient, db_url: str
+) -> None:
+    """Only a revocation that happens moves ``KEYS_REVOKED_AT``: a repeated (idempotent) revoke
+    or one of an unknown key used to move it too, and every write in flight then confirmed its
+    key again under its lock for nothing."""
+    doomed = _mint(client, {"role": "viewer"})
+    assert client.delete(f"/v1/keys/{doomed['id']}").status_code == 200
+    old = "2020-01-01T00:00:00+00:00"
+
+    def last_revocation() -> Any:
+        rows = run_sql(
+            db_url, "SELECT value FROM app_setting WHERE key = :k", k=auth.KEYS_REVOKED_AT
+        )
+        return rows[0][0]
+
+    assert last_revocation() != old  # the revocation recorded its time
+    run_sql(
+        db_url, "UPDATE app_setting SET value = :v WHERE key = :k", v=old, k=auth.KEYS_REVOKED_AT
+    )
+    again = client.delete(f"/v1/keys/{doomed['id']}")
+    assert again.status_code == 200 and again.json()["revoked_at"] is not None, again.text
+    assert client.delete("/v1/keys/no-such-key").status_code == 404
+    assert last_revocation() == old
+    fresh = _mint(client, {"role": "viewer"})
+    assert client.delete(f"/v1/keys/{fresh['id']}").status_code == 200
+    assert datetime.fromisoformat(last_revocation()) > datetime.fromisoformat(old)
+
+
 def test_only_the_holding_key_or_an_admin_releases_a_hold(client: TestClient) -> None:
     ds = new_dataset(client, "alpha", budget={"epsilon": 10.0, "delta": 1e-6})
     owner = _mint(client, {"role": "pipeline", "datasets": [ds["id"]]})
