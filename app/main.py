@@ -220,6 +220,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     "stored curves could not be re-derived under this release's formulas; run "
                     "`privacy-ledger verify --rebuild` (or `privacy-ledger migrate`) to see why"
                 )
+        else:  # the migration job re-derives them; /readyz says so until it has run
+            with contextlib.suppress(Exception):  # (a database not ready is /readyz's to say)
+                behind = await run_in_threadpool(ledger_service.formulas_behind, db)
+                if behind is not None:
+                    log.warning("not ready: %s", behind)
         stop = asyncio.Event()
         task = asyncio.create_task(_sweeper(db, stop))
         try:

@@ -1109,6 +1109,26 @@ FORMULAS_SETTING = "curve_formulas_version"
 under."""
 
 
+def formulas_behind(db: Database) -> str | None:
+    """Why the stored curves may not be this release's, or None: the ledger has entries and
+    its ``FORMULAS_SETTING`` stamp is older than ``CURVE_FORMULAS_VERSION`` (or absent: written
+    by a release that did not stamp it, or migrated by plain ``alembic``). ``/readyz`` reports
+    it where start-up does not re-derive (auto-migration off): until ``migrate`` has run, totals
+    written under since-corrected formulas may be below what the ledger's mechanisms imply."""
+    with db.read() as s:
+        row = s.get(AppSetting, FORMULAS_SETTING)
+        stamp = row.value if row is not None else None
+        if stamp is not None and stamp.isdigit() and int(stamp) >= CURVE_FORMULAS_VERSION:
+            return None
+        if s.execute(select(LedgerEntry.id).limit(1)).first() is None:
+            return None  # nothing stored: nothing to re-derive
+    return (
+        f"the ledger's curves were derived under curve formulas version {stamp or 'unknown'}, "
+        f"this release uses version {CURVE_FORMULAS_VERSION}: run `privacy-ledger migrate` "
+        "(it re-derives them and rebuilds the totals)"
+    )
+
+
 def rederive_if_formulas_changed(db: Database) -> r.VerifyReport | None:
     """Once per ``CURVE_FORMULAS_VERSION``: ``verify --rebuild`` over every dataset (stored
     curves that no longer match their mechanism are re-derived, totals rebuilt; audited), then
@@ -1142,6 +1162,7 @@ __all__ = [
     "EntryFilter",
     "export_entries",
     "export_page",
+    "formulas_behind",
     "list_entries",
     "list_rejections",
     "rederive_if_formulas_changed",

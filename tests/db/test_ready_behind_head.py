@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
+from app.accounting.orders import CURVE_FORMULAS_VERSION
 from app.db import migrate
+from app.db.engine import Database
 from app.main import create_app
-from tests.conftest import ADMIN, make_settings, new_dataset
+from app.services.ledger import FORMULAS_SETTING, rederive_if_formulas_changed
+from tests.conftest import ADMIN, make_settings, new_dataset, run_sql
 
 
 def test_readyz_is_503_until_an_old_schema_is_migrated(db_url: str) -> None:
@@ -31,4 +34,45 @@ def test_readyz_is_503_until_an_old_schema_is_migrated(db_url: str) -> None:
     finally:
         migrate.upgrade(db_url)
     with TestClient(create_app(make_settings(db_url))) as c:
+        assert c.get("/readyz").status_code == 200
+
+
+def test_readyz_is_503_while_the_ledger_s_curves_predate_this_release_s_formulas(
+    db_url: str,
+) -> None:
+    """With auto-migration off, start-up does not re-derive curves stored under formulas a
+    release has since corrected (``CURVE_FORMULAS_VERSION``): the server used to answer ready
+    and admit charges on totals that could be below what the ledger's mechanisms imply.
+    Readiness now names the stamp and ``migrate``; an empty ledger has nothing to re-derive."""
+    settings = make_settings(db_url)
+    with TestClient(create_app(settings), raise_server_exceptions=False, headers=ADMIN) as c:
+        assert c.get("/readyz").status_code == 200  # no entries: nothing to re-derive
+        ds = new_dataset(c)
+        charge = c.post(
+            f"/v1/datasets/{ds['id']}/charges",
+            json={"mechanism": {"mechanism": "laplace", "epsilon": 0.1}},
+        )
+        assert charge.status_code == 201, charge.text
+        ready = c.get("/readyz")  # written without a stamp (as by a release before stamping)
+        assert ready.status_code == 503, ready.text
+        detail = ready.json()["detail"]
+        assert "unknown" in detail and "privacy-ledger migrate" in detail, detail
+        db: Database = c.app.state.db  # type: ignore[attr-defined]
+        assert rederive_if_formulas_changed(db) is not None  # what `migrate` runs
+        assert c.get("/readyz").status_code == 200
+        run_sql(
+            db_url,
+            "UPDATE app_setting SET value = :v WHERE key = :k",
+            v=str(CURVE_FORMULAS_VERSION - 1),
+            k=FORMULAS_SETTING,
+        )
+        older = c.get("/readyz")
+        assert older.status_code == 503, older.text
+        assert f"version {CURVE_FORMULAS_VERSION - 1}," in older.json()["detail"]
+        run_sql(
+            db_url,
+            "UPDATE app_setting SET value = :v WHERE key = :k",
+            v=str(CURVE_FORMULAS_VERSION + 1),  # a newer release migrated: as with the schema
+            k=FORMULAS_SETTING,
+        )
         assert c.get("/readyz").status_code == 200

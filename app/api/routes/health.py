@@ -11,6 +11,7 @@ from sqlalchemy import inspect, text
 from app import __version__, observability
 from app.api.deps import DbDep, metrics_access
 from app.db.migrate import behind_head
+from app.services.ledger import formulas_behind
 from app.services.metrics import DatasetCollector
 
 router = APIRouter(tags=["health"])
@@ -28,7 +29,8 @@ def healthz() -> dict[str, Any]:
         503: {
             "description": (
                 "not ready: the database does not answer, has no schema, or its schema is at "
-                "an older revision (run migrate)"
+                "an older revision, or its ledger's curves were derived under older curve "
+                "formulas (run migrate)"
             ),
             "content": {
                 "application/json": {
@@ -51,6 +53,8 @@ def readyz(db: DbDep) -> JSONResponse:
             if revision is not None:
                 s.execute(text("SELECT 1 FROM dataset_total LIMIT 1"))
         behind = behind_head(revision)
+        if behind is None and revision is not None:
+            behind = formulas_behind(db)
     except Exception as exc:  # any database failure means not ready
         return JSONResponse(
             {"status": "unavailable", "detail": type(exc).__name__}, status_code=503
