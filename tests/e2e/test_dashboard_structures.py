@@ -188,6 +188,16 @@ def test_team_table_and_block_heatmap_match_the_api(world: dict[str, Any]) -> No
         assert "Exhausted" in page.inner_text("[data-testid=blocks-exhausted]")
         assert "own budget" in page.inner_text("[data-testid=blocks-note]")
         assert "crossed" in page.inner_text("#fig-blocks")  # the legend
+        # every legend item inside the drawing (the last one, "exhausted (crossed)", ran past
+        # its right edge and was clipped to "exhausted ("): user units of the SVG's viewBox
+        overflow = page.evaluate(
+            """() => { const svg = document.querySelector('[data-testid=chart-blocks]');
+              const width = svg.viewBox.baseVal.width, height = svg.viewBox.baseVal.height;
+              return [...svg.querySelectorAll('.heat-legend g')].map((g) => g.getBBox())
+                .filter((b) => b.x < 0 || b.x + b.width > width || b.y + b.height > height)
+                .map((b) => [b.x, b.width, width]); }"""
+        )
+        assert overflow == [], overflow
 
         # the /budget summary as text
         top = budget["blocks"]["most_spent"]

@@ -389,7 +389,19 @@
     caption(figure, opts.title, opts.description, ids);
     const C = 16, G = 3, L = 40, T = 18;
     const gridW = L + opts.cols * (C + G), gridH = T + opts.rows * (C + G);
-    const W = Math.max(560, gridW + 10), H = gridH + 44;
+    const W = Math.max(560, gridW + 10);
+    // the legend's items in rows that fit the width (an item: 16 px of swatch and gap, its text
+    // at about 6.8 px a character of the 11 px font, 14 px to the next): on one row the last
+    // item used to run past the right edge and be clipped
+    const items = [];
+    let lx = L, ly = gridH + 24;
+    for (const s of HEAT_STEPS) {
+      const width = 16 + Math.ceil(s.name.length * 6.8);
+      if (lx > L && lx + width > W - 4) { lx = L; ly += 18; }
+      items.push({ s, lx, ly });
+      lx += width + 14;
+    }
+    const H = ly + 20;
     const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, role: "group", "aria-labelledby": `${ids.title} ${ids.desc}`, class: "plot heat", "data-testid": opts.testid || "" });
     svg.appendChild(el("title", {}, opts.title));
     for (const [row, text] of opts.rowLabels || []) {
@@ -412,17 +424,14 @@
       }
       svg.appendChild(g);
     }
-    // legend
-    let lx = L;
-    const ly = gridH + 24;
+    // legend (laid out above)
     const legend = el("g", { class: "heat-legend", "aria-hidden": "true" });
-    for (const s of HEAT_STEPS) {
+    for (const { s, lx, ly } of items) {
       const g = el("g", { class: `cell ${s.cls}` });
       g.appendChild(el("rect", { x: lx, y: ly - 11, width: 12, height: 12, rx: 2 }));
       if (s.cls === "hx") g.appendChild(el("path", { d: `M${lx + 2} ${ly - 9}L${lx + 10} ${ly - 1}M${lx + 10} ${ly - 9}L${lx + 2} ${ly - 1}`, class: "cross" }));
       g.appendChild(el("text", { x: lx + 16, y: ly }, s.name));
       legend.appendChild(g);
-      lx += 30 + s.name.length * 6;
     }
     svg.appendChild(legend);
     figure.appendChild(svg);
