@@ -192,6 +192,9 @@ class Entry(_Answer):
     allocation_id: str | None = Field(default=None, description="the allocation charged")
     blocks: BlockSpan | None = Field(default=None, description="the block range charged")
     key_name: str | None = Field(default=None, description="the charging key's label")
+    allocation_name: str | None = Field(
+        default=None, description="the name of the allocation charged (its current name)"
+    )
 
 
 class Requested(_Answer):

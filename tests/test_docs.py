@@ -40,9 +40,9 @@ def test_budgets_md_names_the_structure_members_of_each_export() -> None:
     )
     assert match, "the export members are gone from docs/budgets.md"
     csv_named, jsonl_named = (re.findall(r"`(\w+)`", match.group(i)) for i in (1, 2))
-    assert csv_named == ["allocation_id", "block_from", "block_to"]
+    assert csv_named == ["allocation_id", "allocation_name", "block_from", "block_to"]
     assert set(csv_named) <= set(CSV_COLUMNS)
-    assert jsonl_named == ["allocation_id", "blocks"]
+    assert jsonl_named == ["allocation_id", "allocation_name", "blocks"]
     assert set(jsonl_named) <= set(responses.Entry.model_fields)
     assert not {"block_from", "block_to"} & set(responses.Entry.model_fields)
 

@@ -733,7 +733,15 @@ def append(
         st.pending_entries.append({**values, "id": entry_id})
     else:
         entry_id = conn.execute(_INSERT_ENTRY, values).scalar_one()
-    return answers.entry({**values, "id": entry_id, "key_name": ask.key_name})
+    allocation = ask.target.allocation if ask.target is not None else None
+    return answers.entry(
+        {
+            **values,
+            "id": entry_id,
+            "key_name": ask.key_name,
+            "allocation_name": allocation.name if allocation is not None else None,
+        }
+    )
 
 
 def append_held(

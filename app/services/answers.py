@@ -244,6 +244,7 @@ def entry(m: Mapping[Any, Any]) -> r.Entry:
         allocation_id=m.get("allocation_id"),
         blocks=block_span(m.get("block_from"), m.get("block_to")),
         key_name=m.get("key_name"),
+        allocation_name=m.get("allocation_name"),
     )
 
 

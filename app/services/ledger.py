@@ -159,10 +159,15 @@ class EntryFilter:
 
 
 def _entries(where: list[ColumnElement[bool]]) -> Select[Any]:
-    """Entries with their key's label (``key_name``)."""
+    """Entries with their key's label (``key_name``) and their allocation's name
+    (``allocation_name``)."""
     return (
-        select(*_ENTRY_COLUMNS, _K.label.label("key_name"))
-        .select_from(LedgerEntry.__table__.outerjoin(ApiKey.__table__, _K.id == _L.key_id))
+        select(*_ENTRY_COLUMNS, _K.label.label("key_name"), _A.name.label("allocation_name"))
+        .select_from(
+            LedgerEntry.__table__.outerjoin(ApiKey.__table__, _K.id == _L.key_id).outerjoin(
+                Allocation.__table__, _A.id == _L.allocation_id
+            )
+        )
         .where(*where)
     )
 
@@ -228,6 +233,7 @@ CSV_COLUMNS = (
     "allocation_id",
     "block_from",
     "block_to",
+    "allocation_name",
 )
 
 

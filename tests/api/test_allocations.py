@@ -184,6 +184,7 @@ def test_unknown_allocation_and_keys_outside_theirs_change_nothing(client: TestC
     )
     assert r.status_code == 201, r.text
     assert r.json()["entry"]["allocation_id"] == r.json()["allocation"]["id"]
+    assert r.json()["entry"]["allocation_name"] == "team-a"  # the ledger's readers see the name
     # a hold of team-b cannot be committed or released by the team-a key
     hold = client.post(
         f"/v1/datasets/{ds}/reservations", json={"mechanism": LAPLACE, "allocation": "team-b"}

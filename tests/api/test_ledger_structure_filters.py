@@ -68,10 +68,14 @@ def test_allocation_and_block_filters(client: TestClient) -> None:
         "2026-11-03",
     )
     assert rows[1]["allocation_id"] == "" and rows[1]["block_from"] == "2026-11-03"
+    assert (rows[0]["allocation_name"], rows[1]["allocation_name"]) == ("team-a", "")
     lines = client.get(
         f"/v1/datasets/{ds}/ledger", params={"format": "jsonl", "allocation": "team-a"}
     ).text.splitlines()
     assert [json.loads(line)["seq"] for line in lines] == [a, c]
+    assert {json.loads(line)["allocation_name"] for line in lines} == {"team-a"}
+    page = client.get(f"/v1/datasets/{ds}/ledger").json()["entries"]
+    assert {e["seq"]: e["allocation_name"] for e in page} == {a: "team-a", b: None, c: "team-a"}
 
 
 def test_bad_block_filters_are_422(client: TestClient) -> None:

@@ -63,6 +63,11 @@ def test_retry_after_dropped_connection_charges_once(server_url: str) -> None:
         assert len(transport.keys) == 2 and transport.keys[0] == transport.keys[1] is not None
         assert c.budget(ds.id).entries == 1
         assert [e.label for e in c.ledger(ds.id).entries] == ["once"]
+        # an entry names the allocation it was charged to (and None without one)
+        c.create_allocation(ds.id, "team-a", 1.0, 1e-6)
+        c.charge(ds.id, laplace(0.1), label="team", allocation="team-a")
+        named = {e.label: e.allocation_name for e in c.ledger(ds.id).entries}
+        assert named == {"once": None, "team": "team-a"}
 
 
 def test_reservation_context_manager_commits_and_releases(server_url: str) -> None:

@@ -199,7 +199,17 @@ def test_team_table_and_block_heatmap_match_the_api(world: dict[str, Any]) -> No
         )
         assert overflow == [], overflow
 
-        # the /budget summary as text
+        # the ledger names the team each entry was charged to, beside the key ("charged by")
+        page.wait_for_selector("#entries tbody tr td")
+        charged_by = page.evaluate(
+            """() => [...document.querySelectorAll('#entries tbody tr')].map((tr) =>
+              [tr.cells[3].textContent, tr.cells[4].textContent])"""
+        )
+        assert len(charged_by) == 4, charged_by
+        for label, by in charged_by:
+            team = label.rsplit("-", 3)[0]  # "team-a-2026-11-16" -> "team-a"
+            assert by.endswith(f"({team})"), (label, by)
+
         top = budget["blocks"]["most_spent"]
         assert page.get_attribute("[data-testid=blocks-most-spent]", "data-value") == top["block"]
         assert page.inner_text("[data-testid=blocks-exhausted-count]") == "1"

@@ -578,7 +578,9 @@
   function who(x) {
     const frag = document.createDocumentFragment();
     frag.append(html("bdi", {}, x.key_name || x.key_id || "—"));
-    if (x.allocation) frag.append(" (", html("bdi", {}, x.allocation), ")");
+    // the team charged: a refusal names it (allocation), an entry too (allocation_name)
+    const team = x.allocation || x.allocation_name;
+    if (team) frag.append(" (", html("bdi", {}, team), ")");
     return frag;
   }
 

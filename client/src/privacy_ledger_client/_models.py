@@ -169,6 +169,8 @@ class LedgerEntry(Model):
     created_at: datetime | None = None
     allocation_id: str | None = None
     blocks: dict[str, str] | None = None  # {"from": key, "to": key}
+    key_name: str | None = None  # the charging key's label
+    allocation_name: str | None = None  # the allocation charged, by name
 
 
 @dataclass(frozen=True, kw_only=True)
