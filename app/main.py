@@ -222,6 +222,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 )
         else:  # the migration job re-derives them; /readyz says so until it has run
             with contextlib.suppress(Exception):  # (a database not ready is /readyz's to say)
+                await run_in_threadpool(ledger_service.stamp_if_empty, db)
                 behind = await run_in_threadpool(ledger_service.formulas_behind, db)
                 if behind is not None:
                     log.warning("not ready: %s", behind)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import ColumnElement, Select, Text, cast, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from app import responses as r
 from app.accounting.compose import RangeSums, compose_in_order, compose_ranges
@@ -1115,24 +1116,58 @@ FORMULAS_SETTING = "curve_formulas_version"
 under."""
 
 
+def _stores_curves(s: Session) -> bool:
+    """Whether the database holds a curve some release derived: a ledger entry or an active
+    hold (both store their mechanism's curve)."""
+    if s.execute(select(_L.id).limit(1)).first() is not None:
+        return True
+    active = select(_R.id).where(_R.status == ReservationStatus.ACTIVE).limit(1)
+    return s.execute(active).first() is not None
+
+
+def _current_stamp(s: Session) -> str | None:
+    row = s.get(AppSetting, FORMULAS_SETTING)
+    return row.value if row is not None else None
+
+
+def _is_current(stamp: str | None) -> bool:
+    return stamp is not None and stamp.isdigit() and int(stamp) >= CURVE_FORMULAS_VERSION
+
+
 def formulas_behind(db: Database) -> str | None:
-    """Why the stored curves may not be this release's, or None: the ledger has entries and
-    its ``FORMULAS_SETTING`` stamp is older than ``CURVE_FORMULAS_VERSION`` (or absent: written
-    by a release that did not stamp it, or migrated by plain ``alembic``). ``/readyz`` reports
-    it where start-up does not re-derive (auto-migration off): until ``migrate`` has run, totals
-    written under since-corrected formulas may be below what the ledger's mechanisms imply."""
+    """Why the stored curves may not be this release's, or None: the database stores curves
+    (``_stores_curves``) and its ``FORMULAS_SETTING`` stamp is older than
+    ``CURVE_FORMULAS_VERSION``, or absent (a database written by a release before the stamp,
+    then migrated by plain ``alembic``; a database that stored nothing is stamped at start-up,
+    ``stamp_if_empty``). ``/readyz`` reports it where start-up does not re-derive
+    (auto-migration off): until ``migrate`` has run, totals written under since-corrected
+    formulas may be below what the ledger's mechanisms imply."""
     with db.read() as s:
-        row = s.get(AppSetting, FORMULAS_SETTING)
-        stamp = row.value if row is not None else None
-        if stamp is not None and stamp.isdigit() and int(stamp) >= CURVE_FORMULAS_VERSION:
+        stamp = _current_stamp(s)
+        if _is_current(stamp) or not _stores_curves(s):
             return None
-        if s.execute(select(LedgerEntry.id).limit(1)).first() is None:
-            return None  # nothing stored: nothing to re-derive
     return (
         f"the ledger's curves were derived under curve formulas version {stamp or 'unknown'}, "
         f"this release uses version {CURVE_FORMULAS_VERSION}: run `privacy-ledger migrate` "
         "(it re-derives them and rebuilds the totals)"
     )
+
+
+def stamp_if_empty(db: Database) -> None:
+    """Stamp ``CURVE_FORMULAS_VERSION`` on a database that stores no curve yet and has no stamp
+    (a start-up without auto-migration on a database migrated by plain ``alembic``): there is
+    nothing to re-derive, and every curve it will store is this release's. Without it, such a
+    server became unready (``formulas_behind``) at its own first charge. Two replicas starting
+    at once: the second insert fails and changes nothing."""
+    with db.read() as s:
+        if _current_stamp(s) is not None or _stores_curves(s):
+            return
+    try:
+        with db.write() as s:
+            if _current_stamp(s) is None and not _stores_curves(s):
+                s.add(AppSetting(key=FORMULAS_SETTING, value=str(CURVE_FORMULAS_VERSION)))
+    except IntegrityError:  # a replica starting at the same time stamped it first
+        pass
 
 
 def rederive_if_formulas_changed(db: Database) -> r.VerifyReport | None:
@@ -1173,5 +1208,6 @@ __all__ = [
     "list_rejections",
     "rederive_if_formulas_changed",
     "rejection_answer",
+    "stamp_if_empty",
     "verify",
 ]

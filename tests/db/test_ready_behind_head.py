@@ -43,36 +43,58 @@ def test_readyz_is_503_while_the_ledger_s_curves_predate_this_release_s_formulas
     """With auto-migration off, start-up does not re-derive curves stored under formulas a
     release has since corrected (``CURVE_FORMULAS_VERSION``): the server used to answer ready
     and admit charges on totals that could be below what the ledger's mechanisms imply.
-    Readiness now names the stamp and ``migrate``; an empty ledger has nothing to re-derive."""
-    settings = make_settings(db_url)
+    Readiness now names the stamp and ``migrate``. A database that stores no curve yet is
+    stamped at start-up (nothing to re-derive): its own charges keep it ready."""
+    settings = make_settings(db_url)  # auto-migration off, schema migrated by plain upgrade
+
+    def set_stamp(value: str | None) -> None:
+        run_sql(db_url, "DELETE FROM app_setting WHERE key = :k", k=FORMULAS_SETTING)
+        if value is not None:
+            run_sql(
+                db_url,
+                "INSERT INTO app_setting (key, value) VALUES (:k, :v)",
+                k=FORMULAS_SETTING,
+                v=value,
+            )
+
     with TestClient(create_app(settings), raise_server_exceptions=False, headers=ADMIN) as c:
-        assert c.get("/readyz").status_code == 200  # no entries: nothing to re-derive
         ds = new_dataset(c)
         charge = c.post(
             f"/v1/datasets/{ds['id']}/charges",
             json={"mechanism": {"mechanism": "laplace", "epsilon": 0.1}},
         )
         assert charge.status_code == 201, charge.text
-        ready = c.get("/readyz")  # written without a stamp (as by a release before stamping)
+        assert c.get("/readyz").status_code == 200  # stamped when it started empty
+        set_stamp(None)  # as written by a release before the stamp, then plainly migrated
+        ready = c.get("/readyz")
         assert ready.status_code == 503, ready.text
         detail = ready.json()["detail"]
         assert "unknown" in detail and "privacy-ledger migrate" in detail, detail
         db: Database = c.app.state.db  # type: ignore[attr-defined]
         assert rederive_if_formulas_changed(db) is not None  # what `migrate` runs
         assert c.get("/readyz").status_code == 200
-        run_sql(
-            db_url,
-            "UPDATE app_setting SET value = :v WHERE key = :k",
-            v=str(CURVE_FORMULAS_VERSION - 1),
-            k=FORMULAS_SETTING,
-        )
+        set_stamp(str(CURVE_FORMULAS_VERSION - 1))
         older = c.get("/readyz")
         assert older.status_code == 503, older.text
         assert f"version {CURVE_FORMULAS_VERSION - 1}," in older.json()["detail"]
-        run_sql(
-            db_url,
-            "UPDATE app_setting SET value = :v WHERE key = :k",
-            v=str(CURVE_FORMULAS_VERSION + 1),  # a newer release migrated: as with the schema
-            k=FORMULAS_SETTING,
-        )
+        set_stamp(str(CURVE_FORMULAS_VERSION + 1))  # a newer release migrated: as a schema
         assert c.get("/readyz").status_code == 200
+    set_stamp(None)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        assert c.get("/readyz").status_code == 503  # a start does not stamp a ledger with curves
+
+
+def test_an_active_hold_alone_counts_as_stored_curves(db_url: str) -> None:
+    """A hold stores its mechanism's curve too: a database with a hold and no entry is not
+    stamped at start-up, and is unready without a stamp."""
+    with TestClient(create_app(make_settings(db_url)), headers=ADMIN) as c:
+        ds = new_dataset(c)
+        hold = c.post(
+            f"/v1/datasets/{ds['id']}/reservations",
+            json={"mechanism": {"mechanism": "laplace", "epsilon": 0.1}},
+        )
+        assert hold.status_code == 201, hold.text
+        run_sql(db_url, "DELETE FROM app_setting WHERE key = :k", k=FORMULAS_SETTING)
+        assert c.get("/readyz").status_code == 503
+    with TestClient(create_app(make_settings(db_url))) as c:
+        assert c.get("/readyz").status_code == 503  # started again: still not stamped
