@@ -155,5 +155,12 @@ def test_a_start_whose_rederivation_fails_still_serves_and_says_why(
     with caplog.at_level(logging.ERROR), TestClient(create_app(settings), headers=ADMIN) as c:
         assert c.get("/healthz").status_code == 200
         assert c.get("/v1/datasets").status_code == 200
+        # unstamped and storing curves: not ready until a pass succeeds (or `migrate` runs)
+        ds = new_dataset(c)
+        laplace = {"mechanism": "laplace", "epsilon": 0.1}
+        charge = c.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": laplace})
+        assert charge.status_code == 201, charge.text
+        ready = c.get("/readyz")
+        assert ready.status_code == 503 and "migrate" in ready.json()["detail"], ready.text
     assert "privacy-ledger verify --rebuild" in caplog.text
     assert "a stored mechanism this release cannot read" in caplog.text
