@@ -335,7 +335,8 @@ def ledger(
             print_json([e.raw for e in _entries(s, dataset, limited, **filters)])
             return
         table = Table(title=f"ledger of {dataset} (newest first)")
-        for col in ("#", "time (UTC)", "mechanism", "count", "label", "spent ε after", "source"):
+        columns = ("#", "time (UTC)", "mechanism", "count", "label", "charged by")
+        for col in (*columns, "spent ε after", "source"):
             table.add_column(col)
         for e in _entries(s, dataset, 50 if limit is None else limit, **filters):
             table.add_row(
@@ -344,10 +345,18 @@ def ledger(
                 describe({k: v for k, v in e.mechanism.items() if k != "count"}),
                 str(e.count),
                 e.label or "",
+                _charged_by(e),
                 used(e.spent_epsilon),
                 e.source or "",
             )
         console.print(table)
+
+
+def _charged_by(e: LedgerEntry) -> str:
+    """Who charged an entry, as the dashboard says it: the key's label (or id), then the team
+    (allocation) in parentheses."""
+    who = e.key_name or e.key_id or "-"
+    return f"{who} ({e.allocation_name})" if e.allocation_name else who
 
 
 def rejections(

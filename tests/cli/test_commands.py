@@ -910,3 +910,30 @@ def test_spent_is_never_shown_below_nor_what_is_left_above(
     assert common.used(x) == spent and common.left(x) == remaining
     if x is not None and x != float("inf"):
         assert float(spent) >= x * (1 - 1e-9) and float(remaining) <= x * (1 + 1e-9)
+
+
+def test_the_ledger_table_says_who_charged_each_entry(
+    run: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table names the charging key (its label) and the team (allocation) an entry was
+    charged to, as the dashboard's "charged by" does; it left both out."""
+    _dataset(run, "teams")
+    made = run.client.post(
+        "/v1/datasets/teams/allocations",
+        json={"name": "team-a", "budget": {"epsilon": 0.5, "delta": 1e-6}},
+    )
+    assert made.status_code == 201, made.text
+    run("charge", "teams", "-m", "laplace", "--epsilon", "0.01", "--label", "plain")
+    run("charge", "teams", "-m", "laplace", "--epsilon", "0.01", "--label", "team",
+        "--allocation", "team-a")  # fmt: skip
+    entries = {e["label"]: e for e in run.client.get("/v1/datasets/teams/ledger").json()["entries"]}
+    key = entries["plain"]["key_name"] or entries["plain"]["key_id"]
+    rows = {
+        cells[5]: cells[6]
+        for line in run("ledger", "teams").stdout.splitlines()
+        if line.count("│") >= 8
+        for cells in ([c.strip() for c in line.split("│")],)
+    }
+    assert rows["plain"] == key and rows["team"] == f"{key} (team-a)", rows
+    monkeypatch.setattr(common.console, "width", 80)  # narrow: no number cut short
+    assert "…" not in run("ledger", "teams").stdout
