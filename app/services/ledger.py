@@ -1178,8 +1178,7 @@ def rederive_if_formulas_changed(db: Database) -> r.VerifyReport | None:
     reporting spends below what its mechanisms imply until an operator ran ``verify --rebuild``."""
     version = str(CURVE_FORMULAS_VERSION)
     with db.read() as s:
-        row = s.get(AppSetting, FORMULAS_SETTING)
-        if row is not None and row.value == version:
+        if _current_stamp(s) == version:
             return None
     report = verify(db, SYSTEM, rebuild=True)
     try:
