@@ -692,13 +692,14 @@ class FilterFit:
         if f.kind in RHO_FILTERS:
             if f.kind is FilterKind.GDP and not combined.gaussian_only:
                 return -math.inf
-            if combined.delta == 0.0:
+            if not f.entry_deltas_fit(combined):
+                return -math.inf
+            if f.admits_by_bound(combined):
                 assert f.bound is not None
                 return f.bound - combined.rho
-            # entries' own deltas: a rho filter admits by the conversion at what they leave of
-            # the budget delta (``Filter._within``), not by the bound, which is for all of it
-            if f.rule.adaptive or combined.delta >= f.budget.delta:
-                return -math.inf
+            # entries' own deltas on a non-adaptive filter: it admits by the conversion at what
+            # they leave of the budget delta (``Filter._within``), not by the bound, which is
+            # for all of it
         return f.budget.epsilon - f.spend(combined).epsilon
 
     def orders(self, curve: PrivacyCurve) -> tuple[float, ...]:

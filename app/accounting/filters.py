@@ -35,11 +35,23 @@ P[M(x) in S] <= (1 - delta_e)(e^eps P[A(x') in S] + d') + delta_e <= e^eps P[M(x
 form). So a conversion at a target delta is run at d' = delta - delta_e (rounded down), its
 epsilon is infinite once delta_e >= delta, and a delta at an epsilon is the conversion's plus
 delta_e. The non-adaptive filters (``rdp``, ``zcdp``) admit such ledgers by that conversion.
-The adaptive filters (``gdp``, ``zcdp_filter``, ``rdp_union_bound``) refuse them: the remaining
-d' would then depend on deltas chosen after seeing outputs, a data-dependent threshold that
-neither the Renyi-filter theorem nor Ville's inequality covers; a fixed split of the delta
-budget made at creation would be needed (Whitehouse et al. 2023), which these filters do not
-have.
+The adaptive filters refuse them by default: the remaining d' would then depend on deltas
+chosen after seeing outputs, a data-dependent threshold that neither the Renyi-filter theorem
+nor Ville's inequality covers. A dataset may instead fix at creation a part D < delta_B of its
+delta for them (``Filter.entry_delta``, the fixed split of Whitehouse et al. 2023): the filter
+then admits while the entries' deltas add up to at most D, its own rule (bound, orders) is
+computed for (eps_B, delta_B - D), and every spend converts at the target delta less D,
+whatever the entries' deltas are. Sound under full adaptivity (docs/formulas.md §2.6): let
+G(x) be the interaction in which every step runs the good part of its mechanism (the mixture
+decomposition above, per neighbouring pair), and W = prod_i (1 - delta_i) along the path, a
+function of the path in [0, 1] (each delta_i is fixed by the history before step i). Then
+P[M(x) in S] <= E_G(x)[1_S W] + P[a bad part runs], and P[a bad part runs] = E_G(x)[1 - W]
+<= E_G(x)[sum_i delta_i] <= D since the filter keeps that sum within D on every path; the
+good interaction is filtered by the rule computed for delta_B - D, so it is
+(eps_B, delta_B - D)-DP, which holds for [0, 1]-valued functions of the output as for events:
+E_G(x)[1_S W] <= e^eps_B E_G(x')[1_S W] + delta_B - D <= e^eps_B P[M(x') in S] + delta_B - D.
+So P[M(x) in S] <= e^eps_B P[M(x') in S] + delta_B. ``gdp`` (Gaussian only: no entry has a
+delta) and ``rdp_union_bound`` (datasets of an earlier version) have no such split.
 
 ``Filter`` is the value object the service asks, once per charge, through ``Filter.dry_run``
 (as dp_accounting's ``supports()`` is a dry run of ``compose()``). Each kind is one ``_Rule``
@@ -319,7 +331,8 @@ class _Rule:
 
     ``by_rho``: admission is ``total.rho <= bound`` (no conversion); otherwise admission is the
     reported epsilon at the budget delta being within the budget epsilon.
-    ``adaptive``: valid under fully adaptive parameter choice (refuses entries' own deltas).
+    ``adaptive``: valid under fully adaptive parameter choice (entries' own deltas only within
+    the part of the delta budget the filter sets aside for them, ``Filter.entry_delta``).
     ``gaussian_only``: only Gaussian-only ledgers are admitted (the GDP theorem).
     """
 
@@ -408,6 +421,7 @@ def _pick(values: dict[str, float], orders: dict[str, float]) -> tuple[str, floa
 
 REFUSES_ENTRY_DELTA = "adaptive_filter_refuses_entry_delta"
 ENTRY_DELTAS_EXCEED = "entry_deltas_reach_delta"
+ENTRY_DELTAS_BEYOND_SET_ASIDE = "entry_deltas_exceed_entry_delta_budget"
 
 
 def pure_spend(total: PrivacyCurve) -> Spend:
@@ -419,13 +433,25 @@ def pure_spend(total: PrivacyCurve) -> Spend:
     return Spend(eps, 0.0, "pure_dp", None, {"pure_dp": eps})
 
 
-def _spend_at(rule: _Rule, total: PrivacyCurve, delta: float) -> Spend:
+def _beyond_set_aside(rule: _Rule, total: PrivacyCurve, set_aside: float) -> str | None:
+    """Why an adaptive filter with ``set_aside`` (its ``entry_delta``) gives no guarantee for
+    ``total``: its entries' own deltas with nothing set aside, or beyond what is; else None."""
+    if not rule.adaptive or total.delta == 0.0:
+        return None
+    if set_aside == 0.0:
+        return REFUSES_ENTRY_DELTA
+    return ENTRY_DELTAS_BEYOND_SET_ASIDE if total.delta > set_aside else None
+
+
+def _spend_at(rule: _Rule, total: PrivacyCurve, delta: float, set_aside: float = 0.0) -> Spend:
     """The least candidate epsilon at ``delta``, the conversions run at what the entries' own
-    deltas leave of it (module docstring)."""
+    deltas leave of it; under an adaptive filter, at what the part it sets aside for them
+    (``set_aside``) leaves, whatever they add up to within it (module docstring)."""
     delta = conv.check_delta(delta)
-    if total.delta > 0.0 and rule.adaptive:
-        return Spend(math.inf, delta, REFUSES_ENTRY_DELTA, None, {REFUSES_ENTRY_DELTA: math.inf})
-    left = sub_down(delta, total.delta)
+    why = _beyond_set_aside(rule, total, set_aside)
+    if why is not None:
+        return Spend(math.inf, delta, why, None, {why: math.inf})
+    left = sub_down(delta, set_aside if rule.adaptive else total.delta)
     if left <= 0.0:
         return Spend(math.inf, delta, ENTRY_DELTAS_EXCEED, None, {ENTRY_DELTAS_EXCEED: math.inf})
     values, orders = rule.epsilon(total, left)
@@ -433,16 +459,53 @@ def _spend_at(rule: _Rule, total: PrivacyCurve, delta: float) -> Spend:
     return Spend(epsilon=best, delta=delta, method=method, order=order, candidates=values)
 
 
-def _spend_delta(rule: _Rule, total: PrivacyCurve, epsilon: float) -> Spend:
-    """The least candidate delta at ``epsilon``, plus the entries' own deltas."""
+def _spend_delta(rule: _Rule, total: PrivacyCurve, epsilon: float, set_aside: float = 0.0) -> Spend:
+    """The least candidate delta at ``epsilon``, plus the entries' own deltas (under an adaptive
+    filter, plus the part it sets aside for them, ``set_aside``)."""
     epsilon = conv.check_epsilon(epsilon)
-    if total.delta > 0.0 and rule.adaptive:
-        return Spend(epsilon, 1.0, REFUSES_ENTRY_DELTA, None, {REFUSES_ENTRY_DELTA: 1.0})
+    why = _beyond_set_aside(rule, total, set_aside)
+    if why is not None:
+        return Spend(epsilon, 1.0, why, None, {why: 1.0})
     values, orders = rule.delta(total, epsilon)
-    if total.delta > 0.0:
-        values = {k: min(1.0, add_up(v, total.delta)) for k, v in values.items()}
+    extra = set_aside if rule.adaptive else total.delta
+    if extra > 0.0:
+        values = {k: min(1.0, add_up(v, extra)) for k, v in values.items()}
     method, best, order = _pick(values, orders)
     return Spend(epsilon=epsilon, delta=best, method=method, order=order, candidates=values)
+
+
+SETS_ENTRY_DELTA_ASIDE = frozenset({FilterKind.ZCDP_FILTER, FilterKind.RDP_FIXED_ORDERS})
+"""The filters that may set part of their delta aside for entries' own deltas."""
+
+
+def check_entry_delta_budget(kind: FilterKind, budget: Budget, entry_delta: float) -> None:
+    """ValueError unless ``entry_delta`` (the part of the budget delta set aside for entries'
+    own deltas) is 0, or in (0, delta_B) on a filter that sets one aside: the adaptive ones but
+    ``gdp`` (Gaussian only: no entry has a delta) and ``rdp_union_bound`` (an earlier version's
+    datasets). Non-adaptive filters need none: they admit entries' deltas up to the budget
+    delta by the conversion at what those leave."""
+    if entry_delta == 0.0:
+        return
+    if not (math.isfinite(entry_delta) and 0.0 < entry_delta < budget.delta):
+        raise ValueError(
+            f"entry_delta_budget must be in [0, budget delta = {budget.delta:g}), "
+            f"got {entry_delta!r}"
+        )
+    if kind not in SETS_ENTRY_DELTA_ASIDE:
+        why = (
+            "its filter admits Gaussian mechanisms only, which have no delta of their own"
+            if kind is FilterKind.GDP
+            else "its filter, of an earlier version, has no such split"
+            if kind is FilterKind.RDP_UNION_BOUND
+            else "a non-adaptive dataset admits entries' own deltas up to its budget delta"
+        )
+        raise ValueError(f"entry_delta_budget applies to adaptive datasets only: {why}")
+
+
+def good_budget(budget: Budget, entry_delta: float) -> Budget:
+    """The budget the rule of a filter that sets ``entry_delta`` aside is made for:
+    (eps_B, delta_B - entry_delta), rounded down."""
+    return Budget(budget.epsilon, sub_down(budget.delta, entry_delta))
 
 
 # --- the value object --------------------------------------------------------------------------
@@ -454,6 +517,10 @@ class Filter:
     zcdp, zcdp_filter), the largest admissible total ``bound`` on rho (None for RDP kinds);
     for ``rdp_fixed_orders`` its stored ``params`` (orders, weights, thresholds).
 
+    ``entry_delta``: the part of the budget delta an adaptive filter sets aside, at creation,
+    for entries with their own delta (0: it refuses them); its bound or parameters are then
+    those of (eps_B, delta_B - entry_delta) (module docstring).
+
     Build it with ``Filter.create(kind, budget, allowed_mechanisms)`` (computes the bound or
     parameters once) or, when they are stored, ``Filter(kind, budget, bound, params)``.
     """
@@ -462,9 +529,11 @@ class Filter:
     budget: Budget
     bound: float | None = None
     params: RenyiFilter | None = None
+    entry_delta: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", FilterKind(self.kind))
+        check_entry_delta_budget(self.kind, self.budget, self.entry_delta)
         if self.kind is FilterKind.RDP_FIXED_ORDERS and self.params is None:
             raise ValueError("the rdp_fixed_orders filter needs its parameters (Filter.create)")
         if self.rule.by_rho and self.bound is None:
@@ -477,21 +546,26 @@ class Filter:
         budget: Budget,
         allowed_mechanisms: Sequence[str] | None = None,
         orders: Sequence[float] | None = None,
+        entry_delta: float = 0.0,
     ) -> Filter:
-        """The filter of ``kind`` for ``budget``, its bound or parameters computed once.
+        """The filter of ``kind`` for ``budget``, its bound or parameters computed once (for
+        the budget less ``entry_delta``, the part set aside for entries' own deltas).
 
         ``rdp_fixed_orders``: the order comes from the budget and ``allowed_mechanisms``
         (``adaptive.choose_filter``), unless ``orders`` keeps those of an existing filter (a
         budget change must not re-pick the order after the ledger was seen)."""
         kind = FilterKind(kind)
+        check_entry_delta_budget(kind, budget, entry_delta)
+        own = budget if entry_delta == 0.0 else good_budget(budget, entry_delta)
         params = None
         if kind is FilterKind.RDP_FIXED_ORDERS:
             params = (
-                choose_filter(budget.epsilon, budget.delta, allowed_mechanisms)
+                choose_filter(own.epsilon, own.delta, allowed_mechanisms)
                 if orders is None
-                else RenyiFilter.create(budget.epsilon, budget.delta, orders)
+                else RenyiFilter.create(own.epsilon, own.delta, orders)
             )
-        return cls(kind, budget, _RULES[kind].bound(budget) if kind in _RULES else None, params)
+        bound = _RULES[kind].bound(own) if kind in _RULES else None
+        return cls(kind, budget, bound, params, entry_delta)
 
     @property
     def rule(self) -> _Rule:
@@ -503,11 +577,21 @@ class Filter:
 
     def spend_at(self, total: PrivacyCurve, delta: float) -> Spend:
         """The epsilon at ``delta`` this filter's conversions give for the composed ``total``."""
-        return _spend_at(self.rule, total, delta)
+        return _spend_at(self.rule, total, delta, self.entry_delta)
 
     def spend_delta(self, total: PrivacyCurve, epsilon: float) -> Spend:
         """The delta at ``epsilon`` this filter's conversions give for the composed ``total``."""
-        return _spend_delta(self.rule, total, epsilon)
+        return _spend_delta(self.rule, total, epsilon, self.entry_delta)
+
+    def entry_deltas_fit(self, total: PrivacyCurve) -> bool:
+        """Whether the entries' own deltas of ``total`` leave this filter a guarantee: none, or
+        within the part an adaptive filter sets aside for them, or (other filters) below the
+        budget delta."""
+        if total.delta == 0.0:
+            return True
+        if self.rule.adaptive:
+            return total.delta <= self.entry_delta
+        return total.delta < self.budget.delta
 
     def spend(self, total: PrivacyCurve) -> Spend:
         """``spend_at`` the budget's delta, consistent with admission.
@@ -525,23 +609,28 @@ class Filter:
 
     # -- admission ---------------------------------------------------------------------------
 
+    def admits_by_bound(self, total: PrivacyCurve) -> bool:
+        """Whether a rho filter admits ``total`` by its bound: no entries' own deltas, or
+        (adaptive) deltas within the part set aside for them, for which the bound was made."""
+        return total.delta == 0.0 or (self.rule.adaptive and self.entry_deltas_fit(total))
+
     def _within_bound(self, total: PrivacyCurve) -> bool:
-        """rho filters, for a ledger without entries' own deltas: rho within the bound."""
+        """rho filters, for a ledger admitted by the bound (``admits_by_bound``): rho within it."""
         assert self.bound is not None
         if self.rule.gaussian_only and not total.gaussian_only:
             return False
-        return total.delta == 0.0 and total.rho <= self.bound
+        return self.admits_by_bound(total) and total.rho <= self.bound
 
     def _within(self, total: PrivacyCurve, spend: Callable[[], Spend]) -> bool:
-        """THE admission rule. Entries' own deltas: never admitted by an adaptive filter, and
-        never once they reach the budget delta; otherwise admitted iff the conversion at what
-        they leave (``spend()``) is within the budget epsilon. Without them, rho filters
-        compare rho with the bound (no conversion) and RDP filters compare the spend at the
-        budget delta (``spend()``, called only here) with the budget epsilon."""
-        if total.delta > 0.0:
-            if self.rule.adaptive or total.delta >= self.budget.delta:
-                return False
-        elif self.rule.by_rho:
+        """THE admission rule. Entries' own deltas: admitted by an adaptive filter only within
+        the part it sets aside for them, by the others only below the budget delta
+        (``entry_deltas_fit``). Then rho filters compare rho with the bound (no conversion;
+        a non-adaptive one with entries' deltas converts at what they leave) and RDP filters
+        compare the spend at the budget delta (``spend()``, called only here) with the budget
+        epsilon."""
+        if not self.entry_deltas_fit(total):
+            return False
+        if self.rule.by_rho and self.admits_by_bound(total):
             return self._within_bound(total)
         return spend().epsilon <= self.budget.epsilon
 
@@ -599,10 +688,10 @@ class Filter:
         they leave of the budget delta is within the budget epsilon (``_within``'s rule for
         such ledgers: the bound for the whole budget delta would overstate it)."""
         assert self.bound is not None
-        if total.delta == 0.0:
-            return self.bound
-        if self.rule.adaptive or total.delta >= self.budget.delta:
+        if not self.entry_deltas_fit(total):
             return 0.0
+        if self.admits_by_bound(total):
+            return self.bound
         return _rho_bound_at(self.budget.epsilon, sub_down(self.budget.delta, total.delta))
 
     def exhausted(self, total: PrivacyCurve, spent: Spend | None = None) -> bool:
@@ -610,7 +699,7 @@ class Filter:
         entries' own deltas reach the budget delta (``spent``: ``spend(total)``, when known)."""
         if total.delta >= self.budget.delta:
             return True
-        if self.rule.by_rho and total.delta == 0.0:
+        if self.rule.by_rho and self.admits_by_bound(total):
             assert self.bound is not None
             if total.rho >= self.bound or not self._within_bound(total):
                 return True
@@ -697,11 +786,13 @@ def admits(
 
 
 __all__ = [
+    "ENTRY_DELTAS_BEYOND_SET_ASIDE",
     "ENTRY_DELTAS_EXCEED",
     "MAX_BUDGET_EPSILON",
     "REFUSES_ENTRY_DELTA",
     "MIN_BUDGET_DELTA",
     "RHO_FILTERS",
+    "SETS_ENTRY_DELTA_ASIDE",
     "Budget",
     "DryRun",
     "Filter",
@@ -710,9 +801,11 @@ __all__ = [
     "Spend",
     "admits",
     "budget_rdp_curve",
+    "check_entry_delta_budget",
     "filter_bound",
     "filter_kind",
     "filter_spend",
+    "good_budget",
     "spend",
     "spend_delta",
     "union_bound_epsilon",
