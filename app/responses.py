@@ -92,6 +92,11 @@ class Dataset(_Answer):
         default=None,
         description="rdp_fixed_orders: the Renyi orders, weights and thresholds fixed at creation",
     )
+    entry_delta_budget: float = Field(
+        default=0.0,
+        description="adaptive filters: the part of the budget delta set aside at creation for "
+        "mechanisms with their own delta (0: they are refused)",
+    )
     filter_description: str = Field(
         default="",
         description="what the filter guarantees, in plain words (e.g. 'Adaptive queries allowed "
@@ -568,7 +573,8 @@ class MechanismKind(_Answer):
     accountings: list[str] = Field(description="the dataset accountings that admit this kind")
     pld: bool = Field(description="whether pld datasets (and compose) take it")
     own_delta: bool = Field(
-        description="whether it may carry its own delta (refused by adaptive filters)"
+        description="whether it may carry its own delta (adaptive filters admit it only within "
+        "their entry_delta_budget)"
     )
     dp_events: list[str] = Field(description="dp_accounting event types translated to it")
 

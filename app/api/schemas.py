@@ -423,6 +423,21 @@ class PartitionIn(_Strict):
     unit: Literal["day", "week", "month"]
 
 
+EntryDeltaBudget = Annotated[
+    float,
+    Field(
+        ge=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="adaptive datasets: the part of the budget delta set aside, fixed at "
+        "creation, for mechanisms with their own delta (approx_dp; zcdp or rdp with delta). They "
+        "are admitted while their deltas add up to at most this, and the filter converts at the "
+        "budget delta less it. 0 (default): such mechanisms are refused (422). Must be below the "
+        "budget delta; non-adaptive datasets admit them up to the budget delta without it",
+    ),
+]
+
+
 class DatasetIn(_Strict):
     """``POST /v1/datasets``."""
 
@@ -434,6 +449,7 @@ class DatasetIn(_Strict):
     description: Description | None = None
     partition: PartitionIn | None = None
     lifetime_budget: BudgetIn | None = None
+    entry_delta_budget: EntryDeltaBudget = 0.0
 
 
 class AllocationIn(_Strict):
@@ -468,7 +484,15 @@ class DatasetPatch(_Patch):
     A member left out keeps its value. ``description`` and ``allowed_mechanisms`` may be set to
     ``null`` (no description; every kind allowed); every other member is 422 when ``null``."""
 
-    _NOT_NULL = ("name", "budget", "lifetime_budget", "accounting", "adaptive", "warning_threshold")
+    _NOT_NULL = (
+        "name",
+        "budget",
+        "lifetime_budget",
+        "accounting",
+        "adaptive",
+        "warning_threshold",
+        "entry_delta_budget",
+    )
     name: Name = LEFT_OUT
     budget: BudgetPatch = LEFT_OUT
     lifetime_budget: BudgetPatch = Field(
@@ -479,6 +503,7 @@ class DatasetPatch(_Patch):
     description: Description | None = None
     accounting: Literal["rdp", "zcdp", "pld"] = LEFT_OUT
     adaptive: bool = LEFT_OUT
+    entry_delta_budget: EntryDeltaBudget = LEFT_OUT
     allowed_mechanisms: Annotated[list[Kind], Field(min_length=1, max_length=16)] | None = None
     warning_threshold: Annotated[
         float,

@@ -54,6 +54,18 @@ ADAPTIVE_HELP = (
     "Whether a pipeline may choose a mechanism's parameters after seeing earlier outputs "
     "(adaptive filters cost a little budget; --no-adaptive is tighter)."
 )
+ENTRY_DELTA_BUDGET = Annotated[
+    float | None,
+    typer.Option(
+        parser=finite,
+        metavar="NUMBER",
+        help="Adaptive datasets: the part of the budget delta [probability] set aside for "
+        "mechanisms with their own delta (approx_dp; zcdp or rdp with delta), admitted while "
+        "their deltas add up to at most it; the filter converts at the budget delta less it. "
+        "0 (default) refuses them. Only before the first charge.",
+        show_default=False,
+    ),
+]
 ALLOW_HELP = (
     "Allow only this mechanism kind (repeat for several; default: every kind). Only gaussian "
     "gives the Gaussian-DP filter."
@@ -154,6 +166,7 @@ def datasets_create(
             show_default=False,
         ),
     ] = None,
+    entry_delta_budget: ENTRY_DELTA_BUDGET = None,
     url: URL = DEFAULT_URL,
     api_key: KEY = None,
     as_json: JSON_OUT = False,
@@ -170,6 +183,8 @@ def datasets_create(
         fields["allowed_mechanisms"] = list(allow)
     if description is not None:
         fields["description"] = description
+    if entry_delta_budget is not None:
+        fields["entry_delta_budget"] = entry_delta_budget
     with connect(url, api_key) as s:
         d = s.call(lambda c: c.create_dataset(name, epsilon, delta, **fields)).raw
     if as_json:
@@ -238,6 +253,7 @@ def datasets_update(
             show_default=False,
         ),
     ] = None,
+    entry_delta_budget: ENTRY_DELTA_BUDGET = None,
     url: URL = DEFAULT_URL,
     api_key: KEY = None,
     as_json: JSON_OUT = False,
@@ -258,6 +274,8 @@ def datasets_update(
         changes["accounting"] = accounting
     if adaptive is not None:
         changes["adaptive"] = adaptive
+    if entry_delta_budget is not None:
+        changes["entry_delta_budget"] = entry_delta_budget
     if allow and allow_all:
         fail("give --allow or --allow-all, not both")
     if allow:

@@ -214,6 +214,11 @@ def status(
         f"{d['accounting']}, {'adaptive' if d['adaptive'] else 'non-adaptive'}; "
         f"filter {d['filter']}",
     )
+    if d.get("entry_delta_budget"):
+        table.add_row(
+            "entry delta budget",
+            f"{d['entry_delta_budget']:g} of the delta, for mechanisms with their own delta",
+        )
     _spend_rows(table, d, partition, holds=False)
     table.add_row("entries", str(d["entries"]))
     table.add_row("state", state_label(d))

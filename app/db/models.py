@@ -136,6 +136,9 @@ class Dataset(Base):
     archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     # the fraction of the budget epsilon at which the dataset's state turns "warning"
     warning_threshold: Mapped[float] = mapped_column(Float, default=0.8, server_default="0.8")
+    # adaptive filters: the part of the budget delta set aside at creation for entries with
+    # their own delta (0: refused); the filter's rule is made for the budget delta less it
+    entry_delta_budget: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class DatasetTotal(Base):

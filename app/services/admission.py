@@ -36,7 +36,7 @@ from app import observability
 from app import responses as r
 from app.accounting import pld_mechanisms
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import RHO_FILTERS, DryRun, Spend, with_holds_bound
+from app.accounting.filters import RHO_FILTERS, DryRun, Filter, Spend, with_holds_bound
 from app.accounting.mechanisms import Mechanism
 from app.accounting.pld import Pld
 from app.accounting.pld_filter import PldFilter
@@ -236,20 +236,38 @@ def check_allowed(st: DatasetState, kind: str) -> None:
         )
 
 
-def check_entry_delta(st: DatasetState, kind: str, delta: float) -> None:
+def check_entry_delta(
+    st: DatasetState, kind: str, delta: float, f: Filter | None = None, whose: str = ""
+) -> None:
     """422 when a mechanism with its own delta (approx_dp; zcdp or rdp with ``delta``) is asked
-    of a dataset with an adaptive filter: such a filter can never admit it (the delta left for
-    the conversion would depend on choices made after seeing outputs; ``app.accounting.filters``
-    module docstring), so this is a property of the request, not of the budget left."""
-    if delta > 0.0 and st.filter.rule.adaptive:
+    of an adaptive filter (the dataset's, or ``f``, an allocation's: ``whose`` names it) that
+    can never admit it: one that sets no part of its delta aside for such entries (the delta
+    left for the conversion would then depend on choices made after seeing outputs;
+    ``app.accounting.filters`` module docstring), or whose part is smaller than this delta
+    alone. A property of the request, not of the budget left."""
+    f = st.filter if f is None else f
+    if delta <= 0.0 or not f.rule.adaptive or delta <= f.entry_delta:
+        return
+    where = whose or f"dataset {st.name!r}"
+    if f.entry_delta == 0.0:
         raise Unprocessable(
-            f"mechanism {kind!r} carries its own delta ({delta:g}); dataset {st.name!r} has an "
-            f"adaptive filter ({st.filter.kind.value}), which cannot admit entries with their own "
-            f"delta (the delta left for the conversion would depend on earlier outputs). Charge "
-            f"it to a dataset created with adaptive: false, or give the mechanism without delta",
-            filter=st.filter.kind.value,
+            f"mechanism {kind!r} carries its own delta ({delta:g}); {where} has an adaptive "
+            f"filter ({f.kind.value}) that sets no part of its delta aside for such entries "
+            f"(the delta left for the conversion would depend on earlier outputs). Charge it to "
+            f"a dataset created with adaptive: false, or with an entry_delta_budget (the part "
+            f"of its delta set aside for them), or give the mechanism without delta",
+            filter=f.kind.value,
             entry_delta=delta,
+            entry_delta_budget=f.entry_delta,
         )
+    raise Unprocessable(
+        f"mechanism {kind!r} carries its own delta ({delta:g}), more than the "
+        f"entry_delta_budget of {where} ({f.entry_delta:g}), the part of its delta set aside "
+        f"for such entries: it can never be admitted there",
+        filter=f.kind.value,
+        entry_delta=delta,
+        entry_delta_budget=f.entry_delta,
+    )
 
 
 def check_admissible(st: DatasetState, kind: str, curve: PrivacyCurve) -> None:
@@ -418,6 +436,11 @@ def prepare(session: Session, st: DatasetState, ask: Ask) -> Ask:
         allocation = tallies.allocation(session, ask.allocation)
     elif ask.allocation_id is not None:
         allocation = tallies.allocation_by_id(session, ask.allocation_id)
+    if allocation is not None:
+        # an allocation's filter sets no delta aside: its own deltas are refused there
+        check_entry_delta(
+            st, ask.kind, ask.curve.delta, allocation.filter, f"allocation {allocation.name!r}"
+        )
     block_tallies: list[Tally] = []
     allocation_blocks: list[Tally] = []
     if keys:
@@ -587,7 +610,13 @@ def refusal(st: DatasetState, ask: Ask, dry: Decision, *, dry_run: bool = False)
         if st.is_pld and st.held_curve is not None
         else compared
     ).delta
-    if own_deltas >= b.delta:
+    if f.rule.adaptive and own_deltas > f.entry_delta:
+        detail = (
+            f"refused: the entries' own deltas would add up to {own_deltas:.6g} (with active "
+            f"reservations counted), above the entry_delta_budget {f.entry_delta:g} set aside "
+            f"for them ({f.kind.value} filter)"
+        )
+    elif own_deltas >= b.delta:
         # refused by the entries' own deltas alone, whatever the epsilon or rho: say so (the
         # figures below were not what refused it, and may well be within the budget)
         detail = (

@@ -173,6 +173,7 @@ def dataset(st: DatasetState) -> r.Dataset:
         filter=f.kind.value,
         filter_bound={"rho": f.bound} if f.bound is not None else None,
         filter_params=f.params.to_dict() if f.params is not None else None,
+        entry_delta_budget=f.entry_delta,
         filter_description=FILTER_DESCRIPTIONS.get(f.kind.value, f.kind.value),
         spent=spent(st),
         remaining=remaining(st, view),

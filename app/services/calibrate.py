@@ -377,7 +377,12 @@ def calibrate_next(
         fits, exact = _structure_fits(st, prepared)
     if st.allowed_mechanisms is not None and kind not in st.allowed_mechanisms:
         raise Unprocessable(f"mechanism {kind!r} is not allowed on dataset {st.name!r}")
-    admission.check_entry_delta(st, kind, float(fixed.get("delta", 0.0)))
+    own_delta = float(fixed.get("delta", 0.0))
+    admission.check_entry_delta(st, kind, own_delta)
+    target = prepared.target
+    if target is not None and target.allocation is not None:
+        a = target.allocation
+        admission.check_entry_delta(st, kind, own_delta, a.filter, f"allocation {a.name!r}")
     f = st.filter
     try:
         result = calibrate(kind, fixed, parameter, fits)

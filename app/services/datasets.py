@@ -35,9 +35,11 @@ def _filter(
     allowed: list[str] | None,
     budget: Budget,
     keep: Filter | None = None,
+    entry_delta: float = 0.0,
 ) -> Filter:
     """The dataset's filter; ``keep``: the filter it has, whose fixed orders a budget change
-    keeps (re-picking the order after the ledger was seen would void the filter's guarantee)."""
+    keeps (re-picking the order after the ledger was seen would void the filter's guarantee);
+    ``entry_delta``: the part of the budget delta set aside for entries' own deltas."""
     if allowed is not None:
         unknown = sorted(set(allowed) - set(MECHANISMS))
         if unknown:
@@ -51,9 +53,20 @@ def _filter(
         orders = keep.params.orders if keep is not None and keep.params is not None else None
         if keep is not None and keep.kind is not kind:
             orders = None
-        return Filter.create(kind, budget, allowed, orders)
+        return Filter.create(kind, budget, allowed, orders, entry_delta)
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
+
+
+def _no_split_on_partitions(entry_delta: float, partition_unit: str | None) -> None:
+    """422 for a split of the delta budget on a partitioned dataset: each block's budget and
+    the lifetime budget would need one of their own, which they do not keep."""
+    if entry_delta > 0.0 and partition_unit is not None:
+        raise Unprocessable(
+            "entry_delta_budget is not available on partitioned datasets (each block's budget "
+            "and the lifetime budget would need a split of their own); use an unpartitioned "
+            "dataset, or adaptive: false, which admits entries' own deltas up to the budget delta"
+        )
 
 
 def _budget(epsilon: float, delta: float) -> Budget:
@@ -76,12 +89,15 @@ def create_dataset(
     description: str | None = None,
     partition_unit: str | None = None,
     lifetime_budget: tuple[float, float] | None = None,
+    entry_delta_budget: float = 0.0,
 ) -> r.Dataset:
     """Create a dataset with an empty ledger; its filter is fixed here (audited). A key scoped
     to datasets cannot create one (403): it could neither see it nor be given it.
 
     ``partition_unit`` (day, week, month) makes it time-partitioned: the budget applies to each
-    block; ``lifetime_budget`` (partitioned only) caps the composition of all its charges."""
+    block; ``lifetime_budget`` (partitioned only) caps the composition of all its charges.
+    ``entry_delta_budget`` (adaptive, unpartitioned): the part of the budget delta set aside
+    for entries with their own delta (``app.accounting.filters``)."""
     actor = authenticated(db, caller)
     if (why := actor.may_change_budgets()) is not None:
         raise Forbidden(why)
@@ -92,7 +108,8 @@ def create_dataset(
     budget = _budget(budget_epsilon, budget_delta)
     if allowed_mechanisms is not None:
         allowed_mechanisms = sorted(set(allowed_mechanisms))
-    flt = _filter(accounting, adaptive, allowed_mechanisms, budget)
+    flt = _filter(accounting, adaptive, allowed_mechanisms, budget, None, entry_delta_budget)
+    _no_split_on_partitions(flt.entry_delta, partition_unit)
     lifetime = _structure_filters(flt, partition_unit, lifetime_budget, allowed_mechanisms)
     zero = PrivacyCurve.zero()
     pld_state = (
@@ -114,6 +131,7 @@ def create_dataset(
         filter=flt.kind.value,
         filter_bound=flt.bound,
         filter_params=flt.params.to_dict() if flt.params is not None else None,
+        entry_delta_budget=flt.entry_delta,
         created_at=now,
         updated_at=now,
         partition_unit=partition_unit,
@@ -159,6 +177,7 @@ def create_dataset(
                     "adaptive": adaptive,
                     "allowed_mechanisms": allowed_mechanisms,
                     "filter": flt.kind.value,
+                    **({"entry_delta_budget": flt.entry_delta} if flt.entry_delta > 0.0 else {}),
                     **(
                         {"partition": {"unit": partition_unit}}
                         if partition_unit is not None
@@ -303,6 +322,7 @@ _SETTINGS = (
     "allowed_mechanisms",
     "warning_threshold",
     "lifetime_budget",
+    "entry_delta_budget",
 )
 
 
@@ -320,6 +340,7 @@ def _settings(ds: Dataset) -> dict[str, Any]:
             if ds.lifetime_budget_epsilon is None
             else {"epsilon": ds.lifetime_budget_epsilon, "delta": ds.lifetime_budget_delta}
         ),
+        "entry_delta_budget": ds.entry_delta_budget,
     }
 
 
@@ -334,9 +355,11 @@ def _budget_action(old: dict[str, float], new: dict[str, float]) -> str:
 def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, Any]) -> r.Dataset:
     """Change budget, name or description (audited with old and new values).
 
-    Changing ``accounting``, ``adaptive`` or ``allowed_mechanisms`` after the first charge (or
-    while a reservation exists) is refused with 409: it would rewrite history. Lowering the
-    budget below the current spend is allowed and leaves the dataset exhausted.
+    Changing ``accounting``, ``adaptive``, ``allowed_mechanisms`` or ``entry_delta_budget``
+    after the first charge (or while a reservation exists) is refused with 409: it would rewrite
+    history. Lowering the budget below the current spend is allowed and leaves the dataset
+    exhausted; a budget change keeps the entry delta budget (422 if the new delta is not above
+    it).
     """
     actor = authenticated(db, caller)
     if (why := actor.may_change_budgets()) is not None:
@@ -346,7 +369,11 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
             ds = s.get(Dataset, st.id)
             assert ds is not None
             old = _settings(ds)
-            rules = {k for k in ("accounting", "adaptive", "allowed_mechanisms") if k in changes}
+            rules = {
+                k
+                for k in ("accounting", "adaptive", "allowed_mechanisms", "entry_delta_budget")
+                if k in changes
+            }
             rules = {k for k in rules if changes[k] != getattr(ds, k)}
             if rules:
                 has_reservations = s.scalars(
@@ -388,7 +415,10 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
                 allowed,
                 budget,
                 keep=st.filter,
+                entry_delta=changes.get("entry_delta_budget", ds.entry_delta_budget),
             )
+            _no_split_on_partitions(flt.entry_delta, st.partition_unit)
+            ds.entry_delta_budget = flt.entry_delta
             ds.budget_epsilon, ds.budget_delta = budget.epsilon, budget.delta
             ds.accounting = changes.get("accounting", ds.accounting)
             ds.adaptive = changes.get("adaptive", ds.adaptive)

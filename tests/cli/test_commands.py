@@ -937,3 +937,20 @@ def test_the_ledger_table_says_who_charged_each_entry(
     assert rows["plain"] == key and rows["team"] == f"{key} (team-a)", rows
     monkeypatch.setattr(common.console, "width", 80)  # narrow: no number cut short
     assert "…" not in run("ledger", "teams").stdout
+
+
+def test_entry_delta_budget_from_create_to_status(run: Cli) -> None:
+    """An adaptive dataset created with --entry-delta-budget admits a mechanism with its own
+    delta within it (the default refuses it), and ``status`` shows the split."""
+    _dataset(run, "plain")
+    refused = run(
+        "charge", "plain", "-m", "approx_dp", "--epsilon", "0.05", "--delta", "1e-7", code=1
+    )
+    assert "entry_delta_budget" in refused.stderr
+    ds = _dataset(run, "census", "--entry-delta-budget", "3e-7")
+    assert ds["adaptive"] is True and ds["entry_delta_budget"] == 3e-7
+    r = run("charge", "census", "-m", "approx_dp", "--epsilon", "0.05", "--delta", "1e-7", "--json")
+    assert json.loads(r.stdout)["entry"]["mechanism"]["delta"] == 1e-7
+    assert "entry delta budget" in run("status", "census").stdout
+    changed = run("datasets", "update", "census", "--entry-delta-budget", "0", code=1)
+    assert "after the first charge" in changed.stderr

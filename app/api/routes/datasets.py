@@ -118,6 +118,7 @@ def create(body: DatasetIn, db: DbDep, caller: Admin) -> Response:
             if body.lifetime_budget is not None
             else None
         ),
+        entry_delta_budget=body.entry_delta_budget,
     )
     return send(answer, status.HTTP_201_CREATED)
 

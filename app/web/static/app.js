@@ -107,6 +107,11 @@
     span.appendChild(html("span", { class: "tech" }, f.tech));
     span.appendChild(document.createTextNode(" · "));
     span.appendChild(html("a", { href: `${DOCS}#${encodeURIComponent(d.filter)}`, "aria-label": `what this means: ${f.words}` }, "what this means"));
+    if (d.entry_delta_budget > 0) {
+      // the part of the delta set aside for mechanisms with their own delta (adaptive filters)
+      span.appendChild(html("span", { class: "tech", "data-testid": "entry-delta-budget" },
+        ` · δ = ${dlt(d.entry_delta_budget)} set aside for mechanisms with their own δ`));
+    }
     return span;
   }
 

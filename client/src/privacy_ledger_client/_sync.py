@@ -203,7 +203,9 @@ class LedgerClient:
 
     def create_dataset(self, name: str, epsilon: float, delta: float, **fields: Any) -> Dataset:
         """Create a dataset (admin key); ``fields``: ``accounting``, ``adaptive``,
-        ``allowed_mechanisms``, ``description``. Retried only if surely never sent."""
+        ``allowed_mechanisms``, ``description``, ``entry_delta_budget`` (adaptive datasets: the
+        part of ``delta`` set aside for mechanisms with their own delta), ``partition``,
+        ``lifetime_budget``. Retried only if surely never sent."""
         return self.send(calls.create_dataset(name, epsilon, delta, fields))
 
     def update_dataset(self, dataset: str, **changes: Any) -> Dataset:

@@ -1,0 +1,161 @@
+"""Adaptive datasets with an ``entry_delta_budget`` (the part of the budget delta set aside at
+creation for mechanisms with their own delta) through the service, on SQLite and PostgreSQL
+(the ``client`` fixture): created, charged, refused beyond the split, reported, changed only
+before the first charge, refused where it has no meaning.
+
+Expected figures come from the accounting core (``Filter.create(..., entry_delta=...)``, tested
+against the plain filter for the smaller budget and dp_accounting in
+tests/unit/test_entry_delta_budget.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.accounting.filters import Budget, Filter, FilterKind
+from app.accounting.mechanisms import mechanism_from_dict
+from tests.conftest import new_dataset
+
+BUDGET = {"epsilon": 2.0, "delta": 1e-5}
+SPLIT = 4.5e-6  # room for the rounding up of a sum of four 1e-6
+APPROX = {"mechanism": "approx_dp", "epsilon": 0.1, "delta": 1e-6}
+GAUSS = {"mechanism": "gaussian", "sigma": 5.0}
+
+
+def _charge(client: TestClient, ds: dict[str, Any], mechanism: dict[str, Any], **extra: Any) -> Any:
+    return client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": mechanism, **extra})
+
+
+@pytest.mark.parametrize(
+    ("accounting", "kind"), [("rdp", "rdp_fixed_orders"), ("zcdp", "zcdp_filter")]
+)
+def test_entries_with_their_own_delta_are_charged_within_the_split(
+    client: TestClient, accounting: str, kind: str
+) -> None:
+    ds = new_dataset(
+        client,
+        f"split-{accounting}",
+        budget=BUDGET,
+        accounting=accounting,
+        entry_delta_budget=SPLIT,
+    )
+    assert ds["adaptive"] is True and ds["filter"] == kind
+    assert ds["entry_delta_budget"] == SPLIT
+    expected_filter = Filter.create(FilterKind(kind), Budget(2.0, 1e-5), entry_delta=SPLIT)
+    if expected_filter.bound is not None:
+        assert ds["filter_bound"] == {"rho": expected_filter.bound}
+    else:
+        assert expected_filter.params is not None
+        assert ds["filter_params"] == expected_filter.params.to_dict()
+    total = None
+    for _ in range(4):  # 4 x 1e-6 within the split
+        r = _charge(client, ds, APPROX)
+        assert r.status_code == 201, r.text
+        curve = mechanism_from_dict(APPROX).curve()
+        total = curve if total is None else total + curve
+    assert total is not None
+    r = _charge(client, ds, GAUSS)  # no delta of its own: admitted as usual
+    assert r.status_code == 201, r.text
+    total = total + mechanism_from_dict(GAUSS).curve()
+    expected = expected_filter.spend(total)
+    assert r.json()["spent"]["epsilon"] == pytest.approx(expected.epsilon, rel=1e-9)
+    budget = client.get(f"/v1/datasets/{ds['id']}/budget").json()
+    assert budget["spent"]["epsilon"] == pytest.approx(expected.epsilon, rel=1e-9)
+    assert budget["spent"]["delta"] == BUDGET["delta"]
+    # one more delta beyond the split: 409, recorded as a rejection, saying why
+    r = _charge(client, ds, APPROX)
+    assert r.status_code == 409, r.text
+    assert "entry_delta_budget" in r.json()["detail"]
+    rejections = client.get("/v1/rejections").json()["rejections"]
+    assert len(rejections) == 1
+    # a delta alone beyond the split can never be admitted: 422, nothing recorded
+    big = {"mechanism": "zcdp", "rho": 0.001, "delta": 5e-6}
+    r = _charge(client, ds, big)
+    assert r.status_code == 422, r.text
+    assert "more than the entry_delta_budget" in r.json()["detail"]
+    assert r.json()["entry_delta_budget"] == SPLIT
+    assert client.get(f"/v1/datasets/{ds['id']}/budget").json()["entries"] == 5
+    # the delta at an epsilon counts the whole split
+    d = client.get(f"/v1/datasets/{ds['id']}/spend", params={"epsilon": 1.9}).json()
+    assert d["delta"] == pytest.approx(expected_filter.spend_delta(total, 1.9).delta, rel=1e-9)
+
+
+def test_reservations_and_dry_runs_respect_the_split(client: TestClient) -> None:
+    ds = new_dataset(client, "held", budget=BUDGET, entry_delta_budget=SPLIT)
+    for _ in range(3):
+        r = client.post(f"/v1/datasets/{ds['id']}/reservations", json={"mechanism": APPROX})
+        assert r.status_code == 201, r.text
+    dry = client.post(
+        f"/v1/datasets/{ds['id']}/charges", json={"mechanism": APPROX}, params={"dry_run": "true"}
+    )
+    assert dry.status_code == 200 and dry.json()["admitted"] is True
+    assert _charge(client, ds, APPROX).status_code == 201  # 3 held + 1 within the split
+    r = client.post(f"/v1/datasets/{ds['id']}/reservations", json={"mechanism": APPROX})
+    assert r.status_code == 409, r.text
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"adaptive": False}, "non-adaptive"),
+        ({"accounting": "pld", "adaptive": False}, "non-adaptive"),
+        ({"allowed_mechanisms": ["gaussian"]}, "Gaussian mechanisms only"),
+        ({"entry_delta_budget": 1e-5}, "must be in"),
+        ({"partition": {"unit": "day"}}, "partitioned"),
+    ],
+)
+def test_a_split_where_it_has_no_meaning_is_422(
+    client: TestClient, fields: dict[str, Any], message: str
+) -> None:
+    body = {"name": "x", "budget": BUDGET, "entry_delta_budget": SPLIT, **fields}
+    r = client.post("/v1/datasets", json=body)
+    assert r.status_code == 422, r.text
+    assert message in r.json()["detail"]
+    for bad in (-1e-9, 1.0, "nan", None):
+        r = client.post("/v1/datasets", json={**body, "entry_delta_budget": bad})
+        assert r.status_code == 422, r.text
+
+
+def test_the_split_changes_only_before_the_first_charge(client: TestClient) -> None:
+    ds = new_dataset(client, "later", budget=BUDGET)
+    assert ds["entry_delta_budget"] == 0.0
+    assert _charge(client, ds, APPROX).status_code == 422  # nothing set aside
+    r = client.patch(f"/v1/datasets/{ds['id']}", json={"entry_delta_budget": SPLIT})
+    assert r.status_code == 200, r.text
+    assert r.json()["entry_delta_budget"] == SPLIT
+    audit = client.get("/v1/audit").json()
+    changed = [e for e in audit["events"] if e["action"].startswith("dataset.")][0]
+    assert changed["details"]["changes"]["entry_delta_budget"] == {"old": 0.0, "new": SPLIT}
+    assert _charge(client, ds, APPROX).status_code == 201
+    r = client.patch(f"/v1/datasets/{ds['id']}", json={"entry_delta_budget": 0.0})
+    assert r.status_code == 409, r.text
+    # a budget change keeps the split, and needs a delta above it
+    r = client.patch(f"/v1/datasets/{ds['id']}", json={"budget": {"epsilon": 3.0}})
+    assert r.status_code == 200 and r.json()["entry_delta_budget"] == SPLIT
+    r = client.patch(f"/v1/datasets/{ds['id']}", json={"budget": {"delta": 2e-6}})
+    assert r.status_code == 422, r.text
+    r = client.patch(f"/v1/datasets/{ds['id']}", json={"entry_delta_budget": None})
+    assert r.status_code == 422, r.text
+
+
+def test_allocations_of_a_split_dataset_refuse_own_deltas_with_a_reason(
+    client: TestClient,
+) -> None:
+    ds = new_dataset(client, "teams", budget=BUDGET, entry_delta_budget=SPLIT)
+    r = client.post(
+        f"/v1/datasets/{ds['id']}/allocations",
+        json={"name": "team-a", "budget": {"epsilon": 1.0, "delta": 5e-6}},
+    )
+    assert r.status_code == 201, r.text
+    r = _charge(client, ds, APPROX, allocation="team-a")
+    assert r.status_code == 422, r.text
+    assert "allocation 'team-a'" in r.json()["detail"]
+    r = client.get(
+        f"/v1/datasets/{ds['id']}/calibrate",
+        params={"mechanism": "approx_dp", "delta": 1e-6, "allocation": "team-a"},
+    )
+    assert r.status_code == 422, r.text
+    assert _charge(client, ds, GAUSS, allocation="team-a").status_code == 201
+    assert _charge(client, ds, APPROX).status_code == 201  # on the dataset itself
