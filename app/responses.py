@@ -530,6 +530,11 @@ class Allocation(_Answer):
     exhausted: bool
     entries: int
     reserved: Reserved | None = None
+    entry_delta_budget: float = Field(
+        default=0.0,
+        description="the part of the allocation's delta set aside for mechanisms with their own "
+        "delta (0: refused through it)",
+    )
     most_spent_block: str | None = None
     lifetime_spent: Spent | None = None
     created_at: Timestamp | None = None

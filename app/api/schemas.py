@@ -457,6 +457,7 @@ class AllocationIn(_Strict):
 
     name: NewAllocationName
     budget: BudgetIn
+    entry_delta_budget: EntryDeltaBudget = 0.0
 
 
 def _refuse_null_budget(value: Any) -> Any:

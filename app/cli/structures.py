@@ -68,13 +68,26 @@ def allocations_create(
             parser=finite, metavar="NUMBER", help="The allocation's budget delta [probability]."
         ),
     ],
+    entry_delta_budget: Annotated[
+        float | None,
+        typer.Option(
+            parser=finite,
+            metavar="NUMBER",
+            help="The part of the allocation's delta [probability] set aside for mechanisms with "
+            "their own delta (the dataset must set a part aside too); 0 (default) refuses them "
+            "through this allocation.",
+            show_default=False,
+        ),
+    ] = None,
     url: URL = DEFAULT_URL,
     api_key: KEY = None,
     as_json: JSON_OUT = False,
 ) -> None:
     """Create an allocation of DATASET (admin key, audited)."""
     with connect(url, api_key) as s:
-        a = s.call(lambda c: c.create_allocation(dataset, name, epsilon, delta)).raw
+        a = s.call(
+            lambda c: c.create_allocation(dataset, name, epsilon, delta, entry_delta_budget)
+        ).raw
     if as_json:
         print_json(a)
     else:

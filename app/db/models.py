@@ -374,6 +374,8 @@ class Allocation(_RunningTotals, Base):
     budget_delta: Mapped[float] = mapped_column(Float)
     filter_bound: Mapped[float | None] = mapped_column(Float, nullable=True)
     filter_params: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # the part of its delta set aside for entries with their own delta (as a dataset's)
+    entry_delta_budget: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

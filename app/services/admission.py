@@ -249,13 +249,19 @@ def check_entry_delta(
     if delta <= 0.0 or not f.rule.adaptive or delta <= f.entry_delta:
         return
     where = whose or f"dataset {st.name!r}"
+    advice = (
+        "Create the allocation with an entry_delta_budget (on a dataset that has one), or "
+        "charge it without the allocation"
+        if whose
+        else "Charge it to a dataset created with adaptive: false, or with an "
+        "entry_delta_budget (the part of its delta set aside for them), or give the "
+        "mechanism without delta"
+    )
     if f.entry_delta == 0.0:
         raise Unprocessable(
             f"mechanism {kind!r} carries its own delta ({delta:g}); {where} has an adaptive "
             f"filter ({f.kind.value}) that sets no part of its delta aside for such entries "
-            f"(the delta left for the conversion would depend on earlier outputs). Charge it to "
-            f"a dataset created with adaptive: false, or with an entry_delta_budget (the part "
-            f"of its delta set aside for them), or give the mechanism without delta",
+            f"(the delta left for the conversion would depend on earlier outputs). {advice}",
             filter=f.kind.value,
             entry_delta=delta,
             entry_delta_budget=f.entry_delta,

@@ -49,20 +49,30 @@ def _budget(epsilon: float, delta: float) -> Budget:
         raise Unprocessable(str(exc)) from None
 
 
-def _filter_for(st: DatasetState, budget: Budget, kept: Filter | None = None) -> Filter:
+def _filter_for(
+    st: DatasetState, budget: Budget, kept: Filter | None = None, entry_delta: float | None = None
+) -> Filter:
     """The allocation filter: the dataset's kind with the allocation's budget. For
     ``rdp_fixed_orders`` the order is the allocation's own, chosen when it is created from its
     budget and the dataset's allowed kinds (as a dataset's is, before its ledger has an entry:
     an order chosen for a larger budget can leave a smaller one unable to admit anything), and
-    kept (``kept``: the allocation's current filter) when its budget changes."""
+    kept (``kept``: the allocation's current filter) when its budget changes, as is the part of
+    its delta set aside for entries' own deltas (``entry_delta`` at creation: 422 unless the
+    dataset sets a part aside too, without which such entries are refused anyway)."""
     if st.is_pld:
         raise Unprocessable(
             f"dataset {st.name!r} uses 'pld' accounting, which has no allocations (a PLD per "
             "allocation is not kept); use 'rdp' or 'zcdp' accounting for datasets split into "
             "allocations"
         )
+    if entry_delta and st.filter.entry_delta == 0.0:
+        raise Unprocessable(
+            f"dataset {st.name!r} sets no part of its delta aside for mechanisms with their own "
+            "delta (its entry_delta_budget is 0), so an allocation's would never be used; give "
+            "the dataset one first (before its first charge)"
+        )
     try:
-        return allocation_filter(st.filter.kind, budget, kept, st.allowed_mechanisms)
+        return allocation_filter(st.filter.kind, budget, kept, st.allowed_mechanisms, entry_delta)
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
 
@@ -83,10 +93,18 @@ def _budget_action(old: Budget, new: Budget) -> str:
 
 
 def create_allocation(
-    db: Database, caller: Caller, ref: str, *, name: str, epsilon: float, delta: float
+    db: Database,
+    caller: Caller,
+    ref: str,
+    *,
+    name: str,
+    epsilon: float,
+    delta: float,
+    entry_delta_budget: float = 0.0,
 ) -> r.Allocation:
     """Create allocation ``name`` of dataset ``ref`` with an empty ledger (audited); 409 when
-    the dataset already has one of that name."""
+    the dataset already has one of that name. ``entry_delta_budget``: the part of its delta set
+    aside for mechanisms with their own delta (on a dataset that sets one aside)."""
     actor = authenticated(db, caller)
     if (why := actor.may_change_budgets()) is not None:
         raise Forbidden(why)
@@ -94,7 +112,7 @@ def create_allocation(
     try:
         with db.write() as s:
             with admission.locked(s, ref, actor) as st:
-                flt = _filter_for(st, budget)
+                flt = _filter_for(st, budget, entry_delta=entry_delta_budget)
                 clash = s.scalar(
                     select(Allocation.id).where(
                         Allocation.dataset_id == st.id, Allocation.name == name
@@ -111,6 +129,7 @@ def create_allocation(
                     budget_delta=budget.delta,
                     filter_bound=flt.bound,
                     filter_params=flt.params.to_dict() if flt.params is not None else None,
+                    entry_delta_budget=flt.entry_delta,
                     created_at=now,
                     updated_at=now,
                     **zero_totals(flt),
@@ -126,6 +145,9 @@ def create_allocation(
                     details={
                         "name": name,
                         "budget": {"epsilon": budget.epsilon, "delta": budget.delta},
+                        **(
+                            {"entry_delta_budget": flt.entry_delta} if flt.entry_delta > 0.0 else {}
+                        ),
                         "dataset_budget": {
                             "epsilon": st.budget.epsilon,
                             "delta": st.budget.delta,

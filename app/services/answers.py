@@ -338,6 +338,7 @@ def allocation(
         dataset_id=dataset_id,
         name=str(t.name),
         budget=r.Budget(epsilon=t.budget.epsilon, delta=t.budget.delta),
+        entry_delta_budget=t.filter.entry_delta,
         created_at=t.created_at,
         updated_at=t.updated_at,
         **view,

@@ -480,7 +480,11 @@ def _refilter_structures(
     try:
         for row in rows:
             flt = allocation_filter(
-                kind, Budget(row.budget_epsilon, row.budget_delta), None, allowed
+                kind,
+                Budget(row.budget_epsilon, row.budget_delta),
+                None,
+                allowed,
+                row.entry_delta_budget,  # kept: 422 if the new rule sets nothing aside
             )
             row.filter_bound = flt.bound
             row.filter_params = flt.params.to_dict() if flt.params is not None else None

@@ -73,6 +73,7 @@ _ALLOCATION_COLUMNS = (
     _A.budget_delta,
     _A.filter_bound,
     _A.filter_params,
+    _A.entry_delta_budget,
     _A.created_at,
     _A.updated_at,
     *(_A[c] for c in _TOTALS),
@@ -182,22 +183,33 @@ def allocation_filter(
     budget: Budget,
     kept: Filter | None = None,
     allowed_mechanisms: Sequence[str] | None = None,
+    entry_delta: float | None = None,
 ) -> Filter:
     """The filter of a sub-budget (an allocation, a lifetime budget) of a dataset whose filter
     has ``kind``: the same rule with ``budget``. For ``rdp_fixed_orders`` the fixed orders are
     ``kept``'s (the sub-budget's current filter: a budget change must not re-pick them after
     the ledger was seen), or for a new one chosen for ``budget`` and the dataset's
     ``allowed_mechanisms``, as a dataset's are: an order chosen for another budget can leave a
-    much smaller one with a negative threshold, unable to admit anything."""
+    much smaller one with a negative threshold, unable to admit anything. ``entry_delta``: the
+    part of its delta set aside for entries' own deltas (default: ``kept``'s, else 0)."""
     orders = kept.params.orders if kept is not None and kept.params is not None else None
-    return Filter.create(kind, budget, allowed_mechanisms, orders)
+    if entry_delta is None:
+        entry_delta = kept.entry_delta if kept is not None else 0.0
+    return Filter.create(kind, budget, allowed_mechanisms, orders, entry_delta)
 
 
 def stored_filter(
-    kind: FilterKind, budget: Budget, bound: float | None, params: dict[str, Any] | None
+    kind: FilterKind,
+    budget: Budget,
+    bound: float | None,
+    params: dict[str, Any] | None,
+    entry_delta: float = 0.0,
 ) -> Filter:
-    """A filter from its stored bound and parameters (as ``state`` builds a dataset's)."""
-    return Filter(kind, budget, bound, RenyiFilter.from_dict(params) if params else None)
+    """A filter from its stored bound, parameters and part of the delta set aside for entries'
+    own deltas (as ``state`` builds a dataset's)."""
+    return Filter(
+        kind, budget, bound, RenyiFilter.from_dict(params) if params else None, entry_delta
+    )
 
 
 def allocation_tally(row: Row[Any], kind: FilterKind) -> Tally:
@@ -207,6 +219,7 @@ def allocation_tally(row: Row[Any], kind: FilterKind) -> Tally:
         Budget(row.budget_epsilon, row.budget_delta),
         row.filter_bound,
         row.filter_params,
+        row.entry_delta_budget,
     )
     t = _from_row(ALLOCATION, row.id, None, flt, row)
     t.name, t.created_at, t.updated_at = row.name, row.created_at, row.updated_at
@@ -349,6 +362,7 @@ def _values(t: Tally, now: datetime) -> dict[str, Any]:
         values["budget_delta"] = t.budget.delta
         values["filter_bound"] = t.filter.bound
         values["filter_params"] = t.filter.params.to_dict() if t.filter.params else None
+        values["entry_delta_budget"] = t.filter.entry_delta
     else:
         values["key_key"] = t.key
     return values
@@ -358,7 +372,13 @@ def _update(kind: str) -> Any:
     table = _TABLE[kind]
     names = [*_TOTALS, "updated_at"]
     if kind == ALLOCATION:
-        names += ["budget_epsilon", "budget_delta", "filter_bound", "filter_params"]
+        names += [
+            "budget_epsilon",
+            "budget_delta",
+            "filter_bound",
+            "filter_params",
+            "entry_delta_budget",
+        ]
         where = [table.c.id == bindparam("key_owner")]
     else:
         owner = table.c.dataset_id if kind == BLOCK else table.c.allocation_id

@@ -140,15 +140,27 @@ def test_the_split_changes_only_before_the_first_charge(client: TestClient) -> N
     assert r.status_code == 422, r.text
 
 
-def test_allocations_of_a_split_dataset_refuse_own_deltas_with_a_reason(
-    client: TestClient,
-) -> None:
-    ds = new_dataset(client, "teams", budget=BUDGET, entry_delta_budget=SPLIT)
+def test_allocations_set_their_own_part_aside(client: TestClient) -> None:
+    """An allocation keeps its own split (none by default: 422 naming it), admitted within
+    both its own and the dataset's; none on a dataset that sets nothing aside."""
+    plain = new_dataset(client, "plain", budget=BUDGET)
     r = client.post(
-        f"/v1/datasets/{ds['id']}/allocations",
-        json={"name": "team-a", "budget": {"epsilon": 1.0, "delta": 5e-6}},
+        f"/v1/datasets/{plain['id']}/allocations",
+        json={"name": "a", "budget": {"epsilon": 1.0, "delta": 5e-6}, "entry_delta_budget": 1e-6},
     )
-    assert r.status_code == 201, r.text
+    assert r.status_code == 422 and "sets no part of its delta aside" in r.json()["detail"]
+    ds = new_dataset(client, "teams", budget=BUDGET, entry_delta_budget=SPLIT)
+    for name, split in (("team-a", 0.0), ("team-b", 2.5e-6)):
+        r = client.post(
+            f"/v1/datasets/{ds['id']}/allocations",
+            json={
+                "name": name,
+                "budget": {"epsilon": 1.0, "delta": 5e-6},
+                "entry_delta_budget": split,
+            },
+        )
+        assert r.status_code == 201, r.text
+        assert r.json()["entry_delta_budget"] == split
     r = _charge(client, ds, APPROX, allocation="team-a")
     assert r.status_code == 422, r.text
     assert "allocation 'team-a'" in r.json()["detail"]
@@ -158,4 +170,26 @@ def test_allocations_of_a_split_dataset_refuse_own_deltas_with_a_reason(
     )
     assert r.status_code == 422, r.text
     assert _charge(client, ds, GAUSS, allocation="team-a").status_code == 201
-    assert _charge(client, ds, APPROX).status_code == 201  # on the dataset itself
+    # team-b: two deltas of 1e-6 within its 2.5e-6, the third beyond it (409, its limit)
+    for _ in range(2):
+        assert _charge(client, ds, APPROX, allocation="team-b").status_code == 201
+    r = _charge(client, ds, APPROX, allocation="team-b")
+    assert r.status_code == 409, r.text
+    assert r.json().get("limit") == "allocation"
+    view = client.get(f"/v1/datasets/{ds['id']}/allocations/team-b").json()
+    # its orders are chosen, as a new allocation's are, for its budget less its split
+    expected = Filter.create(FilterKind.RDP_FIXED_ORDERS, Budget(1.0, 5e-6), entry_delta=2.5e-6)
+    curve = mechanism_from_dict(APPROX).curve()
+    assert view["spent"]["epsilon"] == pytest.approx(
+        expected.spend(curve + curve).epsilon, rel=1e-9
+    )
+    assert _charge(client, ds, APPROX).status_code == 201  # on the dataset itself: 3e-6 of 4.5
+    # a budget change keeps the split and needs a delta above it
+    r = client.patch(
+        f"/v1/datasets/{ds['id']}/allocations/team-b", json={"budget": {"epsilon": 2.0}}
+    )
+    assert r.status_code == 200 and r.json()["entry_delta_budget"] == 2.5e-6
+    r = client.patch(
+        f"/v1/datasets/{ds['id']}/allocations/team-b", json={"budget": {"delta": 2e-6}}
+    )
+    assert r.status_code == 422, r.text

@@ -33,6 +33,7 @@ def create_allocation(dataset_id: str, body: AllocationIn, db: DbDep, caller: Ad
         name=body.name,
         epsilon=body.budget.epsilon,
         delta=body.budget.delta,
+        entry_delta_budget=body.entry_delta_budget,
     )
     return send(answer, status.HTTP_201_CREATED)
 

@@ -423,10 +423,17 @@ class AsyncLedgerClient:
     # -- budget structures: allocations and blocks --
 
     async def create_allocation(
-        self, dataset: str, name: str, epsilon: float, delta: float
+        self,
+        dataset: str,
+        name: str,
+        epsilon: float,
+        delta: float,
+        entry_delta_budget: float | None = None,
     ) -> Allocation:
         """As ``LedgerClient.create_allocation``."""
-        return await self.send(calls.create_allocation(dataset, name, epsilon, delta))
+        return await self.send(
+            calls.create_allocation(dataset, name, epsilon, delta, entry_delta_budget)
+        )
 
     async def allocations(self, dataset: str) -> list[Allocation]:
         """As ``LedgerClient.allocations``."""

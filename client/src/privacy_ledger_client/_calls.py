@@ -320,8 +320,12 @@ def release(reservation_id: str) -> Call[Reservation]:
 # --- budget structures: allocations and blocks ------------------------------------------------
 
 
-def create_allocation(ref: str, name: str, epsilon: float, delta: float) -> Call[Allocation]:
-    body = {"name": name, "budget": {"epsilon": epsilon, "delta": delta}}
+def create_allocation(
+    ref: str, name: str, epsilon: float, delta: float, entry_delta_budget: float | None = None
+) -> Call[Allocation]:
+    body: dict[str, Any] = {"name": name, "budget": {"epsilon": epsilon, "delta": delta}}
+    if entry_delta_budget is not None:
+        body["entry_delta_budget"] = entry_delta_budget
     return Call(
         "POST",
         f"/v1/datasets/{_seg(ref)}/allocations",

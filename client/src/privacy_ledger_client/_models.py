@@ -201,6 +201,7 @@ class Allocation(Model):
     dataset_id: str | None = None
     entries: int | None = None
     reserved: Reserved | None = None
+    entry_delta_budget: float = 0.0
     most_spent_block: str | None = None
     lifetime_spent: Spent | None = None
     created_at: datetime | None = None

@@ -448,10 +448,16 @@ class LedgerClient:
     # -- budget structures: allocations and blocks --
 
     def create_allocation(
-        self, dataset: str, name: str, epsilon: float, delta: float
+        self,
+        dataset: str,
+        name: str,
+        epsilon: float,
+        delta: float,
+        entry_delta_budget: float | None = None,
     ) -> Allocation:
-        """Create a sub-budget of a dataset (admin key)."""
-        return self.send(calls.create_allocation(dataset, name, epsilon, delta))
+        """Create a sub-budget of a dataset (admin key); ``entry_delta_budget``: the part of
+        ``delta`` set aside for mechanisms with their own delta (on a dataset that has one)."""
+        return self.send(calls.create_allocation(dataset, name, epsilon, delta, entry_delta_budget))
 
     def allocations(self, dataset: str) -> list[Allocation]:
         """A dataset's allocations with their spend."""
