@@ -174,7 +174,12 @@ def dataset(st: DatasetState) -> r.Dataset:
         filter_bound={"rho": f.bound} if f.bound is not None else None,
         filter_params=f.params.to_dict() if f.params is not None else None,
         entry_delta_budget=f.entry_delta,
-        filter_description=FILTER_DESCRIPTIONS.get(f.kind.value, f.kind.value),
+        filter_description=FILTER_DESCRIPTIONS.get(f.kind.value, f.kind.value)
+        + (
+            f"; delta {f.entry_delta:g} set aside for mechanisms with their own delta"
+            if f.entry_delta > 0.0
+            else ""
+        ),
         spent=spent(st),
         remaining=remaining(st, view),
         exhausted=exhausted(st),

@@ -9,10 +9,13 @@ tests/unit/test_entry_delta_budget.py)."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app.accounting.filters import Budget, Filter, FilterKind
 from app.accounting.mechanisms import mechanism_from_dict
@@ -43,6 +46,9 @@ def test_entries_with_their_own_delta_are_charged_within_the_split(
     )
     assert ds["adaptive"] is True and ds["filter"] == kind
     assert ds["entry_delta_budget"] == SPLIT
+    assert ds["filter_description"].endswith(
+        "; delta 4.5e-06 set aside for mechanisms with their own delta"
+    )
     expected_filter = Filter.create(FilterKind(kind), Budget(2.0, 1e-5), entry_delta=SPLIT)
     if expected_filter.bound is not None:
         assert ds["filter_bound"] == {"rho": expected_filter.bound}
@@ -193,3 +199,68 @@ def test_allocations_set_their_own_part_aside(client: TestClient) -> None:
         f"/v1/datasets/{ds['id']}/allocations/team-b", json={"budget": {"delta": 2e-6}}
     )
     assert r.status_code == 422, r.text
+
+
+_DELTAS = st.one_of(
+    st.floats(1e-12, 0.5),
+    st.sampled_from([5e-324, 2.0**-1022, 1e-300, 1e-6, 0.5, 0.999999]),
+)
+_SHARES = st.one_of(st.floats(0, 1), st.sampled_from([0.0, 1.0, 1.5, 1e-300]))
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(
+    delta=_DELTAS,
+    split_share=_SHARES,
+    epsilon=st.sampled_from([1e-9, 0.1, 1.0, 1e6]),
+    accounting=st.sampled_from(["rdp", "rdp", "zcdp", "pld"]),
+    adaptive=st.sampled_from([True, True, False]),
+    allowed=st.sampled_from([None, None, ["gaussian"], ["approx_dp", "gaussian"]]),
+    own_share=_SHARES,
+    kind=st.sampled_from(["approx_dp", "zcdp", "rdp"]),
+)
+def test_any_split_and_any_own_delta_answer_4xx_never_5xx(
+    client: TestClient,
+    delta: float,
+    split_share: float,
+    epsilon: float,
+    accounting: str,
+    adaptive: bool,
+    allowed: list[str] | None,
+    own_share: float,
+    kind: str,
+) -> None:
+    """Splits and own deltas drawn as shares of the budget delta (extremes included)."""
+    split = min(1.0, delta * split_share)
+    own_delta = min(1.0, delta * own_share)
+    body: dict[str, Any] = {
+        "name": uuid.uuid4().hex,
+        "budget": {"epsilon": epsilon, "delta": delta},
+        "accounting": accounting,
+        "adaptive": adaptive,
+        "entry_delta_budget": split,
+        "allowed_mechanisms": allowed,
+    }
+    r = client.post("/v1/datasets", json=body)
+    assert r.status_code in (201, 422), r.text
+    if r.status_code != 201:
+        return
+    ds = r.json()["id"]
+    wire = {
+        "approx_dp": {"mechanism": "approx_dp", "epsilon": 0.1, "delta": own_delta},
+        "zcdp": {"mechanism": "zcdp", "rho": 0.01, "delta": own_delta},
+        "rdp": {"mechanism": "rdp", "orders": [2, 8], "epsilons": [0.1, 0.2], "delta": own_delta},
+    }[kind]
+    for path in ("charges", "reservations"):
+        r = client.post(f"/v1/datasets/{ds}/{path}", json={"mechanism": wire})
+        assert r.status_code in (201, 409, 422), r.text
+    r = client.get(
+        f"/v1/datasets/{ds}/calibrate", params={"mechanism": "approx_dp", "delta": own_delta}
+    )
+    assert r.status_code in (200, 409, 422), r.text
+    for query in ({"delta": own_delta}, {"epsilon": 0.5}):
+        r = client.get(f"/v1/datasets/{ds}/spend", params=query)
+        assert r.status_code in (200, 422), r.text
+    assert client.get(f"/v1/datasets/{ds}/budget").status_code == 200
+    r = client.patch(f"/v1/datasets/{ds}", json={"budget": {"delta": own_delta}})
+    assert r.status_code in (200, 409, 422), r.text
