@@ -50,6 +50,11 @@ class Remaining(_Answer):
     epsilon: float
     delta: float
     rho: float | None
+    entry_delta: float | None = Field(
+        default=None,
+        description="a dataset or allocation with an entry_delta_budget: what the deltas of "
+        "mechanisms with their own delta may still add up to (after active holds); else null",
+    )
 
 
 class Reserved(_Answer):

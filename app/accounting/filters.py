@@ -168,11 +168,13 @@ class Remaining:
     """What is left of a budget: ``epsilon`` (budget minus spend: composition is not additive,
     so an indication; the filter decides), ``delta`` and, for rho filters, the exact ``rho``
     left under the filter's bound at what the entries' own deltas leave of the budget delta
-    (``Filter.rho_bound``; None for RDP filters)."""
+    (``Filter.rho_bound``; None for RDP filters), and for a filter that sets part of its delta
+    aside for entries' own deltas, ``entry_delta``: what they may still add up to (else None)."""
 
     epsilon: float
     delta: float
     rho: float | None
+    entry_delta: float | None = None
 
 
 @dataclass(frozen=True)
@@ -675,10 +677,14 @@ class Filter:
         rho = None
         if self.rule.by_rho:
             rho = max(0.0, self.rho_bound(total) - total.rho)
+        room = None
+        if self.entry_delta > 0.0:
+            room = max(0.0, sub_down(self.entry_delta, total.delta))
         return Remaining(
             epsilon=max(0.0, self.budget.epsilon - s.epsilon),
             delta=max(0.0, sub_down(self.budget.delta, total.delta)),
             rho=rho,
+            entry_delta=room,
         )
 
     def rho_bound(self, total: PrivacyCurve) -> float:

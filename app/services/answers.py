@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from app import responses as r
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import DryRun, Filter, Spend, pure_spend
+from app.accounting.filters import DryRun, Filter, Remaining, Spend, pure_spend
 from app.accounting.pld_filter import PldFilter
 from app.db.models import ApiKey
 from app.services import blocks as block_keys
@@ -94,15 +94,22 @@ def spend_at(st: DatasetState, delta: float) -> Spend:
     return f.spend(st.committed) if delta == f.budget.delta else f.spend_at(st.committed, delta)
 
 
+def remaining_view(left: Remaining) -> r.Remaining:
+    """The wire form of a filter's ``Remaining``."""
+    return r.Remaining(
+        epsilon=left.epsilon, delta=left.delta, rho=left.rho, entry_delta=left.entry_delta
+    )
+
+
 def remaining(st: DatasetState, view: tuple[PrivacyCurve, Spend] | None = None) -> r.Remaining:
     """What is left after the ledger and the active holds (the filter's rule). A partitioned
     dataset: what its lifetime budget leaves, or with none, a fresh block's whole budget."""
     if st.partition_unit is not None and st.lifetime is None:
         left = st.filter.remaining(PrivacyCurve.zero(), st.filter.spend(PrivacyCurve.zero()))
-        return r.Remaining(epsilon=left.epsilon, delta=left.delta, rho=left.rho)
+        return remaining_view(left)
     total, sp = with_holds(st) if view is None else view
     left = st.totals_filter.remaining(total, sp)
-    return r.Remaining(epsilon=left.epsilon, delta=left.delta, rho=left.rho)
+    return remaining_view(left)
 
 
 def reserved(st: DatasetState, view: tuple[PrivacyCurve, Spend] | None = None) -> r.Reserved | None:
@@ -300,7 +307,7 @@ def tally_view(t: Tally, dry: DryRun | None = None) -> dict[str, Any]:
     left = t.filter.remaining(total, sp_held)
     return {
         "spent": tally_spent(t, curve, sp),
-        "remaining": r.Remaining(epsilon=left.epsilon, delta=left.delta, rho=left.rho),
+        "remaining": remaining_view(left),
         "exhausted": t.filter.exhausted(curve, sp),
         "entries": t.entry_count + (dry is not None),
         "reserved": reserved,
@@ -334,7 +341,7 @@ def allocation(
             left = t.filter.remaining(zero, sp)
             per_block = {
                 "spent": tally_spent(t, zero, sp),
-                "remaining": r.Remaining(epsilon=left.epsilon, delta=left.delta, rho=left.rho),
+                "remaining": remaining_view(left),
                 "exhausted": False,
             }
         view.update({k: per_block[k] for k in ("spent", "remaining", "exhausted")})

@@ -70,6 +70,10 @@ def test_entries_with_their_own_delta_are_charged_within_the_split(
     budget = client.get(f"/v1/datasets/{ds['id']}/budget").json()
     assert budget["spent"]["epsilon"] == pytest.approx(expected.epsilon, rel=1e-9)
     assert budget["spent"]["delta"] == BUDGET["delta"]
+    # what the own deltas may still add up to: the split less their (rounded-up) sum
+    room = budget["remaining"]["entry_delta"]
+    assert 0.0 < room <= SPLIT - 4e-6 and room == pytest.approx(SPLIT - 4e-6, rel=1e-9)
+    assert client.get(f"/v1/datasets/{ds['id']}").json()["remaining"]["entry_delta"] == room
     # one more delta beyond the split: 409, recorded as a rejection, saying why
     r = _charge(client, ds, APPROX)
     assert r.status_code == 409, r.text
@@ -98,6 +102,8 @@ def test_reservations_and_dry_runs_respect_the_split(client: TestClient) -> None
     )
     assert dry.status_code == 200 and dry.json()["admitted"] is True
     assert _charge(client, ds, APPROX).status_code == 201  # 3 held + 1 within the split
+    room = client.get(f"/v1/datasets/{ds['id']}/budget").json()["remaining"]["entry_delta"]
+    assert room == pytest.approx(SPLIT - 4e-6, rel=1e-9)  # the holds counted
     r = client.post(f"/v1/datasets/{ds['id']}/reservations", json={"mechanism": APPROX})
     assert r.status_code == 409, r.text
 
@@ -127,6 +133,7 @@ def test_a_split_where_it_has_no_meaning_is_422(
 def test_the_split_changes_only_before_the_first_charge(client: TestClient) -> None:
     ds = new_dataset(client, "later", budget=BUDGET)
     assert ds["entry_delta_budget"] == 0.0
+    assert ds["remaining"]["entry_delta"] is None  # nothing set aside
     assert _charge(client, ds, APPROX).status_code == 422  # nothing set aside
     r = client.patch(f"/v1/datasets/{ds['id']}", json={"entry_delta_budget": SPLIT})
     assert r.status_code == 200, r.text
@@ -186,6 +193,7 @@ def test_allocations_set_their_own_part_aside(client: TestClient) -> None:
     # its orders are chosen, as a new allocation's are, for its budget less its split
     expected = Filter.create(FilterKind.RDP_FIXED_ORDERS, Budget(1.0, 5e-6), entry_delta=2.5e-6)
     curve = mechanism_from_dict(APPROX).curve()
+    assert view["remaining"]["entry_delta"] == pytest.approx(0.5e-6, rel=1e-9)
     assert view["spent"]["epsilon"] == pytest.approx(
         expected.spend(curve + curve).epsilon, rel=1e-9
     )

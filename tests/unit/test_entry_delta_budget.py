@@ -80,6 +80,10 @@ def test_deltas_are_admitted_up_to_the_split_and_not_beyond(kind: FilterKind) ->
     if f.bound is not None:
         assert f.rho_bound(step.scaled(4)) == f.bound
         assert f.rho_bound(over) == 0.0
+    assert f.remaining(step).entry_delta == pytest.approx(3e-6, rel=1e-12)
+    assert f.remaining(step).entry_delta <= D - 1e-6
+    assert f.remaining(over).entry_delta == 0.0
+    assert Filter.create(kind, BUDGET).remaining(PrivacyCurve.zero()).entry_delta is None
 
 
 @settings(max_examples=60, deadline=None)

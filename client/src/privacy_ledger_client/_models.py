@@ -56,6 +56,7 @@ class Remaining(Model):
     epsilon: float
     delta: float | None = None
     rho: float | None = None
+    entry_delta: float | None = None  # what own deltas may still add up to (a split's room)
 
 
 @dataclass(frozen=True, kw_only=True)
