@@ -438,11 +438,9 @@ def pure_spend(total: PrivacyCurve) -> Spend:
 def _beyond_set_aside(rule: _Rule, total: PrivacyCurve, set_aside: float) -> str | None:
     """Why an adaptive filter with ``set_aside`` (its ``entry_delta``) gives no guarantee for
     ``total``: its entries' own deltas with nothing set aside, or beyond what is; else None."""
-    if not rule.adaptive or total.delta == 0.0:
+    if not rule.adaptive or total.delta <= set_aside:
         return None
-    if set_aside == 0.0:
-        return REFUSES_ENTRY_DELTA
-    return ENTRY_DELTAS_BEYOND_SET_ASIDE if total.delta > set_aside else None
+    return REFUSES_ENTRY_DELTA if set_aside == 0.0 else ENTRY_DELTAS_BEYOND_SET_ASIDE
 
 
 def _spend_at(rule: _Rule, total: PrivacyCurve, delta: float, set_aside: float = 0.0) -> Spend:

@@ -257,23 +257,27 @@ def check_entry_delta(
         "entry_delta_budget (the part of its delta set aside for them), or give the "
         "mechanism without delta"
     )
-    if f.entry_delta == 0.0:
-        raise Unprocessable(
-            f"mechanism {kind!r} carries its own delta ({delta:g}); {where} has an adaptive "
-            f"filter ({f.kind.value}) that sets no part of its delta aside for such entries "
-            f"(the delta left for the conversion would depend on earlier outputs). {advice}",
-            filter=f.kind.value,
-            entry_delta=delta,
-            entry_delta_budget=f.entry_delta,
-        )
-    raise Unprocessable(
-        f"mechanism {kind!r} carries its own delta ({delta:g}), more than the "
+    detail = (
+        f"mechanism {kind!r} carries its own delta ({delta:g}); {where} has an adaptive "
+        f"filter ({f.kind.value}) that sets no part of its delta aside for such entries "
+        f"(the delta left for the conversion would depend on earlier outputs). {advice}"
+        if f.entry_delta == 0.0
+        else f"mechanism {kind!r} carries its own delta ({delta:g}), more than the "
         f"entry_delta_budget of {where} ({f.entry_delta:g}), the part of its delta set aside "
-        f"for such entries: it can never be admitted there",
-        filter=f.kind.value,
-        entry_delta=delta,
-        entry_delta_budget=f.entry_delta,
+        f"for such entries: it can never be admitted there"
     )
+    raise Unprocessable(
+        detail, filter=f.kind.value, entry_delta=delta, entry_delta_budget=f.entry_delta
+    )
+
+
+def check_allocation_entry_delta(
+    st: DatasetState, kind: str, delta: float, allocation: Tally | None
+) -> None:
+    """``check_entry_delta`` against ``allocation``'s filter (nothing without one): an
+    allocation sets its own part of the delta aside, or none."""
+    if allocation is not None:
+        check_entry_delta(st, kind, delta, allocation.filter, f"allocation {allocation.name!r}")
 
 
 def check_admissible(st: DatasetState, kind: str, curve: PrivacyCurve) -> None:
@@ -442,11 +446,7 @@ def prepare(session: Session, st: DatasetState, ask: Ask) -> Ask:
         allocation = tallies.allocation(session, ask.allocation)
     elif ask.allocation_id is not None:
         allocation = tallies.allocation_by_id(session, ask.allocation_id)
-    if allocation is not None:
-        # an allocation's filter sets no delta aside: its own deltas are refused there
-        check_entry_delta(
-            st, ask.kind, ask.curve.delta, allocation.filter, f"allocation {allocation.name!r}"
-        )
+    check_allocation_entry_delta(st, ask.kind, ask.curve.delta, allocation)
     block_tallies: list[Tally] = []
     allocation_blocks: list[Tally] = []
     if keys:

@@ -379,10 +379,8 @@ def calibrate_next(
         raise Unprocessable(f"mechanism {kind!r} is not allowed on dataset {st.name!r}")
     own_delta = float(fixed.get("delta", 0.0))
     admission.check_entry_delta(st, kind, own_delta)
-    target = prepared.target
-    if target is not None and target.allocation is not None:
-        a = target.allocation
-        admission.check_entry_delta(st, kind, own_delta, a.filter, f"allocation {a.name!r}")
+    if prepared.target is not None:  # (prepare checked a zero curve: the delta is asked here)
+        admission.check_allocation_entry_delta(st, kind, own_delta, prepared.target.allocation)
     f = st.filter
     try:
         result = calibrate(kind, fixed, parameter, fits)
