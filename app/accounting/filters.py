@@ -41,7 +41,9 @@ nor Ville's inequality covers. A dataset may instead fix at creation a part D < 
 delta for them (``Filter.entry_delta``, the fixed split of Whitehouse et al. 2023): the filter
 then admits while the entries' deltas add up to at most D, its own rule (bound, orders) is
 computed for (eps_B, delta_B - D), and every spend converts at the target delta less D,
-whatever the entries' deltas are. Sound under full adaptivity (docs/formulas.md §2.6): let
+whatever the entries' deltas are. (D here is ``entry_delta_cap``, the split raised by 2^-30 of
+itself so that a rounded-up sum of deltas whose exact sum is the split is still admitted.)
+Sound under full adaptivity (docs/formulas.md §2.6): let
 G(x) be the interaction in which every step runs the good part of its mechanism (the mixture
 decomposition above, per neighbouring pair), and W = prod_i (1 - delta_i) along the path, a
 function of the path in [0, 1] (each delta_i is fixed by the history before step i). Then
@@ -76,7 +78,7 @@ from app.accounting import conversions as conv
 from app.accounting.adaptive import RenyiFilter, choose_filter
 from app.accounting.curve import PrivacyCurve, Vector
 from app.accounting.orders import ORDERS
-from app.accounting.rounding import add_up, sub_down, up
+from app.accounting.rounding import add_up, mul_up, sub_down, up
 
 
 class FilterKind(StrEnum):
@@ -478,18 +480,43 @@ SETS_ENTRY_DELTA_ASIDE = frozenset({FilterKind.ZCDP_FILTER, FilterKind.RDP_FIXED
 """The filters that may set part of their delta aside for entries' own deltas."""
 
 
+ENTRY_DELTA_SLACK = 2.0**-30
+"""How far above a split D the entries' own deltas, summed and rounded up, may reach
+(``entry_delta_cap``). Their running sum is rounded up at every addition, so k deltas whose
+exact sum is D can sum to a float a few ulps above D: four 1e-6 add up to 4.000000000000001e-06
+although 4 x 1e-6 == 4e-06 exactly in binary. Comparing with D itself refused the last of
+them. A rounded-up sum is never below the exact one, so comparing it with D (1 + 2^-30) admits
+every ledger whose exact sum is within D, as long as the rounding (at most one ulp per
+addition) stays below 2^-30 D: about four million additions."""
+
+
+def entry_delta_cap(entry_delta: float) -> float:
+    """What a split ``entry_delta`` (D) lets the entries' own deltas, summed and rounded up,
+    reach: D (1 + ``ENTRY_DELTA_SLACK``), rounded up (0 for no split). The filter's own rule
+    and its conversions then take this, not D, out of the budget delta: the proof (module
+    docstring) holds with it in place of D."""
+    return mul_up(entry_delta, 1.0 + ENTRY_DELTA_SLACK) if entry_delta > 0.0 else 0.0
+
+
 def check_entry_delta_budget(kind: FilterKind, budget: Budget, entry_delta: float) -> None:
     """ValueError unless ``entry_delta`` (the part of the budget delta set aside for entries'
     own deltas) is 0, or in (0, delta_B) on a filter that sets one aside: the adaptive ones but
     ``gdp`` (Gaussian only: no entry has a delta) and ``rdp_union_bound`` (an earlier version's
     datasets). Non-adaptive filters need none: they admit entries' deltas up to the budget
-    delta by the conversion at what those leave."""
+    delta by the conversion at what those leave. ``entry_delta_cap`` must be below delta_B too
+    (a split within 2^-30 of the budget delta leaves the filter's own rule nothing)."""
     if entry_delta == 0.0:
         return
     if not (math.isfinite(entry_delta) and 0.0 < entry_delta < budget.delta):
         raise ValueError(
             f"entry_delta_budget must be in [0, budget delta = {budget.delta:g}), "
             f"got {entry_delta!r}"
+        )
+    if entry_delta_cap(entry_delta) >= budget.delta:
+        raise ValueError(
+            f"entry_delta_budget {entry_delta!r} leaves nothing of the budget delta "
+            f"{budget.delta!r} to the filter's own rule: the entries' deltas, summed and "
+            "rounded up, may reach it times (1 + 2^-30); give a smaller one"
         )
     if kind not in SETS_ENTRY_DELTA_ASIDE:
         why = (
@@ -504,8 +531,8 @@ def check_entry_delta_budget(kind: FilterKind, budget: Budget, entry_delta: floa
 
 def good_budget(budget: Budget, entry_delta: float) -> Budget:
     """The budget the rule of a filter that sets ``entry_delta`` aside is made for:
-    (eps_B, delta_B - entry_delta), rounded down."""
-    return Budget(budget.epsilon, sub_down(budget.delta, entry_delta))
+    (eps_B, delta_B - ``entry_delta_cap(entry_delta)``), rounded down."""
+    return Budget(budget.epsilon, sub_down(budget.delta, entry_delta_cap(entry_delta)))
 
 
 # --- the value object --------------------------------------------------------------------------
@@ -568,6 +595,12 @@ class Filter:
         return cls(kind, budget, bound, params, entry_delta)
 
     @property
+    def entry_delta_cap(self) -> float:
+        """What the entries' own deltas, summed and rounded up, may reach under this filter's
+        split (``entry_delta_cap``; 0 without one)."""
+        return entry_delta_cap(self.entry_delta)
+
+    @property
     def rule(self) -> _Rule:
         if self.params is not None:
             return _fixed_orders_rule(self.params)
@@ -577,11 +610,11 @@ class Filter:
 
     def spend_at(self, total: PrivacyCurve, delta: float) -> Spend:
         """The epsilon at ``delta`` this filter's conversions give for the composed ``total``."""
-        return _spend_at(self.rule, total, delta, self.entry_delta)
+        return _spend_at(self.rule, total, delta, self.entry_delta_cap)
 
     def spend_delta(self, total: PrivacyCurve, epsilon: float) -> Spend:
         """The delta at ``epsilon`` this filter's conversions give for the composed ``total``."""
-        return _spend_delta(self.rule, total, epsilon, self.entry_delta)
+        return _spend_delta(self.rule, total, epsilon, self.entry_delta_cap)
 
     def entry_deltas_fit(self, total: PrivacyCurve) -> bool:
         """Whether the entries' own deltas of ``total`` leave this filter a guarantee: none, or
@@ -590,7 +623,7 @@ class Filter:
         if total.delta == 0.0:
             return True
         if self.rule.adaptive:
-            return total.delta <= self.entry_delta
+            return total.delta <= self.entry_delta_cap
         return total.delta < self.budget.delta
 
     def spend(self, total: PrivacyCurve) -> Spend:
@@ -805,7 +838,9 @@ __all__ = [
     "Spend",
     "admits",
     "budget_rdp_curve",
+    "ENTRY_DELTA_SLACK",
     "check_entry_delta_budget",
+    "entry_delta_cap",
     "filter_bound",
     "filter_kind",
     "filter_spend",

@@ -616,7 +616,7 @@ def refusal(st: DatasetState, ask: Ask, dry: Decision, *, dry_run: bool = False)
         if st.is_pld and st.held_curve is not None
         else compared
     ).delta
-    if f.rule.adaptive and own_deltas > f.entry_delta:
+    if f.rule.adaptive and own_deltas > f.entry_delta_cap:
         detail = (
             f"refused: the entries' own deltas would add up to {own_deltas:.6g} (with active "
             f"reservations counted), above the entry_delta_budget {f.entry_delta:g} set aside "

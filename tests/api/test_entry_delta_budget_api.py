@@ -22,7 +22,8 @@ from app.accounting.mechanisms import mechanism_from_dict
 from tests.conftest import new_dataset
 
 BUDGET = {"epsilon": 2.0, "delta": 1e-5}
-SPLIT = 4.5e-6  # room for the rounding up of a sum of four 1e-6
+SPLIT = 4.5e-6  # four 1e-6 and half of one more
+EXACT = 4e-6  # four 1e-6 exactly (their rounded-up running sum is 4.000000000000001e-06)
 APPROX = {"mechanism": "approx_dp", "epsilon": 0.1, "delta": 1e-6}
 GAUSS = {"mechanism": "gaussian", "sigma": 5.0}
 
@@ -42,14 +43,14 @@ def test_entries_with_their_own_delta_are_charged_within_the_split(
         f"split-{accounting}",
         budget=BUDGET,
         accounting=accounting,
-        entry_delta_budget=SPLIT,
+        entry_delta_budget=EXACT,
     )
     assert ds["adaptive"] is True and ds["filter"] == kind
-    assert ds["entry_delta_budget"] == SPLIT
+    assert ds["entry_delta_budget"] == EXACT
     assert ds["filter_description"].endswith(
-        "; delta 4.5e-06 set aside for mechanisms with their own delta"
+        "; delta 4e-06 set aside for mechanisms with their own delta"
     )
-    expected_filter = Filter.create(FilterKind(kind), Budget(2.0, 1e-5), entry_delta=SPLIT)
+    expected_filter = Filter.create(FilterKind(kind), Budget(2.0, 1e-5), entry_delta=EXACT)
     if expected_filter.bound is not None:
         assert ds["filter_bound"] == {"rho": expected_filter.bound}
     else:
@@ -70,9 +71,9 @@ def test_entries_with_their_own_delta_are_charged_within_the_split(
     budget = client.get(f"/v1/datasets/{ds['id']}/budget").json()
     assert budget["spent"]["epsilon"] == pytest.approx(expected.epsilon, rel=1e-9)
     assert budget["spent"]["delta"] == BUDGET["delta"]
-    # what the own deltas may still add up to: the split less their (rounded-up) sum
+    # what the own deltas may still add up to: nothing (the four fill the split exactly)
     room = budget["remaining"]["entry_delta"]
-    assert 0.0 < room <= SPLIT - 4e-6 and room == pytest.approx(SPLIT - 4e-6, rel=1e-9)
+    assert room == 0.0
     assert client.get(f"/v1/datasets/{ds['id']}").json()["remaining"]["entry_delta"] == room
     # one more delta beyond the split: 409, recorded as a rejection, saying why
     r = _charge(client, ds, APPROX)
@@ -85,7 +86,7 @@ def test_entries_with_their_own_delta_are_charged_within_the_split(
     r = _charge(client, ds, big)
     assert r.status_code == 422, r.text
     assert "more than the entry_delta_budget" in r.json()["detail"]
-    assert r.json()["entry_delta_budget"] == SPLIT
+    assert r.json()["entry_delta_budget"] == EXACT
     assert client.get(f"/v1/datasets/{ds['id']}/budget").json()["entries"] == 5
     # the delta at an epsilon counts the whole split
     d = client.get(f"/v1/datasets/{ds['id']}/spend", params={"epsilon": 1.9}).json()

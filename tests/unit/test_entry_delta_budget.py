@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 
 import pytest
 from dp_accounting.pld import common
@@ -23,7 +24,23 @@ from app.accounting.mechanisms import Gaussian, Laplace, mechanism_from_dict
 SPLIT = [FilterKind.ZCDP_FILTER, FilterKind.RDP_FIXED_ORDERS]
 BUDGET = Budget(3.0, 1e-5)
 D = 4e-6
-GOOD = Budget(3.0, 1e-5 - 4e-6)
+
+
+def _float_at_least(x: Fraction) -> float:
+    """The least float >= x (exact rational arithmetic)."""
+    f = float(x)
+    return f if Fraction(f) >= x else math.nextafter(f, math.inf)
+
+
+def _float_at_most(x: Fraction) -> float:
+    """The greatest float <= x."""
+    f = float(x)
+    return f if Fraction(f) <= x else math.nextafter(f, -math.inf)
+
+
+CAP = _float_at_least(Fraction(D) * (1 + Fraction(1, 2**30)))
+"""What the deltas' rounded-up sum may reach under the split: D (1 + 2^-30), rounded up."""
+GOOD = Budget(3.0, _float_at_most(Fraction(BUDGET.delta) - Fraction(CAP)))
 
 
 def _approx(eps: float, delta: float, count: int = 1) -> PrivacyCurve:
@@ -41,7 +58,7 @@ def test_the_rule_is_the_one_made_for_what_is_left(kind: FilterKind) -> None:
     f = Filter.create(kind, BUDGET, entry_delta=D)
     good = Filter.create(kind, GOOD)
     assert f.budget == BUDGET and f.entry_delta == D
-    assert GOOD.delta <= BUDGET.delta - D  # rounded down
+    assert f.entry_delta_cap == CAP and 0 < CAP - D <= 2**-29 * D
     assert f.bound == good.bound and f.params == good.params
     # a budget change keeps the orders (and the split)
     if kind is FilterKind.RDP_FIXED_ORDERS:
@@ -56,13 +73,13 @@ def test_spend_converts_at_the_target_less_the_split(kind: FilterKind) -> None:
     good = Filter.create(kind, GOOD)
     total = Laplace(epsilon=0.1, count=5).curve() + _approx(0.2, 1e-6, count=3)
     s = f.spend(total)
-    g = good.spend_at(_without_delta(total), BUDGET.delta - D)
+    g = good.spend_at(_without_delta(total), GOOD.delta)
     assert (s.epsilon, s.method, s.delta) == (g.epsilon, g.method, BUDGET.delta)
     # the same whatever the entries' deltas add up to within the split
     assert f.spend(_without_delta(total)).epsilon == s.epsilon
     # delta at an epsilon: the good part's plus the whole split
     d = f.spend_delta(total, 2.0)
-    assert d.delta >= good.spend_delta(_without_delta(total), 2.0).delta + D * (1 - 1e-15)
+    assert d.delta >= good.spend_delta(_without_delta(total), 2.0).delta + CAP * (1 - 1e-15)
     # no guarantee at a target at or below the split
     assert f.spend_at(total, D).epsilon == math.inf
 
@@ -86,6 +103,52 @@ def test_deltas_are_admitted_up_to_the_split_and_not_beyond(kind: FilterKind) ->
     assert Filter.create(kind, BUDGET).remaining(PrivacyCurve.zero()).entry_delta is None
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    kind=st.sampled_from(SPLIT),
+    delta=st.floats(1e-300, 1e-7, allow_subnormal=False),
+    k=st.integers(1, 1000),
+)
+def test_deltas_whose_exact_sum_is_the_split_are_all_admitted(
+    kind: FilterKind, delta: float, k: int
+) -> None:
+    """k charges of delta each, added one by one as a ledger's running total adds them (each
+    sum rounded up), against a split of k x delta (the least float at or above it): every one is
+    admitted, and one more is not. Before ``entry_delta_cap``, four 1e-6 in a split of 4e-6
+    refused the fourth (their rounded-up sum was 4.000000000000001e-06)."""
+    split = _float_at_least(Fraction(delta) * k)
+    budget = Budget(3.0, 1e-5 if split < 5e-6 else 2.0 * split)
+    f = Filter.create(kind, budget, entry_delta=split)
+    step = _approx(0.0001, delta)
+    total = PrivacyCurve.zero()
+    for _ in range(k):
+        total = total + step
+        assert f.entry_deltas_fit(total)
+    assert Fraction(total.delta) >= Fraction(delta) * k  # the running sum is never below it
+    assert not f.entry_deltas_fit(total + step)
+
+
+def test_four_millionths_fit_a_split_of_four_millionths() -> None:
+    """The case that was refused (stop 37's known limit), with its figures."""
+    total = PrivacyCurve.zero()
+    for _ in range(4):
+        total = total + _approx(0.1, 1e-6)
+    assert total.delta == 4.000000000000001e-06 > 4e-6  # rounded up on the way
+    for kind in SPLIT:
+        f = Filter.create(kind, BUDGET, entry_delta=4e-6)
+        assert f.admits(total)
+        assert f.remaining(total).entry_delta == 0.0
+
+
+@pytest.mark.parametrize("kind", SPLIT)
+def test_a_split_that_leaves_the_rule_nothing_is_refused(kind: FilterKind) -> None:
+    """D < delta_B, but D (1 + 2^-30) is not: 422 at creation, not a filter made for 0."""
+    almost = _float_at_most(Fraction(BUDGET.delta) * (1 - Fraction(1, 2**31)))
+    assert almost < BUDGET.delta
+    with pytest.raises(ValueError, match="leaves nothing of the budget delta"):
+        Filter.create(kind, BUDGET, entry_delta=almost)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     kind=st.sampled_from(SPLIT),
@@ -107,7 +170,7 @@ def test_admission_is_the_split_and_the_smaller_budget(
         total = total + Gaussian(sigma=10.0, count=n_gauss).curve()
     if n_approx:
         total = total + _approx(eps, delta, count=n_approx)
-    fits = total.delta <= D
+    fits = total.delta <= CAP
     assert f.admits(total) == (fits and good.admits(_without_delta(total)))
     if total.delta == 0.0 and f.admits(total):
         assert plain.admits(total)
