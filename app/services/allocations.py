@@ -38,6 +38,7 @@ from app.services.tallies import (
     allocation_columns,
     allocation_filter,
     allocation_tally,
+    fill_next_expiry,
     zero_totals,
 )
 
@@ -81,6 +82,7 @@ def _view(s: Session, st: DatasetState, t: Tally, tallies: Tallies) -> r.Allocat
     top = None
     if st.partition_unit is not None:
         top = partitions.most_spent(s, tallies, ALLOCATION_BLOCK, t.owner, t.filter)
+    fill_next_expiry(s, st.id, (t, top))
     return answers.allocation(t, st.id, most_spent=top, partitioned=st.partition_unit is not None)
 
 

@@ -302,6 +302,7 @@ def tally_view(t: Tally, dry: DryRun | None = None) -> dict[str, Any]:
             rho=finite_or_none(held.rho),
             count=t.held.count,
             epsilon=max(0.0, sp_held.epsilon - sp.epsilon),
+            next_expiry=t.next_expiry,
         )
     )
     left = t.filter.remaining(total, sp_held)

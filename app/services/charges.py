@@ -24,6 +24,7 @@ from app.principal import Caller
 from app.services import admission, answers, idempotency
 from app.services.auth import authenticated
 from app.services.state import DatasetState
+from app.services.tallies import fill_next_expiry
 
 SCOPE = "charge"
 
@@ -69,6 +70,8 @@ def charge(
         admission.check_admissible(st, asked.kind, asked.curve)
         ask = admission.prepare(s, st, asked)
         dry = admission.decide(st, ask)
+        if ask.target is not None:  # their views' reserved.next_expiry (when they hold any)
+            fill_next_expiry(s, st.id, ask.target.tallies())
         if dry_run:
             if not dry.admitted:
                 raise admission.refusal(st, ask, dry, dry_run=True)

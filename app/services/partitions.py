@@ -23,7 +23,7 @@ from app.principal import Caller
 from app.services import answers, blocks, state
 from app.services.auth import authenticated
 from app.services.state import DatasetState
-from app.services.tallies import ALLOCATION_BLOCK, BLOCK, Tallies, Tally
+from app.services.tallies import ALLOCATION_BLOCK, BLOCK, Tallies, Tally, fill_next_expiry
 
 _DB = cast(Table, DatasetBlock.__table__).c
 _AB = cast(Table, AllocationBlock.__table__).c
@@ -66,6 +66,7 @@ def summary(session: Session, st: DatasetState) -> dict[str, Any]:
     assert st.partition_unit is not None
     tallies = Tallies(st.id, st.filter.kind)
     top = most_spent(session, tallies, BLOCK, st.id, st.filter)
+    fill_next_expiry(session, st.id, (top,))
     counts = session.execute(
         select(
             func.count().filter(_DB.entry_count > 0),  # rows made by holds alone: not charged
@@ -115,6 +116,7 @@ def list_blocks(
             except Unprocessable:
                 raise NotFound(f"no allocation {allocation!r} on dataset {st.name!r}") from None
             rows = tallies.blocks(s, ALLOCATION_BLOCK, a.owner, keys, a.filter, lock=False)
+        fill_next_expiry(s, st.id, rows)
         return r.BlockList(
             dataset_id=st.id,
             unit=st.partition_unit,

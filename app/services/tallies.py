@@ -25,10 +25,10 @@ one INSERT for the new blocks).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import Row, Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session
@@ -38,7 +38,14 @@ from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import Budget, DryRun, Filter, FilterKind, Spend
 from app.accounting.running import RunningSum
 from app.db.codec import curve_columns, held_from_bytes, held_to_bytes, rdp_from_bytes
-from app.db.models import Allocation, AllocationBlock, DatasetBlock, utcnow
+from app.db.models import (
+    Allocation,
+    AllocationBlock,
+    DatasetBlock,
+    Reservation,
+    ReservationStatus,
+    utcnow,
+)
 from app.errors import Unprocessable
 
 ALLOCATION, BLOCK, ALLOCATION_BLOCK = "allocation", "block", "allocation_block"
@@ -100,6 +107,9 @@ class Tally:
     # whether the row's own held_count column (what the block search reads, which saving writes
     # from ``held``) disagreed with the held sum's count when read; ``verify`` reports it
     held_count_drift: bool = False
+    # the earliest expiry among the active holds counted in ``held``: filled for views only
+    # (``fill_next_expiry``); None when it holds nothing or was not asked
+    next_expiry: datetime | None = None
 
     @property
     def budget(self) -> Budget:
@@ -345,6 +355,52 @@ class Tallies:
 
 _OWNER = {ALLOCATION: "id", BLOCK: "dataset_id", ALLOCATION_BLOCK: "allocation_id"}
 
+_R = cast(Table, Reservation.__table__).c
+
+
+def fill_next_expiry(session: Session, dataset_id: str, tallies: Iterable[Tally | None]) -> None:
+    """Set ``next_expiry`` on each of ``tallies`` that holds something: the earliest expiry
+    among the dataset's active holds counted in it (``reserved.next_expiry`` of an allocation
+    or block view, as ``dataset_total.held_next_expiry`` is the dataset's). One query over the
+    dataset's active holds, none when no tally holds anything. Views only: admission finds due
+    holds by the dataset's own expiry."""
+    holding = [t for t in tallies if t is not None and t.held.count > 0]
+    if not holding:
+        return
+    holds = [
+        _Hold(*row)
+        for row in session.execute(
+            select(_R.allocation_id, _R.block_from, _R.block_to, _R.expires_at).where(
+                _R.dataset_id == dataset_id, _R.status == ReservationStatus.ACTIVE
+            )
+        )
+    ]
+    for t in holding:
+        t.next_expiry = min((h.expires_at for h in holds if _counted_in(t, h)), default=None)
+
+
+class _Hold(NamedTuple):
+    allocation_id: str | None
+    block_from: str | None
+    block_to: str | None
+    expires_at: datetime
+
+
+def _counted_in(t: Tally, hold: _Hold) -> bool:
+    """Whether an active ``hold`` is counted in ``t``'s held sum, as ``verify`` counts it: made
+    through the allocation, covering the block (keys of one unit sort in time order), or both
+    for an allocation's block."""
+    through = hold.allocation_id == t.owner
+    if t.kind == ALLOCATION:
+        return through
+    key = str(t.key)
+    covers = (
+        hold.block_from is not None
+        and hold.block_to is not None
+        and hold.block_from <= key <= hold.block_to
+    )
+    return covers and (t.kind == BLOCK or through)
+
 
 def _values(t: Tally, now: datetime) -> dict[str, Any]:
     values = {
@@ -402,6 +458,7 @@ __all__ = [
     "allocation_columns",
     "allocation_filter",
     "allocation_tally",
+    "fill_next_expiry",
     "stored_filter",
     "zero_totals",
 ]

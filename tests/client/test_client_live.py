@@ -76,6 +76,8 @@ def test_reservation_context_manager_commits_and_releases(server_url: str) -> No
         with c.reservation(ds.id, laplace(0.2), label="ok") as hold:
             reserved = c.budget(ds.id).reserved
             assert reserved is not None and reserved.count == 1
+            assert reserved.next_expiry == hold.reservation.expires_at
+            assert reserved.epsilon == pytest.approx(0.2)
         assert hold.outcome == "committed" and hold.reservation.ledger_entry_id is not None
         assert c.budget(ds.id).entries == 1
         with pytest.raises(RuntimeError, match="pipeline failed"):

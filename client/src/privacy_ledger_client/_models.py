@@ -106,10 +106,14 @@ class DatasetPage(Model):
 
 @dataclass(frozen=True, kw_only=True)
 class Reserved(Model):
-    """Budget held by active reservations."""
+    """Budget held by active reservations: their ``count``, ``rho``, ``epsilon`` (the spend
+    with them minus the spend without) and the earliest expiry among them, ``next_expiry``
+    (a dataset's, an allocation's or a block's own holds)."""
 
     count: int
     rho: float | None = None
+    epsilon: float = 0.0
+    next_expiry: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
