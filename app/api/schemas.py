@@ -433,7 +433,8 @@ EntryDeltaBudget = Annotated[
         "creation, for mechanisms with their own delta (approx_dp; zcdp or rdp with delta). They "
         "are admitted while their deltas add up to at most this, and the filter converts at the "
         "budget delta less it. 0 (default): such mechanisms are refused (422). Must be below the "
-        "budget delta; non-adaptive datasets admit them up to the budget delta without it",
+        "budget delta; non-adaptive datasets admit them up to the budget delta without it. On a "
+        "partitioned dataset it is per block (not with a lifetime budget)",
     ),
 ]
 

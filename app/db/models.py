@@ -158,7 +158,7 @@ class DatasetTotal(Base):
     entry_count: Mapped[int] = mapped_column(BigInteger)
     mechanism_counts: Mapped[dict[str, Any]] = mapped_column(JSON)
     spent_epsilon: Mapped[float] = mapped_column(Float)
-    spent_method: Mapped[str] = mapped_column(String(32))
+    spent_method: Mapped[str] = mapped_column(String(64))
     last_entry_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     # active reservations: their number, their curves' RunningSum (codec.held_to_bytes; None
@@ -351,7 +351,7 @@ class _RunningTotals:
     delta: Mapped[float] = mapped_column(Float, default=0.0)
     entry_count: Mapped[int] = mapped_column(BigInteger)
     spent_epsilon: Mapped[float] = mapped_column(Float)
-    spent_method: Mapped[str] = mapped_column(String(32))
+    spent_method: Mapped[str] = mapped_column(String(64))
     held_count: Mapped[int] = mapped_column(BigInteger, default=0)
     held: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
 

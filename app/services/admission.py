@@ -551,16 +551,43 @@ def _structure_fields(ask: Ask, dry: Decision) -> dict[str, Any]:
     return extra
 
 
+def _own_deltas_beyond(tallies: Sequence[Tally], keys: Sequence[str], ask: Ask) -> str:
+    """A clause for a refusal by tallies (blocks ``keys`` of ``tallies``, or an allocation: no
+    keys) whose split of the delta the entries' own deltas would pass, holds counted (the
+    reason then, whatever the epsilon); "" when none would."""
+    if ask.curve.delta <= 0.0:
+        return ""
+    over = []
+    for t in tallies:
+        if keys and str(t.key) not in keys:
+            continue
+        if not t.filter.rule.adaptive or t.filter.entry_delta <= 0.0:
+            continue
+        held = t.held.total()
+        own = with_holds_bound(t.committed, held, ask.curve, 1).delta
+        if own > t.filter.entry_delta_cap:
+            over.append((t, own))
+    if not over:
+        return ""
+    t, own = over[0]
+    where = f"in block {t.key} " if keys else ""
+    return (
+        f"; the entries' own deltas {where}would add up to {own:.6g}, above the "
+        f"entry_delta_budget {t.filter.entry_delta:g} set aside for them"
+    )
+
+
 def _structure_detail(st: DatasetState, ask: Ask, dry: Decision) -> str | None:
     """The refusal's detail when a structure (not the plain dataset budget) refused."""
     first = dry.limits[0] if dry.limits else None
     t = ask.target
-    if first == "dataset" and dry.blocks_exceeded:
+    if first == "dataset" and dry.blocks_exceeded and t is not None:
         b = st.budget
         return (
             f"refused: blocks {', '.join(dry.blocks_exceeded)} would exceed the per-block budget "
             f"(epsilon={b.epsilon:g}, delta={b.delta:g}; {st.filter.kind.value} filter, active "
-            "reservations counted); no block was charged"
+            "reservations counted)"
+            f"{_own_deltas_beyond(t.blocks, dry.blocks_exceeded, ask)}; no block was charged"
         )
     if first == "lifetime" and st.lifetime is not None:
         b = st.lifetime.budget
@@ -576,10 +603,15 @@ def _structure_detail(st: DatasetState, ask: Ask, dry: Decision) -> str | None:
             if dry.allocation_blocks_exceeded
             else ""
         )
+        own = (
+            _own_deltas_beyond(t.allocation_blocks, dry.allocation_blocks_exceeded, ask)
+            if dry.allocation_blocks_exceeded
+            else _own_deltas_beyond((a,), (), ask)
+        )
         return (
             f"refused: allocation {a.name!r} would exceed its budget{where} "
             f"(epsilon={a.budget.epsilon:g}, delta={a.budget.delta:g}; {a.filter.kind.value} "
-            "filter, active reservations counted); the dataset's budget was not the limit"
+            f"filter, active reservations counted){own}; the dataset's budget was not the limit"
         )
     return None
 

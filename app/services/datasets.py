@@ -58,14 +58,16 @@ def _filter(
         raise Unprocessable(str(exc)) from None
 
 
-def _no_split_on_partitions(entry_delta: float, partition_unit: str | None) -> None:
-    """422 for a split of the delta budget on a partitioned dataset: each block's budget and
-    the lifetime budget would need one of their own, which they do not keep."""
-    if entry_delta > 0.0 and partition_unit is not None:
+def _no_split_with_lifetime(entry_delta: float, lifetime: bool) -> None:
+    """422 for a split of the delta budget on a partitioned dataset with a lifetime budget:
+    the lifetime budget's filter would need a split of its own, which it does not keep. (Each
+    block's filter is the dataset's, so each block sets the split aside, as a dataset does.)"""
+    if entry_delta > 0.0 and lifetime:
         raise Unprocessable(
-            "entry_delta_budget is not available on partitioned datasets (each block's budget "
-            "and the lifetime budget would need a split of their own); use an unpartitioned "
-            "dataset, or adaptive: false, which admits entries' own deltas up to the budget delta"
+            "entry_delta_budget is not available on a partitioned dataset with a lifetime "
+            "budget (the lifetime budget would need a split of its own: the entries' own "
+            "deltas of all blocks add up there); drop one of the two, or use adaptive: false, "
+            "which admits entries' own deltas up to the budget delta"
         )
 
 
@@ -96,8 +98,9 @@ def create_dataset(
 
     ``partition_unit`` (day, week, month) makes it time-partitioned: the budget applies to each
     block; ``lifetime_budget`` (partitioned only) caps the composition of all its charges.
-    ``entry_delta_budget`` (adaptive, unpartitioned): the part of the budget delta set aside
-    for entries with their own delta (``app.accounting.filters``)."""
+    ``entry_delta_budget`` (adaptive; partitioned only without a lifetime budget): the part of
+    the budget delta (of each block's, when partitioned) set aside for entries with their own
+    delta (``app.accounting.filters``)."""
     actor = authenticated(db, caller)
     if (why := actor.may_change_budgets()) is not None:
         raise Forbidden(why)
@@ -109,7 +112,7 @@ def create_dataset(
     if allowed_mechanisms is not None:
         allowed_mechanisms = sorted(set(allowed_mechanisms))
     flt = _filter(accounting, adaptive, allowed_mechanisms, budget, None, entry_delta_budget)
-    _no_split_on_partitions(flt.entry_delta, partition_unit)
+    _no_split_with_lifetime(flt.entry_delta, lifetime_budget is not None)
     lifetime = _structure_filters(flt, partition_unit, lifetime_budget, allowed_mechanisms)
     zero = PrivacyCurve.zero()
     pld_state = (
@@ -417,7 +420,9 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
                 keep=st.filter,
                 entry_delta=changes.get("entry_delta_budget", ds.entry_delta_budget),
             )
-            _no_split_on_partitions(flt.entry_delta, st.partition_unit)
+            _no_split_with_lifetime(
+                flt.entry_delta, st.lifetime is not None or "lifetime_budget" in changes
+            )
             ds.entry_delta_budget = flt.entry_delta
             ds.budget_epsilon, ds.budget_delta = budget.epsilon, budget.delta
             ds.accounting = changes.get("accounting", ds.accounting)

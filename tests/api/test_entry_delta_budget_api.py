@@ -116,7 +116,10 @@ def test_reservations_and_dry_runs_respect_the_split(client: TestClient) -> None
         ({"accounting": "pld", "adaptive": False}, "non-adaptive"),
         ({"allowed_mechanisms": ["gaussian"]}, "Gaussian mechanisms only"),
         ({"entry_delta_budget": 1e-5}, "must be in"),
-        ({"partition": {"unit": "day"}}, "partitioned"),
+        (
+            {"partition": {"unit": "day"}, "lifetime_budget": {"epsilon": 5.0, "delta": 1e-5}},
+            "partitioned dataset with a lifetime budget",
+        ),
     ],
 )
 def test_a_split_where_it_has_no_meaning_is_422(
@@ -273,3 +276,92 @@ def test_any_split_and_any_own_delta_answer_4xx_never_5xx(
     assert client.get(f"/v1/datasets/{ds}/budget").status_code == 200
     r = client.patch(f"/v1/datasets/{ds}", json={"budget": {"delta": own_delta}})
     assert r.status_code in (200, 409, 422), r.text
+
+
+def _in_blocks(first: str, last: str, **body: Any) -> dict[str, Any]:
+    return {"mechanism": APPROX, "blocks": {"from": first, "to": last}, **body}
+
+
+def test_a_partitioned_dataset_sets_the_split_aside_in_each_block(client: TestClient) -> None:
+    """Each block's filter is the dataset's: each block admits own deltas up to the split (two
+    of 1e-6 in 2e-6, exactly), counts a charge over several blocks in each, and refuses past
+    it naming the block; a lifetime budget cannot be added to it (it would need a split of its
+    own). Expected spends come from the accounting core's filter for one block."""
+    split = 2e-6
+    ds = new_dataset(
+        client, "daily", budget=BUDGET, partition={"unit": "day"}, entry_delta_budget=split
+    )
+    assert ds["entry_delta_budget"] == split and ds["adaptive"] is True
+    url = f"/v1/datasets/{ds['id']}"
+    for first, last in (("2026-11-01", "2026-11-02"), ("2026-11-02", "2026-11-03")):
+        r = client.post(f"{url}/charges", json=_in_blocks(first, last))
+        assert r.status_code == 201, r.text
+    r = client.post(f"{url}/charges", json=_in_blocks("2026-11-02", "2026-11-02"))
+    assert r.status_code == 409, r.text
+    problem = r.json()
+    assert problem["blocks_exceeded"] == ["2026-11-02"]
+    assert "in block 2026-11-02 would add up to 3e-06" in problem["detail"]
+    assert "entry_delta_budget 2e-06" in problem["detail"]
+    assert (
+        client.post(f"{url}/charges", json=_in_blocks("2026-11-03", "2026-11-04")).status_code
+        == 201
+    )
+
+    flt = Filter.create(FilterKind(ds["filter"]), Budget(2.0, 1e-5), entry_delta=split)
+    one = mechanism_from_dict(APPROX).curve()
+    got = client.get(f"{url}/blocks", params={"from": "2026-11-01", "to": "2026-11-05"}).json()
+    charged = {"2026-11-01": 1, "2026-11-02": 2, "2026-11-03": 2, "2026-11-04": 1}
+    for b in got["blocks"]:
+        n = charged.get(b["block"], 0)
+        if n == 0:
+            assert b["spent"]["epsilon"] == 0.0 and b["remaining"]["entry_delta"] == split
+            continue
+        total = one.scaled(n) if n > 1 else one
+        assert b["spent"]["epsilon"] == pytest.approx(flt.spend(total).epsilon, rel=1e-12)
+        room = b["remaining"]["entry_delta"]
+        assert room == (0.0 if n == 2 else pytest.approx(split - 1e-6, rel=1e-12))
+    # a lifetime budget now: 422, nothing changed
+    r = client.patch(url, json={"lifetime_budget": {"epsilon": 5.0, "delta": 1e-5}})
+    assert r.status_code == 422, r.text
+    assert "lifetime budget" in r.json()["detail"]
+    assert client.get(url).json()["lifetime_budget"] is None
+
+
+def test_a_partitioned_allocation_sets_its_own_split_aside_in_each_block(
+    client: TestClient,
+) -> None:
+    ds = new_dataset(
+        client, "daily-teams", budget=BUDGET, partition={"unit": "week"}, entry_delta_budget=4e-6
+    )
+    url = f"/v1/datasets/{ds['id']}"
+    r = client.post(
+        f"{url}/allocations",
+        json={
+            "name": "team",
+            "budget": {"epsilon": 1.0, "delta": 5e-6},
+            "entry_delta_budget": 1e-6,
+        },
+    )
+    assert r.status_code == 201, r.text
+    body = _in_blocks("2026-W01", "2026-W02", allocation="team")
+    assert client.post(f"{url}/charges", json=body).status_code == 201
+    r = client.post(f"{url}/charges", json=_in_blocks("2026-W02", "2026-W02", allocation="team"))
+    assert r.status_code == 409, r.text
+    problem = r.json()
+    assert problem["limit"] == "allocation"
+    assert problem["allocation_blocks_exceeded"] == ["2026-W02"]
+    assert "entry_delta_budget 1e-06" in problem["detail"]
+    # the dataset's own split per block still has room: a charge without the allocation fits
+    assert client.post(f"{url}/charges", json=_in_blocks("2026-W02", "2026-W02")).status_code == 201
+    # calibration for the next one through the allocation answers the same refusal up front
+    r = client.get(
+        f"{url}/calibrate",
+        params={
+            "mechanism": "approx_dp",
+            "delta": 1e-6,
+            "allocation": "team",
+            "block_from": "2026-W02",
+            "block_to": "2026-W02",
+        },
+    )
+    assert r.status_code == 409, r.text
