@@ -220,7 +220,7 @@ _DELTAS = st.one_of(
 _SHARES = st.one_of(st.floats(0, 1), st.sampled_from([0.0, 1.0, 1.5, 1e-300]))
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(
     delta=_DELTAS,
     split_share=_SHARES,
@@ -230,6 +230,7 @@ _SHARES = st.one_of(st.floats(0, 1), st.sampled_from([0.0, 1.0, 1.5, 1e-300]))
     allowed=st.sampled_from([None, None, ["gaussian"], ["approx_dp", "gaussian"]]),
     own_share=_SHARES,
     kind=st.sampled_from(["approx_dp", "zcdp", "rdp"]),
+    partitioned=st.booleans(),
 )
 def test_any_split_and_any_own_delta_answer_4xx_never_5xx(
     client: TestClient,
@@ -241,8 +242,10 @@ def test_any_split_and_any_own_delta_answer_4xx_never_5xx(
     allowed: list[str] | None,
     own_share: float,
     kind: str,
+    partitioned: bool,
 ) -> None:
-    """Splits and own deltas drawn as shares of the budget delta (extremes included)."""
+    """Splits and own deltas drawn as shares of the budget delta (extremes included), on
+    unpartitioned and partitioned datasets (charges over overlapping day ranges there)."""
     split = min(1.0, delta * split_share)
     own_delta = min(1.0, delta * own_share)
     body: dict[str, Any] = {
@@ -253,6 +256,8 @@ def test_any_split_and_any_own_delta_answer_4xx_never_5xx(
         "entry_delta_budget": split,
         "allowed_mechanisms": allowed,
     }
+    if partitioned:
+        body["partition"] = {"unit": "day"}
     r = client.post("/v1/datasets", json=body)
     assert r.status_code in (201, 422), r.text
     if r.status_code != 201:
@@ -263,13 +268,23 @@ def test_any_split_and_any_own_delta_answer_4xx_never_5xx(
         "zcdp": {"mechanism": "zcdp", "rho": 0.01, "delta": own_delta},
         "rdp": {"mechanism": "rdp", "orders": [2, 8], "epsilons": [0.1, 0.2], "delta": own_delta},
     }[kind]
-    for path in ("charges", "reservations"):
-        r = client.post(f"/v1/datasets/{ds}/{path}", json={"mechanism": wire})
-        assert r.status_code in (201, 409, 422), r.text
+    ranges = [("2026-11-01", "2026-11-02"), ("2026-11-02", "2026-11-03")] if partitioned else [None]
+    for span in ranges:
+        where = {} if span is None else {"blocks": {"from": span[0], "to": span[1]}}
+        for path in ("charges", "charges", "reservations"):
+            r = client.post(f"/v1/datasets/{ds}/{path}", json={"mechanism": wire, **where})
+            assert r.status_code in (201, 409, 422), r.text
+    blocks = {"block_from": "2026-11-02", "block_to": "2026-11-02"} if partitioned else {}
     r = client.get(
-        f"/v1/datasets/{ds}/calibrate", params={"mechanism": "approx_dp", "delta": own_delta}
+        f"/v1/datasets/{ds}/calibrate",
+        params={"mechanism": "approx_dp", "delta": own_delta, **blocks},
     )
     assert r.status_code in (200, 409, 422), r.text
+    if partitioned:
+        r = client.get(
+            f"/v1/datasets/{ds}/blocks", params={"from": "2026-11-01", "to": "2026-11-03"}
+        )
+        assert r.status_code == 200, r.text
     for query in ({"delta": own_delta}, {"epsilon": 0.5}):
         r = client.get(f"/v1/datasets/{ds}/spend", params=query)
         assert r.status_code in (200, 422), r.text
