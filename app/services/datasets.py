@@ -112,8 +112,8 @@ def create_dataset(
     if allowed_mechanisms is not None:
         allowed_mechanisms = sorted(set(allowed_mechanisms))
     flt = _filter(accounting, adaptive, allowed_mechanisms, budget, None, entry_delta_budget)
-    _no_split_with_lifetime(flt.entry_delta, lifetime_budget is not None)
     lifetime = _structure_filters(flt, partition_unit, lifetime_budget, allowed_mechanisms)
+    _no_split_with_lifetime(flt.entry_delta, lifetime is not None)
     zero = PrivacyCurve.zero()
     pld_state = (
         state_for_budget(budget.epsilon, budget.delta) if flt.kind is FilterKind.PLD else None
@@ -421,7 +421,9 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
                 entry_delta=changes.get("entry_delta_budget", ds.entry_delta_budget),
             )
             _no_split_with_lifetime(
-                flt.entry_delta, st.lifetime is not None or "lifetime_budget" in changes
+                flt.entry_delta,
+                st.partition_unit is not None
+                and (st.lifetime is not None or "lifetime_budget" in changes),
             )
             ds.entry_delta_budget = flt.entry_delta
             ds.budget_epsilon, ds.budget_delta = budget.epsilon, budget.delta
