@@ -103,7 +103,7 @@ def test_deltas_are_admitted_up_to_the_split_and_not_beyond(kind: FilterKind) ->
     assert Filter.create(kind, BUDGET).remaining(PrivacyCurve.zero()).entry_delta is None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     kind=st.sampled_from(SPLIT),
     delta=st.floats(1e-300, 1e-7, allow_subnormal=False),
