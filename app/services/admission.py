@@ -557,24 +557,20 @@ def _own_deltas_beyond(tallies: Sequence[Tally], keys: Sequence[str], ask: Ask) 
     reason then, whatever the epsilon); "" when none would."""
     if ask.curve.delta <= 0.0:
         return ""
-    over = []
     for t in tallies:
         if keys and str(t.key) not in keys:
             continue
         if not t.filter.rule.adaptive or t.filter.entry_delta <= 0.0:
             continue
-        held = t.held.total()
-        own = with_holds_bound(t.committed, held, ask.curve, 1).delta
-        if own > t.filter.entry_delta_cap:
-            over.append((t, own))
-    if not over:
-        return ""
-    t, own = over[0]
-    where = f"in block {t.key} " if keys else ""
-    return (
-        f"; the entries' own deltas {where}would add up to {own:.6g}, above the "
-        f"entry_delta_budget {t.filter.entry_delta:g} set aside for them"
-    )
+        # what the tally's dry run compared (``Filter.dry_run``)
+        own = with_holds_bound(t.committed, t.held.total(), ask.curve, t.held.count + 1)
+        if not t.filter.entry_deltas_fit(own):
+            where = f"in block {t.key} " if keys else ""
+            return (
+                f"; the entries' own deltas {where}would add up to {own.delta:.6g}, above the "
+                f"entry_delta_budget {t.filter.entry_delta:g} set aside for them"
+            )
+    return ""
 
 
 def _structure_detail(st: DatasetState, ask: Ask, dry: Decision) -> str | None:
@@ -643,24 +639,22 @@ def refusal(st: DatasetState, ask: Ask, dry: Decision, *, dry_run: bool = False)
     )
     # the entries' own deltas, holds counted (a pld dataset's curve rule counts them too;
     # ``compared`` leaves its holds out, every other dataset's already counts them)
-    own_deltas = (
+    own = (
         with_holds_bound(st.committed, st.held_curve, ask.curve, st.held.count + 1)
         if st.is_pld and st.held_curve is not None
         else compared
-    ).delta
-    if f.rule.adaptive and own_deltas > f.entry_delta_cap:
-        detail = (
-            f"refused: the entries' own deltas would add up to {own_deltas:.6g} (with active "
-            f"reservations counted), above the entry_delta_budget {f.entry_delta:g} set aside "
-            f"for them ({f.kind.value} filter)"
-        )
-    elif own_deltas >= b.delta:
+    )
+    if not f.entry_deltas_fit(own):
         # refused by the entries' own deltas alone, whatever the epsilon or rho: say so (the
         # figures below were not what refused it, and may well be within the budget)
         detail = (
-            f"refused: the entries' own deltas would add up to {own_deltas:.6g} (with active "
-            f"reservations counted), reaching the budget delta {b.delta:g}: once they do, "
-            f"nothing more is admitted ({f.kind.value} filter)"
+            f"refused: the entries' own deltas would add up to {own.delta:.6g} (with active "
+            f"reservations counted), above the entry_delta_budget {f.entry_delta:g} set aside "
+            f"for them ({f.kind.value} filter)"
+            if f.rule.adaptive
+            else f"refused: the entries' own deltas would add up to {own.delta:.6g} (with "
+            f"active reservations counted), reaching the budget delta {b.delta:g}: once they "
+            f"do, nothing more is admitted ({f.kind.value} filter)"
         )
     elif f.kind in RHO_FILTERS and compared.delta == 0.0:
         assert f.bound is not None

@@ -78,12 +78,25 @@ def _filter_for(
         raise Unprocessable(str(exc)) from None
 
 
+def _views(s: Session, st: DatasetState, ts: list[Tally], tallies: Tallies) -> list[r.Allocation]:
+    """The views of allocations ``ts``: on a partitioned dataset with their most-spent blocks;
+    the active holds read once for all of them (``fill_next_expiry``)."""
+    partitioned = st.partition_unit is not None
+    tops = [
+        partitions.most_spent(s, tallies, ALLOCATION_BLOCK, t.owner, t.filter)
+        if partitioned
+        else None
+        for t in ts
+    ]
+    fill_next_expiry(s, st.id, [*ts, *tops])
+    return [
+        answers.allocation(t, st.id, most_spent=top, partitioned=partitioned)
+        for t, top in zip(ts, tops, strict=True)
+    ]
+
+
 def _view(s: Session, st: DatasetState, t: Tally, tallies: Tallies) -> r.Allocation:
-    top = None
-    if st.partition_unit is not None:
-        top = partitions.most_spent(s, tallies, ALLOCATION_BLOCK, t.owner, t.filter)
-    fill_next_expiry(s, st.id, (t, top))
-    return answers.allocation(t, st.id, most_spent=top, partitioned=st.partition_unit is not None)
+    return _views(s, st, [t], tallies)[0]
 
 
 def _budget_action(old: Budget, new: Budget) -> str:
@@ -171,7 +184,7 @@ def list_allocations(db: Database, caller: Caller, ref: str) -> r.AllocationList
         rows = s.execute(
             allocation_columns().where(Allocation.dataset_id == st.id).order_by(Allocation.name)
         ).all()
-        items = [_view(s, st, allocation_tally(row, st.filter.kind), tallies) for row in rows]
+        items = _views(s, st, [allocation_tally(row, st.filter.kind) for row in rows], tallies)
         return r.AllocationList(dataset_id=st.id, allocations=items)
 
 

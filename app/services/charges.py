@@ -70,7 +70,7 @@ def charge(
         admission.check_admissible(st, asked.kind, asked.curve)
         ask = admission.prepare(s, st, asked)
         dry = admission.decide(st, ask)
-        if ask.target is not None:  # their views' reserved.next_expiry (when they hold any)
+        if dry.admitted and ask.target is not None:  # the answer's views: reserved.next_expiry
             fill_next_expiry(s, st.id, ask.target.tallies())
         if dry_run:
             if not dry.admitted:
