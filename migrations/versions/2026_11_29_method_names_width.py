@@ -29,24 +29,21 @@ depends_on = None
 _TABLES = ("dataset_total", "allocation", "dataset_block", "allocation_block")
 
 
-def upgrade() -> None:
+def _width(old: int, new: int) -> None:
     for table in _TABLES:
         with op.batch_alter_table(table, schema=None) as batch_op:
             batch_op.alter_column(
                 "spent_method",
-                existing_type=sa.String(length=32),
-                type_=sa.String(length=64),
+                existing_type=sa.String(length=old),
+                type_=sa.String(length=new),
                 existing_nullable=False,
             )
+
+
+def upgrade() -> None:
+    _width(32, 64)
 
 
 def downgrade() -> None:
     refuse_populated_downgrade()
-    for table in _TABLES:
-        with op.batch_alter_table(table, schema=None) as batch_op:
-            batch_op.alter_column(
-                "spent_method",
-                existing_type=sa.String(length=64),
-                type_=sa.String(length=32),
-                existing_nullable=False,
-            )
+    _width(64, 32)

@@ -62,19 +62,32 @@ _SETTING = sa.table("app_setting", sa.column("key", sa.String), sa.column("value
 _FORMULAS_STAMP = "curve_formulas_version"  # app.services.ledger.FORMULAS_SETTING
 
 
-def _rule(
-    what: str, kind: str, epsilon: float, delta: float, split: float, allowed: Any, params: Any
-) -> tuple[float | None, dict[str, Any] | None]:
-    """The bound and parameters of the split filter, made for delta less the split's cap."""
+def _remade(
+    conn: sa.Connection, table: sa.TableClause, what: str, kind: str, allowed: Any, row: Any
+) -> bool:
+    """Make the split filter of ``row`` (a dataset's or an allocation's) again, for the budget
+    delta less the split's cap, its fixed orders kept; whether its rule changed."""
+    split, delta = row["entry_delta_budget"], row["budget_delta"]
     if entry_delta_cap(split) >= delta:
         raise RuntimeError(
-            f"{what} has an entry_delta_budget of {split!r} within 2^-30 of its budget delta "
-            f"{delta!r}: its filter would have nothing left; lower entry_delta_budget before "
-            "upgrading"
+            f"{what} {row['id']} has an entry_delta_budget of {split!r} within 2^-30 of its "
+            f"budget delta {delta!r}: its filter would have nothing left; lower "
+            "entry_delta_budget before upgrading"
         )
+    params = row["filter_params"]
     orders = RenyiFilter.from_dict(params).orders if params else None
-    flt = Filter.create(FilterKind(kind), Budget(epsilon, delta), allowed, orders, split)
-    return flt.bound, flt.params.to_dict() if flt.params is not None else None
+    flt = Filter.create(
+        FilterKind(kind), Budget(row["budget_epsilon"], delta), allowed, orders, split
+    )
+    rule = (flt.bound, flt.params.to_dict() if flt.params is not None else None)
+    if rule == (row["filter_bound"], params):
+        return False
+    conn.execute(
+        table.update()
+        .where(table.c.id == row["id"])
+        .values(filter_bound=rule[0], filter_params=rule[1])
+    )
+    return True
 
 
 def upgrade() -> None:
@@ -83,43 +96,14 @@ def upgrade() -> None:
     kinds: dict[str, tuple[str, Any]] = {}
     for row in conn.execute(sa.select(_DATASET)).mappings().all():
         kinds[row["id"]] = (row["filter"], row["allowed_mechanisms"])
-        if not row["entry_delta_budget"]:
-            continue
-        bound, params = _rule(
-            f"dataset {row['id']}",
-            row["filter"],
-            row["budget_epsilon"],
-            row["budget_delta"],
-            row["entry_delta_budget"],
-            row["allowed_mechanisms"],
-            row["filter_params"],
-        )
-        if (bound, params) != (row["filter_bound"], row["filter_params"]):
-            conn.execute(
-                _DATASET.update()
-                .where(_DATASET.c.id == row["id"])
-                .values(filter_bound=bound, filter_params=params)
+        if row["entry_delta_budget"]:
+            changed |= _remade(
+                conn, _DATASET, "dataset", row["filter"], row["allowed_mechanisms"], row
             )
-            changed = True
     split = sa.select(_ALLOCATION).where(_ALLOCATION.c.entry_delta_budget > 0)
     for row in conn.execute(split).mappings().all():
         kind, allowed = kinds[row["dataset_id"]]
-        bound, params = _rule(
-            f"allocation {row['id']}",
-            kind,
-            row["budget_epsilon"],
-            row["budget_delta"],
-            row["entry_delta_budget"],
-            allowed,
-            row["filter_params"],
-        )
-        if (bound, params) != (row["filter_bound"], row["filter_params"]):
-            conn.execute(
-                _ALLOCATION.update()
-                .where(_ALLOCATION.c.id == row["id"])
-                .values(filter_bound=bound, filter_params=params)
-            )
-            changed = True
+        changed |= _remade(conn, _ALLOCATION, "allocation", kind, allowed, row)
     if changed:
         conn.execute(_SETTING.delete().where(_SETTING.c.key == _FORMULAS_STAMP))
 
