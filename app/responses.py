@@ -100,7 +100,12 @@ class Dataset(_Answer):
     entry_delta_budget: float = Field(
         default=0.0,
         description="adaptive filters: the part of the budget delta set aside at creation for "
-        "mechanisms with their own delta (0: they are refused)",
+        "mechanisms with their own delta (0: they are refused); per block when partitioned",
+    )
+    lifetime_entry_delta_budget: float = Field(
+        default=0.0,
+        description="partitioned datasets with a lifetime budget: the part of its delta set "
+        "aside for mechanisms with their own delta (their deltas over all blocks)",
     )
     filter_description: str = Field(
         default="",

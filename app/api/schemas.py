@@ -434,7 +434,22 @@ EntryDeltaBudget = Annotated[
         "are admitted while their deltas add up to at most this, and the filter converts at the "
         "budget delta less it. 0 (default): such mechanisms are refused (422). Must be below the "
         "budget delta; non-adaptive datasets admit them up to the budget delta without it. On a "
-        "partitioned dataset it is per block (not with a lifetime budget)",
+        "partitioned dataset it is per block (with a lifetime budget, give "
+        "lifetime_entry_delta_budget too)",
+    ),
+]
+
+LifetimeEntryDeltaBudget = Annotated[
+    float,
+    Field(
+        ge=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="partitioned adaptive datasets with a lifetime budget and an "
+        "entry_delta_budget: the part of the lifetime budget's delta set aside, fixed at "
+        "creation, for mechanisms with their own delta, whose deltas add up over all blocks "
+        "there. Required with both (0, the default, otherwise); must be below the lifetime "
+        "budget's delta",
     ),
 ]
 
@@ -451,6 +466,7 @@ class DatasetIn(_Strict):
     partition: PartitionIn | None = None
     lifetime_budget: BudgetIn | None = None
     entry_delta_budget: EntryDeltaBudget = 0.0
+    lifetime_entry_delta_budget: LifetimeEntryDeltaBudget = 0.0
 
 
 class AllocationIn(_Strict):
@@ -494,6 +510,7 @@ class DatasetPatch(_Patch):
         "adaptive",
         "warning_threshold",
         "entry_delta_budget",
+        "lifetime_entry_delta_budget",
     )
     name: Name = LEFT_OUT
     budget: BudgetPatch = LEFT_OUT
@@ -506,6 +523,7 @@ class DatasetPatch(_Patch):
     accounting: Literal["rdp", "zcdp", "pld"] = LEFT_OUT
     adaptive: bool = LEFT_OUT
     entry_delta_budget: EntryDeltaBudget = LEFT_OUT
+    lifetime_entry_delta_budget: LifetimeEntryDeltaBudget = LEFT_OUT
     allowed_mechanisms: Annotated[list[Kind], Field(min_length=1, max_length=16)] | None = None
     warning_threshold: Annotated[
         float,

@@ -66,6 +66,17 @@ ENTRY_DELTA_BUDGET = Annotated[
         show_default=False,
     ),
 ]
+LIFETIME_ENTRY_DELTA_BUDGET = Annotated[
+    float | None,
+    typer.Option(
+        parser=finite,
+        metavar="NUMBER",
+        help="Partitioned adaptive datasets with a lifetime budget and --entry-delta-budget: the "
+        "part of the lifetime budget's delta [probability] set aside for mechanisms with their "
+        "own delta, whose deltas add up over all blocks there. Only before the first charge.",
+        show_default=False,
+    ),
+]
 ALLOW_HELP = (
     "Allow only this mechanism kind (repeat for several; default: every kind). Only gaussian "
     "gives the Gaussian-DP filter."
@@ -167,6 +178,7 @@ def datasets_create(
         ),
     ] = None,
     entry_delta_budget: ENTRY_DELTA_BUDGET = None,
+    lifetime_entry_delta_budget: LIFETIME_ENTRY_DELTA_BUDGET = None,
     url: URL = DEFAULT_URL,
     api_key: KEY = None,
     as_json: JSON_OUT = False,
@@ -185,6 +197,8 @@ def datasets_create(
         fields["description"] = description
     if entry_delta_budget is not None:
         fields["entry_delta_budget"] = entry_delta_budget
+    if lifetime_entry_delta_budget is not None:
+        fields["lifetime_entry_delta_budget"] = lifetime_entry_delta_budget
     with connect(url, api_key) as s:
         d = s.call(lambda c: c.create_dataset(name, epsilon, delta, **fields)).raw
     if as_json:
@@ -254,6 +268,7 @@ def datasets_update(
         ),
     ] = None,
     entry_delta_budget: ENTRY_DELTA_BUDGET = None,
+    lifetime_entry_delta_budget: LIFETIME_ENTRY_DELTA_BUDGET = None,
     url: URL = DEFAULT_URL,
     api_key: KEY = None,
     as_json: JSON_OUT = False,
@@ -276,6 +291,8 @@ def datasets_update(
         changes["adaptive"] = adaptive
     if entry_delta_budget is not None:
         changes["entry_delta_budget"] = entry_delta_budget
+    if lifetime_entry_delta_budget is not None:
+        changes["lifetime_entry_delta_budget"] = lifetime_entry_delta_budget
     if allow and allow_all:
         fail("give --allow or --allow-all, not both")
     if allow:

@@ -219,6 +219,12 @@ def status(
             "entry delta budget",
             f"{d['entry_delta_budget']:g} of the delta, for mechanisms with their own delta",
         )
+    if d.get("lifetime_entry_delta_budget"):
+        table.add_row(
+            "lifetime entry delta budget",
+            f"{d['lifetime_entry_delta_budget']:g} of the lifetime delta, for their deltas over "
+            "all blocks",
+        )
     _spend_rows(table, d, partition, holds=False)
     table.add_row("entries", str(d["entries"]))
     table.add_row("state", state_label(d))

@@ -139,6 +139,11 @@ class Dataset(Base):
     # adaptive filters: the part of the budget delta set aside at creation for entries with
     # their own delta (0: refused); the filter's rule is made for the budget delta less it
     entry_delta_budget: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # the same for a partitioned dataset's lifetime budget, whose filter composes every block's
+    # charges (0: it sets nothing aside)
+    lifetime_entry_delta_budget: Mapped[float] = mapped_column(
+        Float, default=0.0, server_default="0"
+    )
 
 
 class DatasetTotal(Base):

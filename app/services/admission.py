@@ -237,14 +237,19 @@ def check_allowed(st: DatasetState, kind: str) -> None:
 
 
 def check_entry_delta(
-    st: DatasetState, kind: str, delta: float, f: Filter | None = None, whose: str = ""
+    st: DatasetState,
+    kind: str,
+    delta: float,
+    f: Filter | None = None,
+    whose: str = "",
+    field: str = "entry_delta_budget",
 ) -> None:
     """422 when a mechanism with its own delta (approx_dp; zcdp or rdp with ``delta``) is asked
     of an adaptive filter (the dataset's, or ``f``, an allocation's: ``whose`` names it) that
     can never admit it: one that sets no part of its delta aside for such entries (the delta
     left for the conversion would then depend on choices made after seeing outputs;
-    ``app.accounting.filters`` module docstring), or whose part is smaller than this delta
-    alone. A property of the request, not of the budget left."""
+    ``app.accounting.filters`` module docstring), or whose part (the setting ``field``) is
+    smaller than this delta alone. A property of the request, not of the budget left."""
     f = st.filter if f is None else f
     if delta <= 0.0 or not f.rule.adaptive or delta <= f.entry_delta:
         return
@@ -263,12 +268,26 @@ def check_entry_delta(
         f"(the delta left for the conversion would depend on earlier outputs). {advice}"
         if f.entry_delta == 0.0
         else f"mechanism {kind!r} carries its own delta ({delta:g}), more than the "
-        f"entry_delta_budget of {where} ({f.entry_delta:g}), the part of its delta set aside "
+        f"{field} of {where} ({f.entry_delta:g}), the part of its delta set aside "
         f"for such entries: it can never be admitted there"
     )
-    raise Unprocessable(
-        detail, filter=f.kind.value, entry_delta=delta, entry_delta_budget=f.entry_delta
-    )
+    raise Unprocessable(detail, filter=f.kind.value, entry_delta=delta, **{field: f.entry_delta})
+
+
+def check_entry_deltas(st: DatasetState, kind: str, delta: float) -> None:
+    """``check_entry_delta`` against the dataset's filter and, on a partitioned dataset, its
+    lifetime budget's, whose split is positive wherever the blocks' is
+    (``datasets._splits_agree``): a delta above it could never be admitted either."""
+    check_entry_delta(st, kind, delta)
+    if st.partition_unit is not None and st.lifetime is not None:
+        check_entry_delta(
+            st,
+            kind,
+            delta,
+            st.lifetime,
+            f"the lifetime budget of dataset {st.name!r}",
+            "lifetime_entry_delta_budget",
+        )
 
 
 def check_allocation_entry_delta(
@@ -284,7 +303,7 @@ def check_admissible(st: DatasetState, kind: str, curve: PrivacyCurve) -> None:
     """422 for a mechanism the dataset's filter can never admit, whatever is left of the
     budget: its own delta on an adaptive filter (``check_entry_delta``), or no finite zCDP
     bound (a mechanism known only by RDP at a few orders) on a filter that admits by rho."""
-    check_entry_delta(st, kind, curve.delta)
+    check_entry_deltas(st, kind, curve.delta)
     if st.filter.kind in RHO_FILTERS and not math.isfinite(curve.rho):
         raise Unprocessable(
             f"mechanism {kind!r} has no finite zCDP bound (rho); dataset {st.name!r} admits by "
@@ -560,17 +579,25 @@ def _own_deltas_beyond(tallies: Sequence[Tally], keys: Sequence[str], ask: Ask) 
     for t in tallies:
         if keys and str(t.key) not in keys:
             continue
-        if not t.filter.rule.adaptive or t.filter.entry_delta <= 0.0:
-            continue
         # what the tally's dry run compared (``Filter.dry_run``)
         own = with_holds_bound(t.committed, t.held.total(), ask.curve, t.held.count + 1)
-        if not t.filter.entry_deltas_fit(own):
-            where = f"in block {t.key} " if keys else ""
-            return (
-                f"; the entries' own deltas {where}would add up to {own.delta:.6g}, above the "
-                f"entry_delta_budget {t.filter.entry_delta:g} set aside for them"
-            )
+        clause = _own_delta_clause(t.filter, own, f"in block {t.key} " if keys else "")
+        if clause:
+            return clause
     return ""
+
+
+def _own_delta_clause(
+    f: Filter, own: PrivacyCurve, where: str, field: str = "entry_delta_budget"
+) -> str:
+    """The clause of ``_own_deltas_beyond`` for one filter ``f`` (its setting ``field``) and
+    the sum its dry run compared, ``own``; "" when the deltas fit or ``f`` keeps no split."""
+    if not f.rule.adaptive or f.entry_delta <= 0.0 or f.entry_deltas_fit(own):
+        return ""
+    return (
+        f"; the entries' own deltas {where}would add up to {own.delta:.6g}, above the "
+        f"{field} {f.entry_delta:g} set aside for them"
+    )
 
 
 def _structure_detail(st: DatasetState, ask: Ask, dry: Decision) -> str | None:
@@ -587,10 +614,16 @@ def _structure_detail(st: DatasetState, ask: Ask, dry: Decision) -> str | None:
         )
     if first == "lifetime" and st.lifetime is not None:
         b = st.lifetime.budget
+        everything = with_holds_bound(st.committed, st.held_curve, ask.curve, st.held.count + 1)
+        clause = (
+            _own_delta_clause(st.lifetime, everything, "", "lifetime_entry_delta_budget")
+            if ask.curve.delta > 0.0
+            else ""
+        )
         return (
             f"refused: the composition of all charges would exceed the lifetime budget "
             f"(epsilon={b.epsilon:g}, delta={b.delta:g}; {st.filter.kind.value} filter, active "
-            "reservations counted)"
+            f"reservations counted){clause}"
         )
     if first == "allocation" and t is not None and t.allocation is not None:
         a = t.allocation

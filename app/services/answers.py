@@ -181,6 +181,7 @@ def dataset(st: DatasetState) -> r.Dataset:
         filter_bound={"rho": f.bound} if f.bound is not None else None,
         filter_params=f.params.to_dict() if f.params is not None else None,
         entry_delta_budget=f.entry_delta,
+        lifetime_entry_delta_budget=st.lifetime.entry_delta if st.lifetime is not None else 0.0,
         filter_description=FILTER_DESCRIPTIONS.get(f.kind.value, f.kind.value)
         + (
             f"; delta {f.entry_delta:g} set aside for mechanisms with their own delta"

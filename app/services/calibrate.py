@@ -378,7 +378,7 @@ def calibrate_next(
     if st.allowed_mechanisms is not None and kind not in st.allowed_mechanisms:
         raise Unprocessable(f"mechanism {kind!r} is not allowed on dataset {st.name!r}")
     own_delta = float(fixed.get("delta", 0.0))
-    admission.check_entry_delta(st, kind, own_delta)
+    admission.check_entry_deltas(st, kind, own_delta)
     if prepared.target is not None:  # (prepare checked a zero curve: the delta is asked here)
         admission.check_allocation_entry_delta(st, kind, own_delta, prepared.target.allocation)
     f = st.filter

@@ -58,16 +58,25 @@ def _filter(
         raise Unprocessable(str(exc)) from None
 
 
-def _no_split_with_lifetime(entry_delta: float, lifetime: bool) -> None:
-    """422 for a split of the delta budget on a partitioned dataset with a lifetime budget:
-    the lifetime budget's filter would need a split of its own, which it does not keep. (Each
-    block's filter is the dataset's, so each block sets the split aside, as a dataset does.)"""
-    if entry_delta > 0.0 and lifetime:
+def _splits_agree(entry_delta: float, lifetime: Filter | None) -> None:
+    """422 unless a partitioned dataset's two splits of the delta agree: with a lifetime budget,
+    the blocks' split (``entry_delta_budget``: each block's filter is the dataset's) needs the
+    lifetime budget's own (``lifetime_entry_delta_budget``), since the entries' own deltas of
+    all blocks add up there, and the lifetime's split is of no use without the blocks' (they
+    refuse such entries then)."""
+    life = lifetime.entry_delta if lifetime is not None else 0.0
+    if entry_delta > 0.0 and lifetime is not None and life == 0.0:
         raise Unprocessable(
-            "entry_delta_budget is not available on a partitioned dataset with a lifetime "
-            "budget (the lifetime budget would need a split of its own: the entries' own "
-            "deltas of all blocks add up there); drop one of the two, or use adaptive: false, "
-            "which admits entries' own deltas up to the budget delta"
+            "a partitioned dataset with a lifetime budget and an entry_delta_budget (each "
+            "block's part of its delta for entries' own deltas) needs a "
+            "lifetime_entry_delta_budget too: the lifetime budget's part of its delta for "
+            "them (the entries' own deltas of all blocks add up there)"
+        )
+    if life > 0.0 and entry_delta == 0.0:
+        raise Unprocessable(
+            "lifetime_entry_delta_budget is set aside for entries with their own delta, which "
+            "the blocks refuse (entry_delta_budget is 0), so it would never be used; give "
+            "entry_delta_budget too, or leave lifetime_entry_delta_budget out"
         )
 
 
@@ -92,15 +101,16 @@ def create_dataset(
     partition_unit: str | None = None,
     lifetime_budget: tuple[float, float] | None = None,
     entry_delta_budget: float = 0.0,
+    lifetime_entry_delta_budget: float = 0.0,
 ) -> r.Dataset:
     """Create a dataset with an empty ledger; its filter is fixed here (audited). A key scoped
     to datasets cannot create one (403): it could neither see it nor be given it.
 
     ``partition_unit`` (day, week, month) makes it time-partitioned: the budget applies to each
     block; ``lifetime_budget`` (partitioned only) caps the composition of all its charges.
-    ``entry_delta_budget`` (adaptive; partitioned only without a lifetime budget): the part of
-    the budget delta (of each block's, when partitioned) set aside for entries with their own
-    delta (``app.accounting.filters``)."""
+    ``entry_delta_budget`` (adaptive): the part of the budget delta (of each block's, when
+    partitioned) set aside for entries with their own delta (``app.accounting.filters``);
+    ``lifetime_entry_delta_budget``: the lifetime budget's part (needed with both)."""
     actor = authenticated(db, caller)
     if (why := actor.may_change_budgets()) is not None:
         raise Forbidden(why)
@@ -112,8 +122,10 @@ def create_dataset(
     if allowed_mechanisms is not None:
         allowed_mechanisms = sorted(set(allowed_mechanisms))
     flt = _filter(accounting, adaptive, allowed_mechanisms, budget, None, entry_delta_budget)
-    lifetime = _structure_filters(flt, partition_unit, lifetime_budget, allowed_mechanisms)
-    _no_split_with_lifetime(flt.entry_delta, lifetime is not None)
+    lifetime = _structure_filters(
+        flt, partition_unit, lifetime_budget, allowed_mechanisms, lifetime_entry_delta_budget
+    )
+    _splits_agree(flt.entry_delta, lifetime)
     zero = PrivacyCurve.zero()
     pld_state = (
         state_for_budget(budget.epsilon, budget.delta) if flt.kind is FilterKind.PLD else None
@@ -144,6 +156,7 @@ def create_dataset(
         lifetime_filter_params=(
             lifetime.params.to_dict() if lifetime is not None and lifetime.params else None
         ),
+        lifetime_entry_delta_budget=lifetime.entry_delta if lifetime is not None else 0.0,
     )
     totals = DatasetTotal(
         dataset_id=ds.id,
@@ -191,7 +204,12 @@ def create_dataset(
                             "lifetime_budget": {
                                 "epsilon": ds.lifetime_budget_epsilon,
                                 "delta": ds.lifetime_budget_delta,
-                            }
+                            },
+                            **(
+                                {"lifetime_entry_delta_budget": lifetime.entry_delta}
+                                if lifetime.entry_delta > 0.0
+                                else {}
+                            ),
                         }
                         if lifetime is not None
                         else {}
@@ -209,17 +227,24 @@ def _structure_filters(
     partition_unit: str | None,
     lifetime_budget: tuple[float, float] | None,
     allowed_mechanisms: list[str] | None = None,
+    lifetime_entry_delta: float = 0.0,
 ) -> Filter | None:
     """Budget structures at creation: 422 for a partition on a ``pld`` dataset or a lifetime
     budget without a partition; the lifetime budget's filter (the dataset's kind; for
     ``rdp_fixed_orders`` an order chosen for the lifetime budget itself, as an allocation's is:
-    the block budget's order can leave a smaller lifetime budget unable to admit anything)."""
+    the block budget's order can leave a smaller lifetime budget unable to admit anything),
+    with ``lifetime_entry_delta`` of its delta set aside for entries' own deltas."""
     if partition_unit is not None and flt.kind is FilterKind.PLD:
         raise Unprocessable(
             "'pld' datasets cannot be partitioned (a PLD per block is not kept); use 'rdp' or "
             "'zcdp' accounting for a partitioned dataset"
         )
     if lifetime_budget is None:
+        if lifetime_entry_delta > 0.0:
+            raise Unprocessable(
+                "lifetime_entry_delta_budget is part of a lifetime budget's delta: give "
+                "lifetime_budget (on a partitioned dataset) too, or leave it out"
+            )
         return None
     if partition_unit is None:
         raise Unprocessable(
@@ -228,7 +253,10 @@ def _structure_filters(
         )
     try:
         return allocation_filter(
-            flt.kind, _budget(*lifetime_budget), allowed_mechanisms=allowed_mechanisms
+            flt.kind,
+            _budget(*lifetime_budget),
+            allowed_mechanisms=allowed_mechanisms,
+            entry_delta=lifetime_entry_delta,
         )
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
@@ -326,6 +354,7 @@ _SETTINGS = (
     "warning_threshold",
     "lifetime_budget",
     "entry_delta_budget",
+    "lifetime_entry_delta_budget",
 )
 
 
@@ -344,6 +373,7 @@ def _settings(ds: Dataset) -> dict[str, Any]:
             else {"epsilon": ds.lifetime_budget_epsilon, "delta": ds.lifetime_budget_delta}
         ),
         "entry_delta_budget": ds.entry_delta_budget,
+        "lifetime_entry_delta_budget": ds.lifetime_entry_delta_budget,
     }
 
 
@@ -358,11 +388,11 @@ def _budget_action(old: dict[str, float], new: dict[str, float]) -> str:
 def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, Any]) -> r.Dataset:
     """Change budget, name or description (audited with old and new values).
 
-    Changing ``accounting``, ``adaptive``, ``allowed_mechanisms`` or ``entry_delta_budget``
-    after the first charge (or while a reservation exists) is refused with 409: it would rewrite
-    history. Lowering the budget below the current spend is allowed and leaves the dataset
-    exhausted; a budget change keeps the entry delta budget (422 if the new delta is not above
-    it).
+    Changing ``accounting``, ``adaptive``, ``allowed_mechanisms``, ``entry_delta_budget`` or
+    ``lifetime_entry_delta_budget`` after the first charge (or while a reservation exists) is
+    refused with 409: it would rewrite history. Lowering the budget below the current spend is
+    allowed and leaves the dataset exhausted; a budget change keeps the entry delta budgets (422
+    if the new delta is not above them).
     """
     actor = authenticated(db, caller)
     if (why := actor.may_change_budgets()) is not None:
@@ -374,7 +404,13 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
             old = _settings(ds)
             rules = {
                 k
-                for k in ("accounting", "adaptive", "allowed_mechanisms", "entry_delta_budget")
+                for k in (
+                    "accounting",
+                    "adaptive",
+                    "allowed_mechanisms",
+                    "entry_delta_budget",
+                    "lifetime_entry_delta_budget",
+                )
                 if k in changes
             }
             rules = {k for k in rules if changes[k] != getattr(ds, k)}
@@ -420,11 +456,6 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
                 keep=st.filter,
                 entry_delta=changes.get("entry_delta_budget", ds.entry_delta_budget),
             )
-            _no_split_with_lifetime(
-                flt.entry_delta,
-                st.partition_unit is not None
-                and (st.lifetime is not None or "lifetime_budget" in changes),
-            )
             ds.entry_delta_budget = flt.entry_delta
             ds.budget_epsilon, ds.budget_delta = budget.epsilon, budget.delta
             ds.accounting = changes.get("accounting", ds.accounting)
@@ -434,10 +465,17 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
             ds.filter_params = flt.params.to_dict() if flt.params is not None else None
             ds.updated_at = utcnow()
             st.filter = flt
+            life_split = changes.get("lifetime_entry_delta_budget")
             if rules:
-                _refilter_structures(s, ds, st, allowed)
+                _refilter_structures(s, ds, st, allowed, life_split)
             if "lifetime_budget" in changes:
-                _set_lifetime(ds, st, changes["lifetime_budget"])
+                _set_lifetime(ds, st, changes["lifetime_budget"], life_split)
+            elif life_split and st.lifetime is None:
+                raise Unprocessable(
+                    "lifetime_entry_delta_budget is part of a lifetime budget's delta: dataset "
+                    f"{st.name!r} has no lifetime budget; give lifetime_budget too"
+                )
+            _splits_agree(flt.entry_delta, st.lifetime)
             if flt.kind is FilterKind.PLD:
                 if st.pld is None:  # a rule change before the first charge: a fresh state
                     st.pld = state_for_budget(budget.epsilon, budget.delta)
@@ -468,14 +506,19 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
 
 
 def _refilter_structures(
-    s: Session, ds: Dataset, st: state.DatasetState, allowed: list[str] | None
+    s: Session,
+    ds: Dataset,
+    st: state.DatasetState,
+    allowed: list[str] | None,
+    life_split: float | None = None,
 ) -> None:
     """New rules (accounting, adaptive, allowed kinds; only before the first charge or hold):
     the allocations' and the lifetime budget's filters are made again with the dataset's new
     kind, and for ``rdp_fixed_orders`` with orders chosen for their own budgets and the new
     allowed kinds (no ledger has been seen, so choosing them again is sound). Kept as they
     were, a filter of the old kind answered 500 (fixed orders missing) or named one rule while
-    applying another. ``pld`` keeps neither allocations nor time blocks: 422."""
+    applying another. ``pld`` keeps neither allocations nor time blocks: 422. ``life_split``:
+    the lifetime budget's new split of its delta (None: it keeps its own)."""
     kind = st.filter.kind
     rows = s.scalars(select(Allocation).where(Allocation.dataset_id == st.id)).all()
     if kind is FilterKind.PLD and (rows or st.partition_unit is not None):
@@ -498,16 +541,22 @@ def _refilter_structures(
             for column, value in zero_totals(flt).items():
                 setattr(row, column, value)
         if st.lifetime is not None:
-            _store_lifetime(ds, st, allocation_filter(kind, st.lifetime.budget, None, allowed))
+            split = st.lifetime.entry_delta if life_split is None else life_split
+            _store_lifetime(
+                ds, st, allocation_filter(kind, st.lifetime.budget, None, allowed, split)
+            )
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
 
 
-def _set_lifetime(ds: Dataset, st: state.DatasetState, change: dict[str, float]) -> None:
+def _set_lifetime(
+    ds: Dataset, st: state.DatasetState, change: dict[str, float], split: float | None = None
+) -> None:
     """Set or change a partitioned dataset's lifetime budget (under the dataset's lock). A
     changed budget keeps its filter's fixed orders (as a dataset's budget change does); a new
     one gets an order chosen for it (only its budget and the allowed kinds decide, not the
-    ledger). Lowering it below the spend is allowed and leaves the dataset exhausted."""
+    ledger). Lowering it below the spend is allowed and leaves the dataset exhausted. ``split``:
+    its part of the delta for entries' own deltas (None: the one it has, 0 for a new one)."""
     if st.partition_unit is None:
         raise Unprocessable(
             "'lifetime_budget' applies only to partitioned datasets; an unpartitioned "
@@ -520,7 +569,7 @@ def _set_lifetime(ds: Dataset, st: state.DatasetState, change: dict[str, float])
     delta = change.get("delta", old.budget.delta if old is not None else 0.0)
     budget = _budget(epsilon, delta)
     try:
-        flt = allocation_filter(st.filter.kind, budget, old, st.allowed_mechanisms)
+        flt = allocation_filter(st.filter.kind, budget, old, st.allowed_mechanisms, split)
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
     ds.lifetime_budget_epsilon, ds.lifetime_budget_delta = budget.epsilon, budget.delta
@@ -529,6 +578,7 @@ def _set_lifetime(ds: Dataset, st: state.DatasetState, change: dict[str, float])
 
 def _store_lifetime(ds: Dataset, st: state.DatasetState, flt: Filter) -> None:
     """``flt`` becomes the lifetime budget's filter: its row columns and the state's."""
+    ds.lifetime_entry_delta_budget = flt.entry_delta
     ds.lifetime_filter_bound = flt.bound
     ds.lifetime_filter_params = flt.params.to_dict() if flt.params is not None else None
     st.lifetime = flt

@@ -75,6 +75,7 @@ _COLUMNS = (
     _D.lifetime_budget_delta,
     _D.lifetime_filter_bound,
     _D.lifetime_filter_params,
+    _D.lifetime_entry_delta_budget,
 )
 
 
@@ -222,6 +223,7 @@ def _state(row: Row[Any]) -> DatasetState:
             Budget(row.lifetime_budget_epsilon, row.lifetime_budget_delta),
             row.lifetime_filter_bound,
             row.lifetime_filter_params,
+            row.lifetime_entry_delta_budget,
         )
     )
     # the stored spend is at the delta of the filter it was computed under (``totals_filter``)

@@ -118,7 +118,29 @@ def test_reservations_and_dry_runs_respect_the_split(client: TestClient) -> None
         ({"entry_delta_budget": 1e-5}, "must be in"),
         (
             {"partition": {"unit": "day"}, "lifetime_budget": {"epsilon": 5.0, "delta": 1e-5}},
-            "partitioned dataset with a lifetime budget",
+            "needs a lifetime_entry_delta_budget too",
+        ),
+        ({"lifetime_entry_delta_budget": 1e-6}, "give lifetime_budget"),
+        (
+            {"partition": {"unit": "day"}, "lifetime_entry_delta_budget": 1e-6},
+            "give lifetime_budget",
+        ),
+        (
+            {
+                "partition": {"unit": "day"},
+                "lifetime_budget": {"epsilon": 5.0, "delta": 1e-5},
+                "lifetime_entry_delta_budget": 1e-5,
+            },
+            "must be in",
+        ),
+        (
+            {
+                "partition": {"unit": "day"},
+                "lifetime_budget": {"epsilon": 5.0, "delta": 1e-5},
+                "lifetime_entry_delta_budget": 1e-6,
+                "entry_delta_budget": 0.0,
+            },
+            "would never be used",
         ),
     ],
 )
@@ -231,6 +253,7 @@ _SHARES = st.one_of(st.floats(0, 1), st.sampled_from([0.0, 1.0, 1.5, 1e-300]))
     own_share=_SHARES,
     kind=st.sampled_from(["approx_dp", "zcdp", "rdp"]),
     partitioned=st.booleans(),
+    life_share=st.one_of(st.none(), _SHARES),
 )
 def test_any_split_and_any_own_delta_answer_4xx_never_5xx(
     client: TestClient,
@@ -243,9 +266,11 @@ def test_any_split_and_any_own_delta_answer_4xx_never_5xx(
     own_share: float,
     kind: str,
     partitioned: bool,
+    life_share: float | None,
 ) -> None:
     """Splits and own deltas drawn as shares of the budget delta (extremes included), on
-    unpartitioned and partitioned datasets (charges over overlapping day ranges there)."""
+    unpartitioned and partitioned datasets (charges over overlapping day ranges there), these
+    with a lifetime budget (twice the budget, its own split a share of its delta) or not."""
     split = min(1.0, delta * split_share)
     own_delta = min(1.0, delta * own_share)
     body: dict[str, Any] = {
@@ -258,6 +283,10 @@ def test_any_split_and_any_own_delta_answer_4xx_never_5xx(
     }
     if partitioned:
         body["partition"] = {"unit": "day"}
+    if life_share is not None:
+        life_delta = min(0.5, 2.0 * delta)
+        body["lifetime_budget"] = {"epsilon": 2.0 * epsilon, "delta": life_delta}
+        body["lifetime_entry_delta_budget"] = min(1.0, life_delta * life_share)
     r = client.post("/v1/datasets", json=body)
     assert r.status_code in (201, 422), r.text
     if r.status_code != 201:
@@ -300,8 +329,8 @@ def _in_blocks(first: str, last: str, **body: Any) -> dict[str, Any]:
 def test_a_partitioned_dataset_sets_the_split_aside_in_each_block(client: TestClient) -> None:
     """Each block's filter is the dataset's: each block admits own deltas up to the split (two
     of 1e-6 in 2e-6, exactly), counts a charge over several blocks in each, and refuses past
-    it naming the block; a lifetime budget cannot be added to it (it would need a split of its
-    own). Expected spends come from the accounting core's filter for one block."""
+    it naming the block; a lifetime budget can be added to it only with a split of its own.
+    Expected spends come from the accounting core's filter for one block."""
     split = 2e-6
     ds = new_dataset(
         client, "daily", budget=BUDGET, partition={"unit": "day"}, entry_delta_budget=split
@@ -335,11 +364,120 @@ def test_a_partitioned_dataset_sets_the_split_aside_in_each_block(client: TestCl
         assert b["spent"]["epsilon"] == pytest.approx(flt.spend(total).epsilon, rel=1e-12)
         room = b["remaining"]["entry_delta"]
         assert room == (0.0 if n == 2 else pytest.approx(split - 1e-6, rel=1e-12))
-    # a lifetime budget now: 422, nothing changed
-    r = client.patch(url, json={"lifetime_budget": {"epsilon": 5.0, "delta": 1e-5}})
+    # a lifetime budget now: 422 without a split of its own, nothing changed; it may not take
+    # one after the first charge either (the lifetime's rule would change under its ledger)
+    lifetime = {"epsilon": 5.0, "delta": 1e-5}
+    r = client.patch(url, json={"lifetime_budget": lifetime})
     assert r.status_code == 422, r.text
-    assert "lifetime budget" in r.json()["detail"]
+    assert "needs a lifetime_entry_delta_budget too" in r.json()["detail"]
     assert client.get(url).json()["lifetime_budget"] is None
+    r = client.patch(url, json={"lifetime_budget": lifetime, "lifetime_entry_delta_budget": 8e-6})
+    assert r.status_code == 409, r.text
+    assert client.get(url).json()["lifetime_budget"] is None
+
+
+def test_a_lifetime_budget_sets_its_own_split_aside(client: TestClient) -> None:
+    """A partitioned dataset with a lifetime budget: each block sets ``entry_delta_budget``
+    aside, the lifetime budget ``lifetime_entry_delta_budget`` (the own deltas of all blocks
+    add up there). Three 1e-6 fill a lifetime split of 3e-6 exactly, in three blocks whose own
+    splits are far from full; the fourth is refused by the lifetime budget, naming its split.
+    Expected spends come from the accounting core's filter for the lifetime budget."""
+    life_split = 3e-6
+    lifetime = {"epsilon": 5.0, "delta": 1e-5}
+    ds = new_dataset(
+        client,
+        "daily-life",
+        budget=BUDGET,
+        partition={"unit": "day"},
+        entry_delta_budget=2e-6,
+        lifetime_budget=lifetime,
+        lifetime_entry_delta_budget=life_split,
+    )
+    assert ds["entry_delta_budget"] == 2e-6
+    assert ds["lifetime_entry_delta_budget"] == life_split
+    assert ds["remaining"]["entry_delta"] == life_split  # the lifetime budget's room
+    url = f"/v1/datasets/{ds['id']}"
+    created = [e for e in client.get("/v1/audit").json()["events"] if e["dataset_id"] == ds["id"]]
+    assert created[-1]["details"]["lifetime_entry_delta_budget"] == life_split
+    for day in ("2026-11-01", "2026-11-02", "2026-11-03"):
+        r = client.post(f"{url}/charges", json=_in_blocks(day, day))
+        assert r.status_code == 201, r.text
+    r = client.post(f"{url}/charges", json=_in_blocks("2026-11-04", "2026-11-04"))
+    assert r.status_code == 409, r.text
+    problem = r.json()
+    assert problem["limit"] == "lifetime" and problem.get("blocks_exceeded", []) == []
+    assert "would add up to 4e-06, above the lifetime_entry_delta_budget 3e-06" in problem["detail"]
+
+    flt = Filter.create(FilterKind(ds["filter"]), Budget(5.0, 1e-5), entry_delta=life_split)
+    total = mechanism_from_dict(APPROX).curve().scaled(3)
+    got = client.get(url).json()
+    assert got["spent"]["epsilon"] == pytest.approx(flt.spend(total).epsilon, rel=1e-12)
+    assert got["remaining"]["entry_delta"] == 0.0
+    view = client.get(f"{url}/budget").json()
+    assert view["lifetime"]["remaining"]["entry_delta"] == 0.0
+    assert view["lifetime"]["spent"]["epsilon"] == got["spent"]["epsilon"]
+    block = client.get(f"{url}/blocks", params={"from": "2026-11-01", "to": "2026-11-01"}).json()
+    assert block["blocks"][0]["remaining"]["entry_delta"] == pytest.approx(1e-6, rel=1e-12)
+    # a Gaussian still fits the lifetime budget: its delta is not an own delta
+    r = client.post(
+        f"{url}/charges",
+        json={"mechanism": GAUSS, "blocks": {"from": "2026-11-04", "to": "2026-11-04"}},
+    )
+    assert r.status_code == 201, r.text
+    # after the first charge the lifetime split is fixed; the lifetime budget may change and
+    # keeps it, but its delta must stay above it
+    r = client.patch(url, json={"lifetime_entry_delta_budget": 4e-6})
+    assert r.status_code == 409, r.text
+    r = client.patch(url, json={"lifetime_budget": {"epsilon": 6.0}})
+    assert r.status_code == 200, r.text
+    assert r.json()["lifetime_entry_delta_budget"] == life_split
+    r = client.patch(url, json={"lifetime_budget": {"delta": 2e-6}})
+    assert r.status_code == 422, r.text
+
+
+def test_an_own_delta_above_the_lifetime_split_is_422(client: TestClient) -> None:
+    """A delta within each block's split but above the lifetime budget's can never be
+    admitted: 422 naming the lifetime split, for charges, reservations and calibration; the
+    split may change before the first charge (audited)."""
+    ds = new_dataset(
+        client,
+        "daily-narrow",
+        budget=BUDGET,
+        partition={"unit": "day"},
+        entry_delta_budget=2e-6,
+        lifetime_budget={"epsilon": 5.0, "delta": 1e-5},
+        lifetime_entry_delta_budget=1.5e-6,
+    )
+    url = f"/v1/datasets/{ds['id']}"
+    wide = {"mechanism": "approx_dp", "epsilon": 0.1, "delta": 1.8e-6}
+    where = {"blocks": {"from": "2026-11-01", "to": "2026-11-01"}}
+    for path in ("charges", "reservations"):
+        r = client.post(f"{url}/{path}", json={"mechanism": wide, **where})
+        assert r.status_code == 422, r.text
+        assert "lifetime_entry_delta_budget of the lifetime budget" in r.json()["detail"]
+        assert r.json()["lifetime_entry_delta_budget"] == 1.5e-6
+    r = client.get(
+        f"{url}/calibrate",
+        params={
+            "mechanism": "approx_dp",
+            "delta": 1.8e-6,
+            "block_from": "2026-11-01",
+            "block_to": "2026-11-01",
+        },
+    )
+    assert r.status_code == 422, r.text
+    r = client.patch(url, json={"lifetime_entry_delta_budget": 2e-6})
+    assert r.status_code == 200, r.text
+    assert r.json()["lifetime_entry_delta_budget"] == 2e-6
+    events = client.get("/v1/audit").json()["events"]
+    changed = [e for e in events if e["dataset_id"] == ds["id"] and "changes" in e["details"]]
+    assert changed[0]["details"]["changes"]["lifetime_entry_delta_budget"] == {
+        "old": 1.5e-6,
+        "new": 2e-6,
+    }
+    assert client.post(f"{url}/charges", json={"mechanism": wide, **where}).status_code == 201
+    r = client.patch(url, json={"entry_delta_budget": 0.0})
+    assert r.status_code == 409, r.text
 
 
 def test_a_partitioned_allocation_sets_its_own_split_aside_in_each_block(

@@ -954,3 +954,40 @@ def test_entry_delta_budget_from_create_to_status(run: Cli) -> None:
     assert "entry delta budget" in run("status", "census").stdout
     changed = run("datasets", "update", "census", "--entry-delta-budget", "0", code=1)
     assert "after the first charge" in changed.stderr
+
+
+def test_lifetime_entry_delta_budget_from_create_to_status(run: Cli) -> None:
+    """A partitioned dataset with a lifetime budget takes mechanisms with their own delta when
+    created with both splits (--entry-delta-budget per block, --lifetime-entry-delta-budget for
+    the lifetime budget); without the lifetime's it is refused with the reason."""
+    partitioned = ("--partition", "day", "--lifetime-epsilon", "3", "--lifetime-delta", "1e-6")
+    refused = run(
+        "datasets",
+        "create",
+        "one-split",
+        "--epsilon",
+        "1",
+        "--delta",
+        "1e-6",
+        *partitioned,
+        "--entry-delta-budget",
+        "3e-7",
+        code=1,
+    )
+    assert "lifetime_entry_delta_budget" in refused.stderr
+    ds = _dataset(
+        run,
+        "daily",
+        *partitioned,
+        "--entry-delta-budget",
+        "3e-7",
+        "--lifetime-entry-delta-budget",
+        "2e-7",
+    )
+    assert ds["lifetime_entry_delta_budget"] == 2e-7
+    own = ("-m", "approx_dp", "--epsilon", "0.05", "--delta", "1e-7")
+    for day in ("2026-11-01", "2026-11-02"):
+        run("charge", "daily", *own, "--blocks", f"{day}:{day}")
+    over = run("charge", "daily", *own, "--blocks", "2026-11-03:2026-11-03", code=2)
+    assert "lifetime_entry_delta_budget" in over.stderr
+    assert "lifetime entry delta budget" in run("status", "daily").stdout

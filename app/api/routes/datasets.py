@@ -119,6 +119,7 @@ def create(body: DatasetIn, db: DbDep, caller: Admin) -> Response:
             else None
         ),
         entry_delta_budget=body.entry_delta_budget,
+        lifetime_entry_delta_budget=body.lifetime_entry_delta_budget,
     )
     return send(answer, status.HTTP_201_CREATED)
 

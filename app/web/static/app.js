@@ -110,7 +110,13 @@
     if (d.entry_delta_budget > 0) {
       // the part of the delta set aside for mechanisms with their own delta (adaptive filters)
       span.appendChild(html("span", { class: "tech", "data-testid": "entry-delta-budget" },
-        ` · δ = ${dlt(d.entry_delta_budget)} set aside for mechanisms with their own δ`));
+        ` · δ = ${dlt(d.entry_delta_budget)} set aside for mechanisms with their own δ` +
+        (d.partition ? " in each block" : "")));
+    }
+    if (d.lifetime_entry_delta_budget > 0) {
+      // the lifetime budget's own part (their deltas over all blocks)
+      span.appendChild(html("span", { class: "tech", "data-testid": "lifetime-entry-delta-budget" },
+        ` · δ = ${dlt(d.lifetime_entry_delta_budget)} of the lifetime budget set aside for them`));
     }
     return span;
   }

@@ -90,6 +90,7 @@ class Dataset(Model):
     filter: str | None = None
     filter_bound: dict[str, float] | None = None
     entry_delta_budget: float = 0.0
+    lifetime_entry_delta_budget: float = 0.0
     mechanism_counts: dict[str, dict[str, Any]] | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None

@@ -205,7 +205,8 @@ class LedgerClient:
         """Create a dataset (admin key); ``fields``: ``accounting``, ``adaptive``,
         ``allowed_mechanisms``, ``description``, ``entry_delta_budget`` (adaptive datasets: the
         part of ``delta`` set aside for mechanisms with their own delta), ``partition``,
-        ``lifetime_budget``. Retried only if surely never sent."""
+        ``lifetime_budget``, ``lifetime_entry_delta_budget`` (its part for those deltas over all
+        blocks, with both). Retried only if surely never sent."""
         return self.send(calls.create_dataset(name, epsilon, delta, fields))
 
     def update_dataset(self, dataset: str, **changes: Any) -> Dataset:
