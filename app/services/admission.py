@@ -574,25 +574,33 @@ def _own_deltas_beyond(tallies: Sequence[Tally], keys: Sequence[str], ask: Ask) 
     """A clause for a refusal by tallies (blocks ``keys`` of ``tallies``, or an allocation: no
     keys) whose split of the delta the entries' own deltas would pass, holds counted (the
     reason then, whatever the epsilon); "" when none would."""
-    if ask.curve.delta <= 0.0:
-        return ""
     for t in tallies:
         if keys and str(t.key) not in keys:
             continue
-        # what the tally's dry run compared (``Filter.dry_run``)
-        own = with_holds_bound(t.committed, t.held.total(), ask.curve, t.held.count + 1)
-        clause = _own_delta_clause(t.filter, own, f"in block {t.key} " if keys else "")
+        where = f"in block {t.key} " if keys else ""
+        clause = _own_delta_clause(t.filter, t.committed, t.held.total(), t.held.count, ask, where)
         if clause:
             return clause
     return ""
 
 
 def _own_delta_clause(
-    f: Filter, own: PrivacyCurve, where: str, field: str = "entry_delta_budget"
+    f: Filter,
+    committed: PrivacyCurve,
+    held: PrivacyCurve | None,
+    holds: int,
+    ask: Ask,
+    where: str,
+    field: str = "entry_delta_budget",
 ) -> str:
-    """The clause of ``_own_deltas_beyond`` for one filter ``f`` (its setting ``field``) and
-    the sum its dry run compared, ``own``; "" when the deltas fit or ``f`` keeps no split."""
-    if not f.rule.adaptive or f.entry_delta <= 0.0 or f.entry_deltas_fit(own):
+    """The clause of ``_own_deltas_beyond`` for one filter ``f`` (its setting ``field``) of a
+    ledger composing to ``committed`` with ``holds`` active holds summing to ``held``: whether
+    the ask's own delta passes its split, on the sum its dry run compared (``Filter.dry_run``);
+    "" when the ask has no own delta, the deltas fit or ``f`` keeps no split."""
+    if ask.curve.delta <= 0.0 or not f.rule.adaptive or f.entry_delta <= 0.0:
+        return ""
+    own = with_holds_bound(committed, held, ask.curve, holds + 1)
+    if f.entry_deltas_fit(own):
         return ""
     return (
         f"; the entries' own deltas {where}would add up to {own.delta:.6g}, above the "
@@ -614,11 +622,14 @@ def _structure_detail(st: DatasetState, ask: Ask, dry: Decision) -> str | None:
         )
     if first == "lifetime" and st.lifetime is not None:
         b = st.lifetime.budget
-        everything = with_holds_bound(st.committed, st.held_curve, ask.curve, st.held.count + 1)
-        clause = (
-            _own_delta_clause(st.lifetime, everything, "", "lifetime_entry_delta_budget")
-            if ask.curve.delta > 0.0
-            else ""
+        clause = _own_delta_clause(
+            st.lifetime,
+            st.committed,
+            st.held_curve,
+            st.held.count,
+            ask,
+            "",
+            "lifetime_entry_delta_budget",
         )
         return (
             f"refused: the composition of all charges would exceed the lifetime budget "

@@ -58,12 +58,18 @@ def _filter(
         raise Unprocessable(str(exc)) from None
 
 
-def _splits_agree(entry_delta: float, lifetime: Filter | None) -> None:
+def _splits_agree(entry_delta: float, lifetime: Filter | None, asked: float = 0.0) -> None:
     """422 unless a partitioned dataset's two splits of the delta agree: with a lifetime budget,
     the blocks' split (``entry_delta_budget``: each block's filter is the dataset's) needs the
     lifetime budget's own (``lifetime_entry_delta_budget``), since the entries' own deltas of
     all blocks add up there, and the lifetime's split is of no use without the blocks' (they
-    refuse such entries then)."""
+    refuse such entries then), nor without a lifetime budget (``asked``: the split the request
+    gave, which ``lifetime`` holds when it has one)."""
+    if asked > 0.0 and lifetime is None:
+        raise Unprocessable(
+            "lifetime_entry_delta_budget is part of a lifetime budget's delta: give "
+            "lifetime_budget (on a partitioned dataset) too, or leave it out"
+        )
     life = lifetime.entry_delta if lifetime is not None else 0.0
     if entry_delta > 0.0 and lifetime is not None and life == 0.0:
         raise Unprocessable(
@@ -125,7 +131,7 @@ def create_dataset(
     lifetime = _structure_filters(
         flt, partition_unit, lifetime_budget, allowed_mechanisms, lifetime_entry_delta_budget
     )
-    _splits_agree(flt.entry_delta, lifetime)
+    _splits_agree(flt.entry_delta, lifetime, lifetime_entry_delta_budget)
     zero = PrivacyCurve.zero()
     pld_state = (
         state_for_budget(budget.epsilon, budget.delta) if flt.kind is FilterKind.PLD else None
@@ -240,11 +246,6 @@ def _structure_filters(
             "'zcdp' accounting for a partitioned dataset"
         )
     if lifetime_budget is None:
-        if lifetime_entry_delta > 0.0:
-            raise Unprocessable(
-                "lifetime_entry_delta_budget is part of a lifetime budget's delta: give "
-                "lifetime_budget (on a partitioned dataset) too, or leave it out"
-            )
         return None
     if partition_unit is None:
         raise Unprocessable(
@@ -470,12 +471,7 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
                 _refilter_structures(s, ds, st, allowed, life_split)
             if "lifetime_budget" in changes:
                 _set_lifetime(ds, st, changes["lifetime_budget"], life_split)
-            elif life_split and st.lifetime is None:
-                raise Unprocessable(
-                    "lifetime_entry_delta_budget is part of a lifetime budget's delta: dataset "
-                    f"{st.name!r} has no lifetime budget; give lifetime_budget too"
-                )
-            _splits_agree(flt.entry_delta, st.lifetime)
+            _splits_agree(flt.entry_delta, st.lifetime, life_split or 0.0)
             if flt.kind is FilterKind.PLD:
                 if st.pld is None:  # a rule change before the first charge: a fresh state
                     st.pld = state_for_budget(budget.epsilon, budget.delta)

@@ -161,6 +161,9 @@ def test_the_split_changes_only_before_the_first_charge(client: TestClient) -> N
     assert ds["entry_delta_budget"] == 0.0
     assert ds["remaining"]["entry_delta"] is None  # nothing set aside
     assert _charge(client, ds, APPROX).status_code == 422  # nothing set aside
+    r = client.patch(f"/v1/datasets/{ds['id']}", json={"lifetime_entry_delta_budget": SPLIT})
+    assert r.status_code == 422, r.text  # no lifetime budget to set it aside from
+    assert "give lifetime_budget" in r.json()["detail"]
     r = client.patch(f"/v1/datasets/{ds['id']}", json={"entry_delta_budget": SPLIT})
     assert r.status_code == 200, r.text
     assert r.json()["entry_delta_budget"] == SPLIT
