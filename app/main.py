@@ -93,17 +93,26 @@ class BodySizeLimit:
         )
 
 
+SERVICE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+"""The unauthenticated paths outside ``/v1/`` that a trailing slash also reaches."""
+
+
 class TrailingSlash:
-    """``/v1/datasets/`` is ``/v1/datasets``: API paths are routed without their trailing
-    slashes, where the router answered a 307 redirect with no body (which an HTTP client that
-    does not follow redirects took as the answer)."""
+    """``/v1/datasets/`` is ``/v1/datasets`` (and ``/healthz/`` is ``/healthz``): API and
+    service paths are routed without their trailing slashes, where the router answered a 307
+    redirect with no body (which an HTTP client that does not follow redirects took as the
+    answer)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] == "http" and path.startswith("/v1/") and path.endswith("/"):
+        if (
+            scope["type"] == "http"
+            and path.endswith("/")
+            and (path.startswith("/v1/") or path.rstrip("/") in SERVICE_PATHS)
+        ):
             scope = {**scope, "path": path.rstrip("/")}
             raw = scope.get("raw_path")
             if isinstance(raw, bytes):

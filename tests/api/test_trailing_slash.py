@@ -30,3 +30,16 @@ def test_a_trailing_slash_reaches_the_same_route(client: TestClient) -> None:
     # unknown paths stay 404 problems, and the dashboard's root is untouched
     assert client.get("/v1/nothing-here/", follow_redirects=False).status_code == 404
     assert client.get("/", follow_redirects=False).status_code == 200
+
+
+def test_service_paths_take_a_trailing_slash(client: TestClient) -> None:
+    """``/healthz/``, ``/readyz/`` and ``/metrics/`` answered 307 redirects (an outside audit)
+    while every ``/v1/`` path answered directly."""
+    for path in ("/healthz", "/readyz", "/metrics"):
+        plain = client.get(path, follow_redirects=False)
+        slashed = client.get(path + "/", follow_redirects=False)
+        assert plain.status_code == 200, (path, plain.status_code)
+        assert slashed.status_code == 200, (path, slashed.status_code, slashed.text)
+        assert slashed.headers["content-type"] == plain.headers["content-type"]
+    assert client.get("/healthz/", follow_redirects=False).json() == client.get("/healthz").json()
+    assert client.get("/healthzz/", follow_redirects=False).status_code == 404
