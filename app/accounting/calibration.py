@@ -360,6 +360,7 @@ def extend(
     evaluations: int,
     first_step: float = 0.01,
     guess: float | None = None,
+    after_guess: float | None = None,
 ) -> float:
     """From ``start`` (known to fit), the furthest value toward ``limit`` (in the costly
     direction) that ``ok`` confirms, with at most ``evaluations`` calls of ``ok``: steps of
@@ -369,7 +370,8 @@ def extend(
     admit more than the one ``start`` was searched by: a ``pld`` dataset's distribution). ``ok``
     returns None when its own work budget is spent: the search stops there. A ``guess`` beyond
     ``start`` is tried first: if it fits, the steps go on from it (as large as the jump); if
-    not, the bisection starts between the two."""
+    not, the bisection starts between the two. ``after_guess``, if given, is the first step
+    after a guess that fits instead (a guess close to the edge: a small step, not the jump)."""
     sign = 1.0 if increasing_cost else -1.0
     good, bad = start, None
     step = first_step
@@ -382,7 +384,7 @@ def extend(
                 return good
             if fits:
                 jump = abs(math.log(guess / start)) if start > 0.0 else 0.0  # (from 0: no ratio)
-                good, step = guess, max(first_step, jump)
+                good, step = guess, (max(first_step, jump) if after_guess is None else after_guess)
             else:
                 bad = guess
     while evaluations > 0 and bad is None:
@@ -420,11 +422,13 @@ def further(
     admits: Callable[[mech.Mechanism, float], bool | None],
     evaluations: int,
     guess: float | None = None,
+    after_guess: float | None = None,
 ) -> Calibration:
     """``start`` (a calibration of ``kind``'s ``start.parameter`` by a fast rule) moved in the
     costly direction as far as ``admits(mechanism, value)`` (a second rule, admitting at least
     what the first does) confirms, in at most ``evaluations`` calls (``extend``; ``admits``
-    returns None to stop early), trying ``guess`` first if given."""
+    returns None to stop early), trying ``guess`` first if given (then a step of
+    ``after_guess``, if given, when it fits)."""
     parameter = start.parameter
     increasing_cost = PARAMETERS[kind][parameter] == "max"
     lo, hi = _range(kind, parameter)
@@ -438,7 +442,13 @@ def further(
         return admits(m, v)
 
     value = extend(
-        ok, start.value, hi if increasing_cost else lo, increasing_cost, evaluations, guess=guess
+        ok,
+        start.value,
+        hi if increasing_cost else lo,
+        increasing_cost,
+        evaluations,
+        guess=guess,
+        after_guess=after_guess,
     )
     if value == start.value:
         return start

@@ -25,6 +25,7 @@ from app.accounting.calibration import (
     refused_input,
 )
 from app.accounting.curve import PrivacyCurve
+from app.accounting.filters import Budget, Filter
 from app.accounting.pld_filter import PldFilter, with_new_entry
 from app.db.engine import Database
 from app.errors import BudgetExceeded, Forbidden, Unprocessable
@@ -130,7 +131,57 @@ def _further_by_pld(
             st.held.count + 1,
         )
 
+    if kind == "gaussian" and result.parameter == "sigma":
+        guess = _gaussian_guess(st, fixed, result)
+        return further(
+            kind, fixed, result, admits, PLD_EVALUATIONS, guess, after_guess=GUESS_MARGIN
+        )
     return further(kind, fixed, result, admits, PLD_EVALUATIONS, _guess(st, kind, fixed, result))
+
+
+GUESS_MARGIN = 2e-3
+"""How far inside the PLD's edge ``_gaussian_guess`` aims (relative, in epsilon), and the step
+(in log sigma) tried after it when it fits."""
+
+
+def _gaussian_guess(st: DatasetState, fixed: dict[str, Any], result: Calibration) -> float | None:
+    """Where the PLD search of a Gaussian's sigma tries first: kappa = eps_PLD / eps_B, the
+    ledger's PLD epsilon with the curve rule's answer charged over the budget's epsilon (the
+    rule's edge), taken as constant near the answer, so the PLD reaches eps_B about where the
+    curve rule reaches eps_B / kappa: the curve rule's answer for a budget of
+    eps_B (1 - GUESS_MARGIN) / kappa. On five ledgers of a Laplace and a Gaussian (eps_B 0.5-10)
+    that lands within 0.35 % of the PLD's least sigma, where stepping from the rule's answer
+    (1 %, 2 %, 4 %, ..., two candidates within the work) stopped 4 % above it. One more
+    construction and composition, and a curve search; a first try only: the admission checks
+    decide. None where the PLD leaves no room or the rule cannot be set for that budget."""
+    if st.pld is None:
+        return None
+    wire = _answer_mechanism("gaussian", fixed, "sigma", result.value, result.mechanism)
+    try:
+        _, everything = with_new_entry(st.pld, st.pld_held, admission.entry_pld(st, wire))
+    except (Unprocessable, ValueError):
+        return None
+    budget = st.budget
+    kappa = everything.epsilon(budget.delta) / budget.epsilon
+    if not 0.0 < kappa < 1.0:
+        return None
+    target = budget.epsilon * (1.0 - GUESS_MARGIN) / kappa
+    try:
+        rule = Filter.create(
+            st.filter.kind,
+            Budget(target, budget.delta),
+            st.allowed_mechanisms,
+            entry_delta=st.filter.entry_delta,
+        )
+        found = calibrate(
+            "gaussian",
+            fixed,
+            "sigma",
+            fits_under(rule, _with_holds(st.committed, st.held_curve), st.held.count),
+        )
+    except ValueError:
+        return None
+    return None if found is None else found.value
 
 
 def _guess(st: DatasetState, kind: str, fixed: dict[str, Any], result: Calibration) -> float | None:
