@@ -35,7 +35,10 @@ class Budget(_Answer):
 class Spent(_Answer):
     """Spend at the budget delta under the dataset's filter, and the composed totals."""
 
-    epsilon: float = Field(description="epsilon at `delta` that the dataset's filter guarantees")
+    epsilon: float | None = Field(
+        description="epsilon at `delta` that the dataset's filter guarantees; null where no finite "
+        "epsilon holds there (the entries' own deltas reach it, or pass an entry_delta_budget)"
+    )
     delta: float
     rho: float | None = Field(description="composed zCDP rho (null if not finite)")
     pure_epsilon: float | None = Field(description="sum of pure-DP epsilons (null if infinite)")
@@ -62,9 +65,10 @@ class Reserved(_Answer):
 
     rho: float | None
     count: int
-    epsilon: float = Field(
+    epsilon: float | None = Field(
         default=0.0,
-        description="the spend with the holds minus the spend without (never negative)",
+        description="the spend with the holds minus the spend without (never negative); null "
+        "where either is not finite",
     )
     next_expiry: Timestamp | None = Field(default=None, description="the earliest hold's expiry")
 
@@ -200,7 +204,9 @@ class Entry(_Answer):
     metadata: dict[str, Any] | None
     rho: float | None
     pure_epsilon: float | None
-    spent_epsilon: float = Field(description="the dataset's spend right after this entry")
+    spent_epsilon: float | None = Field(
+        description="the dataset's spend right after this entry (null: not finite, as `spent`)"
+    )
     source: str = Field(description="charge, reservation or reservation_expired")
     key_id: str | None
     reservation_id: str | None
@@ -421,7 +427,7 @@ class SeriesPoint(_Answer):
     seq: int
     created_at: Timestamp
     kind: str
-    epsilon: float
+    epsilon: float | None = Field(description="the spend after this entry (null: not finite)")
 
 
 class BudgetChange(_Answer):

@@ -39,9 +39,10 @@ class Budget(Model):
 
 @dataclass(frozen=True, kw_only=True)
 class Spent(Model):
-    """Spend at the budget delta under the dataset's filter, with the conversion that gave it."""
+    """Spend at the budget delta under the dataset's filter, with the conversion that gave it
+    (``epsilon`` is None where no finite epsilon holds there: the entries' own deltas reach it)."""
 
-    epsilon: float
+    epsilon: float | None
     delta: float
     rho: float | None = None
     pure_epsilon: float | None = None
@@ -113,7 +114,7 @@ class Reserved(Model):
 
     count: int
     rho: float | None = None
-    epsilon: float = 0.0
+    epsilon: float | None = 0.0
     next_expiry: datetime | None = None
 
 
