@@ -132,11 +132,22 @@ def _further_by_pld(
         )
 
     if kind == "gaussian" and result.parameter == "sigma":
-        guess = _gaussian_guess(st, fixed, result)
-        return further(
-            kind, fixed, result, admits, PLD_EVALUATIONS, guess, after_guess=GUESS_MARGIN
-        )
-    return further(kind, fixed, result, admits, PLD_EVALUATIONS, _guess(st, kind, fixed, result))
+        guess, after = _gaussian_guess(st, fixed, result), GUESS_MARGIN
+    else:
+        guess, after = _guess(st, kind, fixed, result), None
+    return further(kind, fixed, result, admits, PLD_EVALUATIONS, guess, after_guess=after)
+
+
+def _pld_epsilon_with(
+    st: DatasetState, kind: str, fixed: dict[str, Any], result: Calibration
+) -> float:
+    """The PLD's epsilon at the budget delta of the ledger (active holds included) with
+    ``result``'s answer charged: one construction and composition. ``st.pld`` is set."""
+    assert st.pld is not None
+    wire = _answer_mechanism(kind, fixed, result.parameter, result.value, result.mechanism)
+    _, everything = with_new_entry(st.pld, st.pld_held, admission.entry_pld(st, wire))
+    epsilon: float = everything.epsilon(st.budget.delta)
+    return epsilon
 
 
 GUESS_MARGIN = 2e-3
@@ -156,13 +167,12 @@ def _gaussian_guess(st: DatasetState, fixed: dict[str, Any], result: Calibration
     decide. None where the PLD leaves no room or the rule cannot be set for that budget."""
     if st.pld is None:
         return None
-    wire = _answer_mechanism("gaussian", fixed, "sigma", result.value, result.mechanism)
     try:
-        _, everything = with_new_entry(st.pld, st.pld_held, admission.entry_pld(st, wire))
+        eps_pld = _pld_epsilon_with(st, "gaussian", fixed, result)
     except (Unprocessable, ValueError):
         return None
     budget = st.budget
-    kappa = everything.epsilon(budget.delta) / budget.epsilon
+    kappa = eps_pld / budget.epsilon
     if not 0.0 < kappa < 1.0:
         return None
     target = budget.epsilon * (1.0 - GUESS_MARGIN) / kappa
@@ -192,9 +202,7 @@ def _guess(st: DatasetState, kind: str, fixed: dict[str, Any], result: Calibrati
     None where the PLD leaves no room."""
     if st.pld is None or result.parameter not in ("epsilon", "scale") or kind not in PURE_KINDS:
         return None
-    wire = _answer_mechanism(kind, fixed, result.parameter, result.value, result.mechanism)
-    _, everything = with_new_entry(st.pld, st.pld_held, admission.entry_pld(st, wire))
-    room = st.budget.epsilon - everything.epsilon(st.budget.delta)
+    room = st.budget.epsilon - _pld_epsilon_with(st, kind, fixed, result)
     if not room > 0:
         return None
     if result.parameter == "scale":
