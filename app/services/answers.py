@@ -251,7 +251,7 @@ def entry(m: Mapping[Any, Any]) -> r.Entry:
         metadata=m["metadata"],
         rho=finite_or_none(m["rho"]),
         pure_epsilon=finite_or_none(m["pure_eps"]),
-        spent_epsilon=m["spent_epsilon"],
+        spent_epsilon=finite_or_none(m["spent_epsilon"]),
         source=str(m["source"]),
         key_id=m["key_id"],
         reservation_id=m["reservation_id"],

@@ -9,6 +9,9 @@ and 4), and (2) the OpenAPI schema promised a number where null came."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -91,3 +94,42 @@ def test_a_budget_delta_lowered_below_the_own_deltas_reads_null(client: TestClie
     assert entries[0]["spent_epsilon"] is not None  # recorded under the budget of then
     for path in ("", "/ledger", "/series", "/curves"):
         assert client.get(url + path).status_code == 200, path
+
+
+def test_the_csv_export_leaves_a_null_epsilon_empty_as_json_lines_does(
+    client: TestClient,
+) -> None:
+    """An entry whose spend has no finite epsilon: JSON Lines says null, and the CSV leaves the
+    cell empty (it wrote ``inf``, a value no JSON answer gives)."""
+    url = _spent_past_its_split(client)
+    lines = client.get(f"{url}/ledger", params={"format": "jsonl"})
+    assert lines.status_code == 200, lines.text
+    exact = [json.loads(line) for line in lines.text.splitlines()]
+    assert exact[-1]["spent_epsilon"] is None
+    table = client.get(f"{url}/ledger", params={"format": "csv"})
+    assert table.status_code == 200, table.text
+    rows = list(csv.DictReader(io.StringIO(table.text, newline="")))
+    assert len(rows) == len(exact) == 2
+    for row, entry in zip(rows, exact, strict=True):
+        for column in ("rho", "pure_epsilon", "spent_epsilon"):
+            value = entry[column]
+            assert row[column] == ("" if value is None else repr(value)), column
+
+
+def test_admin_changes_to_such_a_dataset_are_audited_with_a_null_epsilon(
+    client: TestClient,
+) -> None:
+    """Renaming, re-budgeting and archiving a dataset whose spend has no finite epsilon: each
+    is audited with the spend of then, which is null (an infinity is not JSON, and
+    PostgreSQL's JSON column refuses it: ``app.db.engine.json_dumps`` writes null)."""
+    url = _spent_past_its_split(client)
+    for change in ({"name": "renamed"}, {"budget": {"epsilon": 2.0}}):
+        r = client.patch(url, json=change)
+        assert r.status_code == 200, r.text
+    r = client.post(f"{url}/archive")
+    assert r.status_code == 200, r.text
+    events = client.get("/v1/audit", params={"dataset_id": url.rsplit("/", 1)[1]})
+    assert events.status_code == 200, events.text
+    recorded = [e for e in events.json()["events"] if "spent_epsilon" in e["details"]]
+    assert len(recorded) == 3, events.json()
+    assert all(e["details"]["spent_epsilon"] is None for e in recorded)
