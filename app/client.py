@@ -68,7 +68,9 @@ def from_dp_event(event: Any) -> list[Mechanism]:
                 f"PoissonSampledDpEvent over {type(inner).__name__} has no translation"
             )
         return [
-            subsampled_gaussian(float(inner.noise_multiplier), float(event.sampling_probability))
+            subsampled_gaussian(
+                float(inner.noise_multiplier), float(event.sampling_probability), steps=1
+            )
         ]
     if name == "SelfComposedDpEvent":
         parts = from_dp_event(event.event)

@@ -147,7 +147,12 @@ def dpsgd_sweep() -> list[dict[str, Any]]:
             chosen = adaptive.choose_filter(eps, delta)
             for sigma, q in SWEEP_SETTINGS:
                 step = mechanism_from_dict(
-                    {"mechanism": "subsampled_gaussian", "sigma": sigma, "sample_rate": q}
+                    {
+                        "mechanism": "subsampled_gaussian",
+                        "sigma": sigma,
+                        "sample_rate": q,
+                        "steps": 1,
+                    }
                 ).curve()
 
                 def rdp_admits(

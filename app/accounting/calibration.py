@@ -583,7 +583,7 @@ def _least_subsampled_sigma(params: dict[str, Any], fits: Fits) -> Calibration |
     sens = float(params.get("sensitivity", 1.0))
     base = {k: v for k, v in params.items() if k != "sigma"}
     # validates q and the sensitivity; the search is over the noise multiplier nm = sigma / sens
-    mech.SubsampledGaussian(sigma=sens, sample_rate=q, sensitivity=sens)
+    mech.SubsampledGaussian(sigma=sens, sample_rate=q, steps=1, sensitivity=sens)
 
     def build(nm: float) -> mech.SubsampledGaussian:
         m = mech.mechanism_from_dict(

@@ -29,8 +29,11 @@ from privacy_ledger_client import (
     TransportError,
     Unauthorized,
 )
+from rich import console as rich_console
 from rich import table as rich_table
+from rich import text as rich_text
 from rich.console import Console
+from rich.measure import Measurement
 
 URL_ENV = "PRIVACY_LEDGER_URL"
 KEY_ENV = "PRIVACY_LEDGER_API_KEY"
@@ -76,18 +79,55 @@ JSON_OUT = Annotated[
     ),
 ]
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+console = Console(highlight=False, soft_wrap=True)
+"""Sentences are not wrapped by rich (``soft_wrap``): the terminal wraps them, and a command
+they hold (``privacy-ledger release rsv_...``) copies back whole; tables are laid out by
+``Table``."""
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class Table(rich_table.Table):
-    """A rich ``Table`` whose cells are never cut short: a column too narrow for the console
-    (80 columns when the output is not a terminal) folds its text onto more lines instead of
-    ending it with an ellipsis, which turned an epsilon of 1.11e-15 into "1.1102…"."""
+    """A rich ``Table`` whose cells are never cut short, nor split where that can be helped:
+
+    * when the output is not a terminal (a pipe, a file) the table takes its natural width
+      instead of rich's default of 80 columns, so every row stays one line;
+    * on a terminal too narrow for it, a table with a header shows each row as a record, one
+      line per column (as psql's expanded display): a newcomer's 80 columns showed "0.67441"
+      with its "9" on the next line, which reads as a complete, smaller epsilon;
+    * what still does not fit folds onto more lines instead of ending with an ellipsis, which
+      turned an epsilon of 1.11e-15 into "1.1102..."."""
 
     def add_column(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("overflow", "fold")
         super().add_column(*args, **kwargs)
+
+    def __rich_console__(
+        self, console: rich_console.Console, options: rich_console.ConsoleOptions
+    ) -> rich_console.RenderResult:
+        natural = Measurement.get(console, options.update(max_width=10_000), self).maximum
+        if not console.is_terminal:
+            options = options.update(max_width=max(options.max_width, natural))
+        elif natural > options.max_width and self.show_header and self.row_count:
+            yield from self._records(console, options)
+            return
+        yield from super().__rich_console__(console, options)
+
+    def _records(
+        self, console: rich_console.Console, options: rich_console.ConsoleOptions
+    ) -> rich_console.RenderResult:
+        """Each row as a two-column table (column name, value) under the table's title."""
+        if self.title:
+            yield rich_text.Text(str(self.title), style="italic")
+        columns = [(str(c.header), list(c.cells)) for c in self.columns]
+        for i in range(self.row_count):
+            if i:
+                yield rich_text.Text("")
+            record = rich_table.Table(show_header=False, box=None, padding=(0, 1))
+            record.add_column(style="bold", no_wrap=True)
+            record.add_column(overflow="fold")
+            for header, cells in columns:
+                record.add_row(header, cells[i])
+            yield from console.render(record, options)
 
 
 TRANSPORT: httpx.BaseTransport | None = None

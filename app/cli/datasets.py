@@ -324,7 +324,7 @@ def _archive(dataset: str, archived: bool, url: str, api_key: str | None, as_jso
     elif archived:
         console.print(
             f"archived {d['name']} ({d['id']}): it refuses charges and reservations; its ledger "
-            f"stays readable (datasets list --archived all shows it)",
+            f"stays readable (privacy-ledger datasets --archived all lists it)",
             markup=False,
         )
     else:

@@ -403,7 +403,9 @@ def calibrate_next(
     in a bounded number of checks (``_further_by_pld``)."""
     parameter = parameter or default_parameter(kind)
     if parameter not in PARAMETERS[kind]:
-        raise Unprocessable(f"{kind}: can calibrate {sorted(PARAMETERS[kind])}, not {parameter!r}")
+        raise Unprocessable(
+            f"{kind}: can calibrate {', '.join(sorted(PARAMETERS[kind]))}, not {parameter!r}"
+        )
     # nothing given is dropped: the parameter solved for, a field the kind does not have, one
     # of another form of the mechanism, or a query parameter the route does not read
     for name in sorted({*fixed, *unread}):
@@ -415,7 +417,10 @@ def calibrate_next(
     fixed = dict(fixed)
     missing = sorted(_required(kind) - set(fixed) - {parameter})
     if missing:
-        raise Unprocessable(f"calibrating {kind} {parameter} needs {missing}")
+        raise Unprocessable(
+            f"calibrating {kind} {parameter} needs {', '.join(missing)} "
+            f"(query parameter{'s' if len(missing) > 1 else ''})"
+        )
     if kind == "discrete_laplace" and "sensitivity" in fixed:
         s = fixed["sensitivity"]
         if float(s) != int(s):

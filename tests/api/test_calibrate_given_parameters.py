@@ -34,7 +34,8 @@ SOLVED = [(kind, p) for kind, params in calibration_parameters().items() for p i
 
 
 def _needs(kind: str, parameter: str) -> dict[str, Any]:
-    return {**NEEDS.get(kind, {}), **({"sigma": 1.5} if parameter == "steps" else {})}
+    other = {"steps": {"sigma": 1.5}, "sigma": {"steps": 100}}.get(parameter, {})
+    return {**NEEDS.get(kind, {}), **(other if kind == "subsampled_gaussian" else {})}
 
 
 def _value(parameter: str) -> Any:

@@ -122,7 +122,12 @@ def test_distinct_dp_sgd_curves_per_request_are_bounded(
     sgm.subsampled_gaussian_rdp.cache_clear()
     n = kind.MAX_DISTINCT_RUNS + 1
     runs = [
-        {"mechanism": "subsampled_gaussian", "sigma": 1.0 + i / 1000, "sample_rate": 0.01}
+        {
+            "mechanism": "subsampled_gaussian",
+            "sigma": 1.0 + i / 1000,
+            "sample_rate": 0.01,
+            "steps": 1,
+        }
         for i in range(n)
     ]
     r = client.post("/v1/accounting/compose", json={"mechanisms": runs, "delta": 1e-6})

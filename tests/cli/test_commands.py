@@ -223,7 +223,8 @@ def test_calibrate_prints_a_value_that_fits(run: Cli, epsilon: str, kind: str, u
          "sensitivity form"),
         (["-m", "laplace", "--parameter", "scale", "--epsilon", "1"], "--epsilon: 'epsilon' "
          "belongs to the epsilon form of laplace"),
-        (["-m", "subsampled_gaussian", "--sample-rate", "0.01", "--sigma", "1.1"], "--sigma: "
+        (["-m", "subsampled_gaussian", "--sample-rate", "0.01", "--steps", "100", "--sigma",
+          "1.1"], "--sigma: "
          "'sigma' is the parameter calibration solves for: leave it out, or ask --parameter "
          "steps to solve for steps with sigma fixed"),
         (["-m", "subsampled_gaussian", "--parameter", "steps", "--sample-rate", "0.01",
@@ -845,13 +846,22 @@ def test_datasets_list_and_update_label_a_partitioned_budget(
     assert rows["clicks"][4:6] == ["1.1", "3.9"]  # lifetime spend and what the lifetime leaves
     assert rows["weekly"][3] == "1, 1e-06 per ISO week; no lifetime budget"
     assert rows["plain"][3] == "1, 1e-06"
-    # at 80 columns the long cell folds, whole, over several lines
+    # into a pipe the table keeps its natural width (rich's default was 80 columns, which split
+    # numbers and ids over lines): one line per row, nothing cut
     monkeypatch.setattr(common.console, "width", 80)
+    piped = run("datasets").stdout
+    assert "…" not in piped
+    assert len([line for line in piped.splitlines() if line.count("│") == 9]) == 3
+    assert max(len(line) for line in piped.splitlines()) > 80
+    # on a terminal of 80 columns each dataset is a record, one line per column, values whole
+    monkeypatch.setattr(common.console, "_force_terminal", True)
+    monkeypatch.setattr(common.console, "_color_system", None)
     narrow = run("datasets").stdout
-    assert "…" not in narrow
-    cells = [line.split("│")[4].strip() for line in narrow.splitlines() if line.count("│") == 9]
-    assert "1, 1e-06 per day; lifetime 5, 1e-06" in " ".join(" ".join(cells).split())
+    assert "…" not in narrow and "│" not in narrow
     assert all(len(line) <= 80 for line in narrow.splitlines())
+    names = [line.split()[1] for line in narrow.splitlines() if line.split()[:1] == ["name"]]
+    assert sorted(names) == ["clicks", "plain", "weekly"]
+    assert any("1, 1e-06 per day; lifetime 5, 1e-06" in line for line in narrow.splitlines())
 
     out = run("datasets", "update", "clicks", "--lifetime-epsilon", "6").stdout
     ds = run.client.get("/v1/datasets/clicks").json()
@@ -991,3 +1001,15 @@ def test_lifetime_entry_delta_budget_from_create_to_status(run: Cli) -> None:
     over = run("charge", "daily", *own, "--blocks", "2026-11-03:2026-11-03", code=2)
     assert "lifetime_entry_delta_budget" in over.stderr
     assert "lifetime entry delta budget" in run("status", "daily").stdout
+
+
+def test_a_dp_sgd_run_without_its_steps_is_refused(run: Cli) -> None:
+    """``--steps`` has no default: a run charged without it was charged as one step (a
+    newcomer's walkthrough), an under-charge by the number of steps. Now nothing is sent."""
+    _dataset(run, "census", "--no-adaptive")
+    r = run("charge", "census", "-m", "subsampled_gaussian", "--sigma", "3", "--sample-rate",
+            "0.01", "--dry-run", code=2)  # fmt: skip
+    assert "needs --steps" in r.stderr, r.stderr
+    r = run("calibrate", "census", "-m", "subsampled_gaussian", "--sample-rate", "0.01", code=2)
+    assert "needs --steps" in r.stderr, r.stderr
+    assert run.client.get("/v1/datasets/census/ledger").json()["entries"] == []

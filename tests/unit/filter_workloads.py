@@ -35,7 +35,12 @@ _SIGMAS = np.random.default_rng(SEED).uniform(20.0, 100.0, MAX_CHARGES)
 Entry = dict[str, Any]
 
 LAPLACE: Entry = {"mechanism": "laplace", "epsilon": 0.01}
-DPSGD_STEP: Entry = {"mechanism": "subsampled_gaussian", "sigma": 1.0, "sample_rate": 0.01}
+DPSGD_STEP: Entry = {
+    "mechanism": "subsampled_gaussian",
+    "sigma": 1.0,
+    "sample_rate": 0.01,
+    "steps": 1,
+}
 MIXED_CYCLE: tuple[Entry | None, ...] = (
     None,  # a Gaussian with the next sigma of the draw
     LAPLACE,

@@ -56,7 +56,9 @@ def test_same_as_entry_by_entry_and_never_below_the_exact_sum() -> None:
 def test_gaussian_only_ledgers_stay_gaussian_only() -> None:
     ms = [mechanism_from_dict({"mechanism": "gaussian", "sigma": s}) for s in (1.0, 2.0, 3.0)]
     ms.append(
-        mechanism_from_dict({"mechanism": "subsampled_gaussian", "sigma": 2.0, "sample_rate": 1.0})
+        mechanism_from_dict(
+            {"mechanism": "subsampled_gaussian", "sigma": 2.0, "sample_rate": 1.0, "steps": 1}
+        )
     )
     total = compose_many(ms)
     assert total.gaussian_only

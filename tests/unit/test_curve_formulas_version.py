@@ -68,7 +68,13 @@ MECHANISMS: list[dict[str, Any]] = [
             (30.0, 1e-9, 1),
         )
     ),
-    {"mechanism": "subsampled_gaussian", "sigma": 2.0, "sample_rate": 0.01, "sensitivity": 2.0},
+    {
+        "mechanism": "subsampled_gaussian",
+        "sigma": 2.0,
+        "sample_rate": 0.01,
+        "steps": 1,
+        "sensitivity": 2.0,
+    },
 ]
 
 

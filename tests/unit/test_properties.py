@@ -192,8 +192,11 @@ def test_exact_sums_stay_exact() -> None:
         (lambda: Gaussian(sigma=1.0, count=10**12), "count must be an integer"),
         (lambda: Laplace(epsilon=1e-320), "epsilon must be in"),
         (lambda: RandomizedResponse(epsilon=1.0, k=1), "k must be an integer"),
-        (lambda: SubsampledGaussian(sigma=1.0, sample_rate=0.0), "sample_rate must be > 0"),
-        (lambda: SubsampledGaussian(sigma=1.0, sample_rate=1.5), "sample_rate must be in"),
+        (
+            lambda: SubsampledGaussian(sigma=1.0, sample_rate=0.0, steps=1),
+            "sample_rate must be > 0",
+        ),
+        (lambda: SubsampledGaussian(sigma=1.0, sample_rate=1.5, steps=1), "sample_rate must be in"),
         (lambda: DiscreteLaplace(epsilon=1.0, sensitivity=2.5), "sensitivity must be an integer"),
         (lambda: mechanism_from_dict({"mechanism": "nope"}), "unknown mechanism 'nope'"),
         (lambda: mechanism_from_dict({"mechanism": "gaussian", "sigma": 1, "bogus": 2}), "bogus"),

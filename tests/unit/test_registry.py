@@ -183,7 +183,7 @@ def test_laplace_alternative_forms() -> None:
 
 def test_fields_added_later_are_written_only_when_set() -> None:
     plain = mechanism_from_dict(
-        {"mechanism": "subsampled_gaussian", "sigma": 1.0, "sample_rate": 0.1}
+        {"mechanism": "subsampled_gaussian", "sigma": 1.0, "sample_rate": 0.1, "steps": 1}
     )
     assert "sensitivity" not in plain.to_dict()
     clipped = mechanism_from_dict({**plain.to_dict(), "sigma": 3.0, "sensitivity": 3.0})
@@ -198,7 +198,9 @@ def test_subsampled_gaussian_with_rate_one_is_the_gaussian() -> None:
     g = mechanism_from_dict({"mechanism": "gaussian", "sigma": 3.0, "count": 7})
     assert m.curve() == g.curve() and m.curve().gaussian_only
     with pytest.raises(ValueError, match="noise multiplier"):
-        mechanism_from_dict({"mechanism": "subsampled_gaussian", "sigma": 1e-5, "sample_rate": 0.5})
+        mechanism_from_dict(
+            {"mechanism": "subsampled_gaussian", "sigma": 1e-5, "sample_rate": 0.5, "steps": 1}
+        )
 
 
 def test_repetitions_above_the_limit_are_refused() -> None:

@@ -81,7 +81,11 @@ class SubsampledGaussian(Mechanism):
         maximum=1.0,
         exclusive_minimum=True,
     )
-    steps: int = param(default=1, help="Number of training steps.", minimum=1, maximum=MAX_COUNT)
+    steps: int = param(
+        help="Number of training steps (required: a run charged without it would be one step).",
+        minimum=1,
+        maximum=MAX_COUNT,
+    )
     sensitivity: float = param(
         default=1.0,
         help="Clipping norm (L2 sensitivity of one record's contribution).",
@@ -176,7 +180,7 @@ def _from_poisson_event(event: Mapping[str, Any], translate: Translate) -> list[
         return []  # nothing is sampled: no privacy cost
     if nm <= 0:
         raise ValueError("GaussianDpEvent with noise_multiplier 0 is not differentially private")
-    return [SubsampledGaussian(sigma=nm, sample_rate=q)]
+    return [SubsampledGaussian(sigma=nm, sample_rate=q, steps=1)]
 
 
 SPEC = KindSpec(

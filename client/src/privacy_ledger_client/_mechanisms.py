@@ -54,13 +54,14 @@ def rappor(epsilon: float, count: int = 1) -> Mechanism:
 def subsampled_gaussian(
     sigma: float,
     sample_rate: float,
-    steps: int = 1,
+    steps: int,
     count: int = 1,
     *,
     sensitivity: float | None = None,
 ) -> Mechanism:
     """DP-SGD: ``steps`` Poisson-subsampled Gaussian steps with noise ``sigma`` (the noise
-    multiplier is sigma / sensitivity; ``sensitivity`` is the clipping norm, default 1)."""
+    multiplier is sigma / sensitivity; ``sensitivity`` is the clipping norm, default 1).
+    ``steps`` has no default: a run charged as one step would be under-charged."""
     return mechanism(
         "subsampled_gaussian",
         sigma=sigma,
