@@ -55,6 +55,12 @@ BAD_CHARGE_BODIES = {
     % ('{"a": ' * 40 + "1" + "}" * 40),
     "metadata_big": '{"mechanism": {"mechanism": "gaussian", "sigma": 2}, "metadata": {"x": "%s"}}'
     % ("y" * 40_000),
+    # nested past the recursion the depth check could take (about 478 levels), below what the
+    # JSON parser refuses (about 990): an outside audit got 500s here
+    "metadata_deep_500": '{"mechanism": {"mechanism": "gaussian", "sigma": 2}, "metadata": %s}'
+    % ('{"a": ' * 500 + "1" + "}" * 500),
+    "metadata_deep_list_980": '{"mechanism": {"mechanism": "gaussian", "sigma": 2}, '
+    '"metadata": {"a": %s}}' % ("[" * 980 + "]" * 980),
     "deep_json": "[" * 10_000 + "]" * 10_000,
     "deep_object": '{"a":' * 5000 + "1" + "}" * 5000,
     "empty": "",
@@ -190,3 +196,25 @@ def test_compose_rejects_bad_input(client: TestClient) -> None:
     ]:
         r = client.post("/v1/accounting/compose", content=body, headers=JSON)
         assert r.status_code == 422, body
+
+
+@pytest.mark.parametrize("depth", [40, 300, 440])
+def test_deeply_nested_dp_events_and_reservation_metadata_are_422(
+    client: TestClient, ds: dict, depth: int
+) -> None:
+    """A dp_event or a reservation's metadata nested hundreds of levels deep (each composed
+    event is two levels: an object and its list; up to 880 here, below the parser's limit): a
+    422 naming the depth limit, not a 500 from the recursion of the depth check (an outside
+    audit)."""
+    gaussian = '{"type": "GaussianDpEvent", "noise_multiplier": 5}'
+    event = '{"type": "ComposedDpEvent", "events": [' * depth + gaussian + "]}" * depth
+    url = f"/v1/datasets/{ds['id']}"
+    r = client.post(f"{url}/charges/dp_event", content='{"dp_event": ' + event + "}", headers=JSON)
+    assert r.status_code == 422, (r.status_code, r.text[:300])
+    assert "levels deep; the limit is" in r.json()["detail"], r.text[:300]
+    meta = '{"a": ' * (2 * depth) + "1" + "}" * (2 * depth)  # as deep as the event
+    body = '{"mechanism": {"mechanism": "gaussian", "sigma": 2}, "metadata": ' + meta + "}"
+    r = client.post(f"{url}/reservations", content=body, headers=JSON)
+    assert r.status_code == 422, (r.status_code, r.text[:300])
+    assert "levels deep; the limit is" in r.json()["detail"], r.text[:300]
+    _assert_nothing_recorded(client, ds["id"])
