@@ -326,15 +326,22 @@ def over_budget(exc: BudgetExceeded) -> str:
     limits = [x for x in p.get("limits") or [exc.limit] if isinstance(x, str)]
     partitioned = p.get("blocks") is not None or p.get("lifetime_budget") is not None
     budgets = _budgets(exc, limits, partitioned)
-    parts = [f"refused, over budget (nothing was charged): {exc.detail}"]
+    detail = (exc.detail or "").removeprefix("refused: ")
+    parts = [f"refused, over budget (nothing was charged or held): {detail}"]
+    whose = "dataset " if "allocation" in budgets else ""
+    composed = ", all charges composed" if partitioned else ""
     if exc.spent is not None:
-        whose = "dataset spent" if "allocation" in budgets else "spent"
-        composed = ", all charges composed" if partitioned else ""
         parts.append(
-            f"{whose} epsilon {used(exc.spent.epsilon)} at delta {exc.spent.delta:g}{composed}"
+            f"{whose}spent epsilon {used(exc.spent.epsilon)} at delta {exc.spent.delta:g}{composed}"
         )
     if exc.would_spend is not None:
-        parts.append(f"would become {num(exc.would_spend.epsilon)}")
+        after = exc.would_spend.epsilon
+        parts.append(
+            f"{whose}would become {used(after)}{composed}"
+            if after is not None
+            else f"{whose}would have no finite epsilon (the entries' own deltas would reach "
+            "the delta)"
+        )
     parts += [budgets[k] for k in limits if k in budgets]
     parts += [text for k, text in budgets.items() if k not in limits]
     return "; ".join(parts)

@@ -688,25 +688,25 @@ def refusal(st: DatasetState, ask: Ask, dry: Decision, *, dry_run: bool = False)
         if st.is_pld and st.held_curve is not None
         else compared
     )
+    counted = " (with active reservations counted)" if st.held.count else ""
     if not f.entry_deltas_fit(own):
         # refused by the entries' own deltas alone, whatever the epsilon or rho: say so (the
         # figures below were not what refused it, and may well be within the budget)
         detail = (
-            f"refused: the entries' own deltas would add up to {own.delta:.6g} (with active "
-            f"reservations counted), above the entry_delta_budget {f.entry_delta:g} set aside "
-            f"for them ({f.kind.value} filter)"
+            f"refused: the entries' own deltas would add up to {own.delta:.6g}{counted}, "
+            f"above the entry_delta_budget {f.entry_delta:g} set aside for them "
+            f"({f.kind.value} filter)"
             if f.rule.adaptive
-            else f"refused: the entries' own deltas would add up to {own.delta:.6g} (with "
-            f"active reservations counted), reaching the budget delta {b.delta:g}: once they "
-            f"do, nothing more is admitted ({f.kind.value} filter)"
+            else f"refused: the entries' own deltas would add up to {own.delta:.6g}{counted}, "
+            f"reaching the budget delta {b.delta:g}: once they do, nothing more is admitted "
+            f"({f.kind.value} filter)"
         )
     elif f.kind in RHO_FILTERS and compared.delta == 0.0:
         assert f.bound is not None
         rho, bound = _beyond(compared.rho, f.bound)
         detail = (
-            f"refused: rho would reach {rho} (with active reservations "
-            f"counted), above the {f.kind.value} filter's bound {bound} for budget "
-            f"(epsilon={b.epsilon:g}, delta={b.delta:g})"
+            f"refused: rho would reach {rho}{counted}, above the {f.kind.value} filter's "
+            f"bound {bound} for budget (epsilon={b.epsilon:g}, delta={b.delta:g})"
         )
     elif st.is_pld and st.held_curve is not None:
         # the PLD with the holds is not at hand here: no figure that was not the one compared
@@ -720,9 +720,8 @@ def refusal(st: DatasetState, ask: Ask, dry: Decision, *, dry_run: bool = False)
         epsilon = dry.spend_after.epsilon if held is None else f.spend(compared).epsilon
         reached, budget = _beyond(epsilon, b.epsilon)
         detail = (
-            f"refused: epsilon at delta={b.delta:g} would reach {reached} "
-            f"(with active reservations counted), above the budget {budget} "
-            f"({f.kind.value} filter)"
+            f"refused: epsilon at delta={b.delta:g} would reach {reached}{counted}, above the "
+            f"budget {budget} ({f.kind.value} filter)"
         )
     detail = _structure_detail(st, ask, dry) or detail
     return BudgetExceeded(

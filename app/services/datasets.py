@@ -420,9 +420,10 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
                     select(Reservation.id).where(Reservation.dataset_id == ds.id)
                 ).first()
                 if st.entry_count > 0 or has_reservations is not None:
+                    what = "charge" if st.entry_count > 0 else "reservation"
                     raise Conflict(
-                        f"cannot change {sorted(rules)} after the first charge: it would "
-                        "rewrite the ledger's history; create a new dataset instead"
+                        f"cannot change {', '.join(sorted(rules))} after the first {what}: it "
+                        "would rewrite the ledger's history; create a new dataset instead"
                     )
             if "name" in changes and changes["name"] != ds.name:
                 clash = s.scalars(

@@ -91,3 +91,22 @@ def test_pld_accounting_refuses_structures_it_does_not_keep(client: TestClient) 
     part = new_dataset(client, name="days", adaptive=False, partition={"unit": "day"})
     r = client.patch(f"/v1/datasets/{part['id']}", json={"accounting": "pld"})
     assert r.status_code == 422 and "time blocks" in r.json()["detail"]
+
+
+def test_rules_are_fixed_by_the_first_charge_or_reservation_and_the_409_says_which(
+    client: TestClient,
+) -> None:
+    """A dataset with only a reservation refused a rule change, rightly, but said "after the
+    first charge" (an outside audit)."""
+    held = f"/v1/datasets/{new_dataset(client, 'held')['id']}"
+    assert client.post(f"{held}/reservations", json={"mechanism": GAUSS}).status_code == 201
+    r = client.patch(held, json={"adaptive": False})
+    assert r.status_code == 409, r.text
+    assert r.json()["detail"].startswith("cannot change adaptive after the first reservation")
+    charged = f"/v1/datasets/{new_dataset(client, 'charged')['id']}"
+    assert client.post(f"{charged}/charges", json={"mechanism": GAUSS}).status_code == 201
+    r = client.patch(charged, json={"accounting": "zcdp", "adaptive": False})
+    assert r.status_code == 409, r.text
+    assert r.json()["detail"].startswith(
+        "cannot change accounting, adaptive after the first charge"
+    )

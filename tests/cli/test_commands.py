@@ -763,7 +763,8 @@ def test_over_budget_names_the_budget_that_refused(run: Cli) -> None:
     parts = _refusal(r)
     assert "lifetime budget" in parts[0]  # the server's detail
     assert parts[-4] == "spent epsilon 0.4 at delta 1e-06, all charges composed"
-    assert parts[-3].startswith("would become 0.79")  # the composition, near 0.8
+    assert parts[-3].startswith("would become 0.8")  # the composition, rounded up
+    assert parts[-3].endswith(", all charges composed")
     assert parts[-2:] == [
         "lifetime budget epsilon 0.7, delta 1e-06 (exceeded)",
         "budget per block epsilon 1, delta 1e-06",
@@ -795,7 +796,7 @@ def test_over_budget_names_the_budget_that_refused(run: Cli) -> None:
     r = run("charge", "plain", "-m", "laplace", "--epsilon", "0.3", "--allocation", "team-a",
             code=2)  # fmt: skip
     parts = _refusal(r)
-    assert parts[-3].startswith("would become 0.5")  # the dataset's spend, near 0.55
+    assert parts[-3].startswith("dataset would become 0.5")  # the dataset's spend, near 0.55
     assert parts[-4:-3] + parts[-2:] == [
         "dataset spent epsilon 0.25 at delta 1e-06",
         "allocation 'team-a' spent epsilon 0.25, budget epsilon 0.5, delta 1e-06 (exceeded)",
