@@ -50,9 +50,16 @@ class Remaining(_Answer):
     """What is left: epsilon is an indication (composition is not additive: the filter
     decides); rho is exact for the rho filters."""
 
-    epsilon: float
+    epsilon: float = Field(
+        description="budget epsilon minus spent epsilon: an indication only (composition is not "
+        "additive, so a charge of more epsilon may still fit, or one of less may not: the "
+        "filter decides; ask GET /calibrate or a dry run for what fits)"
+    )
     delta: float
-    rho: float | None
+    rho: float | None = Field(
+        description="rho budget minus rho spent under the rho filters (zcdp, gdp: exact, what "
+        "the filter compares); null under the other filters"
+    )
     entry_delta: float | None = Field(
         default=None,
         description="a dataset or allocation with an entry_delta_budget: what the deltas of "

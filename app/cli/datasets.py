@@ -48,7 +48,8 @@ app = typer.Typer(
 
 ACCOUNTING_HELP = (
     "How the ledger is composed: rdp (Renyi DP, the default), zcdp (zero-concentrated DP) or "
-    "pld (privacy loss distributions; needs --no-adaptive)."
+    "pld (privacy loss distributions; needs --no-adaptive). zcdp gives DP-SGD no amplification "
+    "by subsampling (it keeps each entry's rho only): use rdp for training runs."
 )
 ADAPTIVE_HELP = (
     "Whether a pipeline may choose a mechanism's parameters after seeing earlier outputs "
