@@ -380,7 +380,8 @@ def rejections(
     api_key: KEY = None,
     as_json: JSON_OUT = False,
 ) -> None:
-    """Charges and reservations refused for budget, newest first (admin key)."""
+    """Charges and reservations refused for budget, newest first (of one dataset with a
+    viewer key or better; of all datasets with an admin key)."""
     items: list[dict[str, Any]] = []
     with connect(url, api_key) as s:
         ref = s.dataset_id(dataset) if dataset else None

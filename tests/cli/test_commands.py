@@ -126,6 +126,12 @@ def test_refused_for_budget_exits_2_and_records_a_rejection(run: Cli) -> None:
     assert [x["mechanism"]["epsilon"] for x in rejected] == [5.0]
     table = run("rejections").stdout
     assert "laplace epsilon=5" in table
+    # a viewer key of the dataset reads its rejections too, as the API lets it (the CLI asked
+    # the admin-only /v1/rejections and was refused)
+    viewer = run.json("keys", "create", "--role", "viewer", "--dataset", "census")["key"]
+    seen = run.json("rejections", "--dataset", "census", key=viewer)
+    assert [x["mechanism"]["epsilon"] for x in seen] == [5.0]
+    assert "admin" in run("rejections", key=viewer, code=1).stderr
     # with --json the refusal's problem document is on stdout too, for scripts (newcomer audit,
     # stop 31: stdout was empty); the message and the exit code are the same
     r = run("charge", "census", "-m", "laplace", "--epsilon", "5", "--json", code=2)

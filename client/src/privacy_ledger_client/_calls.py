@@ -387,7 +387,12 @@ def revoke_key(key_id: str) -> Call[ApiKey]:
 
 
 def rejections(dataset: str | None, limit: int, cursor: str | None) -> Call[RejectionPage]:
-    params = _drop_none({"dataset": dataset, "limit": limit, "cursor": cursor})
+    """One dataset's refusals from its own route (a viewer key reads them), all datasets'
+    from ``/v1/rejections`` (an admin key)."""
+    params = _drop_none({"limit": limit, "cursor": cursor})
+    if dataset is not None:
+        path = f"/v1/datasets/{_seg(dataset)}/rejections"
+        return Call("GET", path, _one(RejectionPage), params=params)
     return Call("GET", "/v1/rejections", _one(RejectionPage), params=params)
 
 

@@ -509,7 +509,8 @@ class LedgerClient:
     def rejections(
         self, dataset: str | None = None, limit: int = 100, cursor: str | None = None
     ) -> RejectionPage:
-        """Refused charges and reservations, newest first (admin key)."""
+        """Refused charges and reservations, newest first: of ``dataset`` (a viewer key
+        reads them), or of every dataset (an admin key)."""
         return self.send(calls.rejections(dataset, limit, cursor))
 
     def audit(
