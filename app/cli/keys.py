@@ -41,6 +41,7 @@ def keys_create(
         typer.Option(
             help="Limit the key to this dataset, by name or id (repeat for several; default: "
             "every dataset).",
+            metavar="DATASET",
             show_default=False,
         ),
     ] = None,
@@ -52,6 +53,7 @@ def keys_create(
         typer.Option(
             help="Limit the key to this allocation (team sub-budget) of its dataset: its "
             "charges must name one of them (repeat for several).",
+            metavar="NAME",
             show_default=False,
         ),
     ] = None,

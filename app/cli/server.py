@@ -176,7 +176,8 @@ def verify(
                 + ",".join(d["drift"] or ["curves"])
                 + (" (rebuilt)" if d.get("rebuilt") else "")
             )
-            console.print(f"{d['name']:<32} {d['entries']:>10} entries  {state}", markup=False)
+            noun = "entry " if d["entries"] == 1 else "entries"
+            console.print(f"{d['name']:<32} {d['entries']:>10} {noun}  {state}", markup=False)
         console.print("all totals match the ledger" if report["ok"] else "drift found")
     if not report["ok"] and not rebuild:
         raise typer.Exit(code=1)

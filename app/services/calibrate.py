@@ -345,7 +345,7 @@ def _nothing_fits(
     budget structures, the ``limit`` that refused it), its detail behind calibrate's own.
     Where admission would take that invocation after all (the search errs toward refusing: a
     ``pld`` dataset's RDP bound), the dataset's spent and budget."""
-    head = f"no {parameter} in the allowed range fits the remaining budget of {st.name!r}"
+    head = f"no value of {parameter} in the allowed range fits the remaining budget of {st.name!r}"
     least = cheapest(kind, fixed, parameter)
     if least is not None:
         wire = _answer_mechanism(kind, fixed, parameter, least.value, least.mechanism)

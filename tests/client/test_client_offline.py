@@ -27,6 +27,7 @@ from privacy_ledger_client import (
     TransportError,
     laplace,
 )
+from privacy_ledger_client._config import DEFAULT_URL
 from privacy_ledger_client._models import parse
 
 SPENT = {"epsilon": 0.1, "delta": 1e-6, "rho": None, "pure_epsilon": 0.1, "method": "pure_dp"}
@@ -442,6 +443,8 @@ def test_an_unreachable_server_is_named_in_the_error(monkeypatch: pytest.MonkeyP
     assert len(refused.requests) == 3
     assert str(caught.value) == (
         "cannot reach the server at http://ledger.test:9: ConnectError: Connection refused "
-        "(the url given to the client, else PRIVACY_LEDGER_URL)"
+        "(the url given to the client, else PRIVACY_LEDGER_URL, else the default "
+        "http://127.0.0.1:8000)"
     )
+    assert str(caught.value).endswith(f"the default {DEFAULT_URL})")  # the client's own default
     assert caught.value.detail == "ConnectError: Connection refused"

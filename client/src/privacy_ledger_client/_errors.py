@@ -37,7 +37,7 @@ class TransportError(LedgerError):
         if url:
             self.args = (
                 f"cannot reach the server at {url}: {self.detail} (the url given to the client, "
-                "else PRIVACY_LEDGER_URL)",
+                "else PRIVACY_LEDGER_URL, else the default http://127.0.0.1:8000)",
             )
 
 
