@@ -263,8 +263,8 @@ class DryRun(_Answer):
 
     admitted: bool
     dry_run: bool
-    spent: Spent
-    would_spend: Spent
+    spent: Spent = Field(description="the dataset's spend now (nothing was charged)")
+    would_spend: Spent = Field(description="the dataset's spend after the charge")
     requested: Requested
     allocation: Allocation | None = Field(
         default=None, description="the allocation as it would be after the charge"
