@@ -55,7 +55,12 @@ def _mix(n: int, distinct: bool) -> list[Mechanism]:
     base += [{"mechanism": "laplace", "epsilon": 0.001 * (i + 1)} for i in range(10)]
     base += [{"mechanism": "randomized_response", "epsilon": 0.01, "k": 2 + i} for i in range(5)]
     base += [
-        {"mechanism": "subsampled_gaussian", "sigma": 1.0 + 0.1 * i, "sample_rate": 0.001}
+        {
+            "mechanism": "subsampled_gaussian",
+            "sigma": 1.0 + 0.1 * i,
+            "sample_rate": 0.001,
+            "steps": 1,
+        }
         for i in range(5)
     ]
     base += [{"mechanism": "pure_dp", "epsilon": 0.001 * (i + 1)} for i in range(5)]
