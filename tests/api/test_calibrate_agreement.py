@@ -55,7 +55,7 @@ def test_dp_sgd_sigma_when_even_the_largest_sigma_does_not_fit(client: TestClien
     )
     assert r.status_code == 409, r.text
     problem = r.json()
-    assert "no sigma" in problem["detail"]
+    assert "no value of sigma" in problem["detail"]
     m = problem["requested"]["mechanism"]
     assert m["sigma"] == 1e12
     assert dry_run_status(client, ds, m) == 409
@@ -103,7 +103,7 @@ def test_a_parameter_whose_least_value_is_zero_answers_zero_when_only_zero_fits(
     assert "= 0," in r.json()["detail"]
 
 
-_STATED = re.compile(r"would reach ([0-9.e+-]+) .*?above the (?:budget|.*?bound) ([0-9.e+-]+)")
+_STATED = re.compile(r"would reach ([0-9.e+-]+),? .*?above the (?:budget|.*?bound) ([0-9.e+-]+)")
 
 
 @pytest.mark.parametrize(
