@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr
 
 
 def _utc(ts: datetime) -> datetime:
@@ -25,6 +25,9 @@ Mechanism = dict[str, Any]
 
 class _Answer(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+    _replayed: bool = PrivateAttr(default=False)
+    """Whether this is the stored first answer to a retried Idempotency-Key (the route then
+    says so in the ``Idempotent-Replayed`` header; the body is the first answer, unchanged)."""
 
 
 class Budget(_Answer):

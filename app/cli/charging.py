@@ -139,11 +139,12 @@ def charge(
     m = _mechanism(mechanism, mechanism_json, flags)
     meta = _metadata(metadata)
     span = block_range(blocks)
+    replayed = False
     with connect(url, api_key) as s:
         if dry_run:
             answer = s.call(lambda c: c.dry_run(dataset, m, allocation=allocation, blocks=span)).raw
         else:
-            answer = s.call(
+            charged = s.call(
                 lambda c: c.charge(
                     dataset,
                     m,
@@ -153,7 +154,8 @@ def charge(
                     allocation=allocation,
                     blocks=span,
                 )
-            ).raw
+            )
+            answer, replayed = charged.raw, charged.replayed
     if as_json:
         print_json(answer)
     elif dry_run:
@@ -163,8 +165,13 @@ def charge(
             markup=False,
         )
     else:
+        again = (
+            " (a retry of this --idempotency-key: the first answer, nothing charged again)"
+            if replayed
+            else ""
+        )
         console.print(
-            f"recorded as entry {answer['entry']['id']} (#{answer['entry']['seq']}); "
+            f"recorded as entry {answer['entry']['id']} (#{answer['entry']['seq']}){again}; "
             f"spent {_spent(answer['spent'])}",
             markup=False,
         )

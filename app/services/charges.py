@@ -64,7 +64,7 @@ def charge(
         if idempotency_key is not None and not dry_run:
             first = idempotency.replay(s, st.id, SCOPE, idempotency_key, req_hash, principal.key_id)
             if first is not None:
-                return r.Charge.model_validate(first)
+                return idempotency.replayed(r.Charge, first)
         admission.check_not_archived(st)
         admission.check_allowed(st, asked.kind)
         admission.check_admissible(st, asked.kind, asked.curve)
@@ -221,7 +221,7 @@ def charge_dp_event(
                 s, st.id, DP_EVENT_SCOPE, idempotency_key, req_hash, principal.key_id
             )
             if first is not None:
-                return r.ChargeBatch.model_validate(first)
+                return idempotency.replayed(r.ChargeBatch, first)
         admission.check_not_archived(st)
         if (
             st.is_pld

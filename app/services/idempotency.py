@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
@@ -108,4 +109,15 @@ def remember(
     )
 
 
-__all__ = ["SYSTEM_OWNER", "owner", "remember", "replay", "request_hash"]
+A = TypeVar("A", bound=BaseModel)
+
+
+def replayed(model: type[A], first: dict[str, Any]) -> A:
+    """The stored first answer ``first`` read back as ``model``, marked as a replay (the route
+    answers it with ``Idempotent-Replayed: true``)."""
+    answer = model.model_validate(first)
+    answer._replayed = True  # type: ignore[attr-defined]
+    return answer
+
+
+__all__ = ["replayed", "SYSTEM_OWNER", "owner", "remember", "replay", "request_hash"]

@@ -112,7 +112,7 @@ def reserve(
         if idempotency_key is not None:
             first = idempotency.replay(s, st.id, SCOPE, idempotency_key, req_hash, principal.key_id)
             if first is not None:
-                return r.ReservationAnswer.model_validate(first)
+                return idempotency.replayed(r.ReservationAnswer, first)
         admission.check_not_archived(st)
         admission.check_allowed(st, asked.kind)
         admission.check_admissible(st, asked.kind, asked.curve)

@@ -1020,3 +1020,15 @@ def test_a_dp_sgd_run_without_its_steps_is_refused(run: Cli) -> None:
     r = run("calibrate", "census", "-m", "subsampled_gaussian", "--sample-rate", "0.01", code=2)
     assert "needs --steps" in r.stderr, r.stderr
     assert run.client.get("/v1/datasets/census/ledger").json()["entries"] == []
+
+
+def test_a_retried_charge_says_it_was_a_retry(run: Cli) -> None:
+    """The same --idempotency-key twice printed the same "recorded as entry" line twice:
+    the second now says it was the first answer and that nothing was charged again."""
+    _dataset(run, "census", "--no-adaptive")
+    flags = ["-m", "gaussian", "--sigma", "20", "--idempotency-key", "nightly-2026-11-25"]
+    first = run("charge", "census", *flags).stdout
+    again = run("charge", "census", *flags).stdout
+    assert "retry" not in first and "nothing charged again" in again
+    assert first.split(";")[0] == again.split(" (a retry")[0]  # the same entry
+    assert run.client.get("/v1/datasets/census/budget").json()["entries"] == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -13,6 +14,8 @@ from privacy_ledger_client._calls import Call
 from privacy_ledger_client._errors import DecodingError, HTTPStatusError, Unauthorized, error_for
 
 DEFAULT_URL = "http://127.0.0.1:8000"
+REPLAYED_HEADER = "Idempotent-Replayed"
+"""Set to ``true`` by the server on the stored first answer to a retried Idempotency-Key."""
 URL_ENV = "PRIVACY_LEDGER_URL"
 KEY_ENV = "PRIVACY_LEDGER_API_KEY"
 
@@ -69,9 +72,25 @@ def read_answer(call: Call[Any], response: httpx.Response) -> Any:
             response.status_code, {"detail": f"not JSON: {response.text[:200]!r}"}
         ) from None
     try:
-        return call.read(data)
+        answer = call.read(data)
     except ValueError as exc:
         raise DecodingError(response.status_code, {"detail": str(exc)}) from None
+    if (
+        response.headers.get(REPLAYED_HEADER) == "true"
+        and dataclasses.is_dataclass(answer)
+        and not isinstance(answer, type)
+        and any(f.name == "replayed" for f in dataclasses.fields(answer))
+    ):
+        answer = dataclasses.replace(answer, replayed=True)
+    return answer
 
 
-__all__ = ["DEFAULT_URL", "KEY_ENV", "URL_ENV", "Endpoint", "__version__", "read_answer"]
+__all__ = [
+    "DEFAULT_URL",
+    "KEY_ENV",
+    "REPLAYED_HEADER",
+    "URL_ENV",
+    "Endpoint",
+    "__version__",
+    "read_answer",
+]

@@ -225,6 +225,9 @@ class Charge(Model):
     allocation: Allocation | None = None
     blocks: list[Block] | None = None
     allocation_blocks: list[Block] | None = None
+    replayed: bool = False
+    """True when the server answered a retried Idempotency-Key with this stored first answer
+    (its ``Idempotent-Replayed`` header): nothing was charged again."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -234,6 +237,8 @@ class ChargeBatch(Model):
 
     entries: list[LedgerEntry]
     spent: Spent
+    replayed: bool = False
+    """As ``Charge.replayed``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -320,6 +325,9 @@ class Reservation(Model):
     blocks: dict[str, str] | None = None
     key_name: str | None = None  # the reserving key's label (in a dataset's list of holds)
     resolved_by: str | None = None  # the id of the key that committed or released it
+    replayed: bool = False
+    """True when a retried Idempotency-Key was answered with this stored first answer (the
+    reservation made then; nothing more was held)."""
 
 
 # --- administration ---------------------------------------------------------------------------
