@@ -724,6 +724,11 @@ def refusal(st: DatasetState, ask: Ask, dry: Decision, *, dry_run: bool = False)
             f"budget {budget} ({f.kind.value} filter)"
         )
     detail = _structure_detail(st, ask, dry) or detail
+    if f.kind in RHO_FILTERS and ask.kind == "subsampled_gaussian":
+        detail += (
+            "; zcdp accounting gives DP-SGD no amplification by subsampling (it keeps each "
+            "entry's rho only): training runs are accounted far more tightly on an rdp dataset"
+        )
     return BudgetExceeded(
         detail,
         **_structure_fields(ask, dry),
