@@ -279,9 +279,10 @@ def _check_depth(value: Any, field: str, limit: int) -> None:
 
 
 def check_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The size limit of a metadata object (its depth was checked before it was validated,
+    ``_WithLabel._no_nan``)."""
     if value is None:
         return None
-    _check_depth(value, "metadata", MAX_METADATA_DEPTH)
     size = len(json.dumps(value, allow_nan=False, default=str))
     if size > MAX_METADATA_BYTES:
         raise ValueError(f"metadata is {size} bytes of JSON; the limit is {MAX_METADATA_BYTES}")

@@ -120,4 +120,4 @@ def replayed(model: type[A], first: dict[str, Any]) -> A:
     return answer
 
 
-__all__ = ["replayed", "SYSTEM_OWNER", "owner", "remember", "replay", "request_hash"]
+__all__ = ["SYSTEM_OWNER", "owner", "remember", "replay", "replayed", "request_hash"]
