@@ -165,18 +165,18 @@ def test_dp_sgd_noise_search_is_bounded_and_sharp(
     one's answer; up to 122 before that), and its answer is sharp to REL_TOL: one relative step
     of REL_TOL less noise does not fit."""
     from app.accounting import calibration as cal
-    from app.accounting import subsampled_gaussian as sgm
     from app.accounting.kinds._spec import unit_curve
+    from app.accounting.subsampled_gaussian import batch
 
     calls = 0
-    chunk = sgm._rdp_chunk
+    chunk = batch._rdp_chunk
 
     def counted(*args, **kwargs):
         nonlocal calls
         calls += 1
         return chunk(*args, **kwargs)
 
-    monkeypatch.setattr(sgm, "_rdp_chunk", counted)
+    monkeypatch.setattr(batch, "_rdp_chunk", counted)
     unit_curve.cache_clear()
     fits = filter_fits(FilterKind.RDP, PrivacyCurve.zero(), epsilon, delta, None)
     result = calibrate("subsampled_gaussian", {"sample_rate": q, "steps": steps}, "sigma", fits)

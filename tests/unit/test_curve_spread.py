@@ -15,6 +15,13 @@ from app.accounting import subsampled_gaussian as sgm
 from app.accounting.kinds._spec import unit_curve
 from app.accounting.mechanisms import mechanism_from_dict
 from app.accounting.orders import ORDERS
+from app.accounting.subsampled_gaussian import (
+    batch,
+    integer_orders,
+    numerics,
+    signed_series,
+    taylor_bound,
+)
 from app.services.ledger import _stale, _stale_curves
 
 CASES = [(1e-6, 0.65), (0.004, 1.1), (1e-3, 1.0), (1e-8, 0.5), (1e-5, 5.0), (0.2, 0.8), (0.01, 2.0)]
@@ -44,6 +51,13 @@ class _OtherCpu:
         return moved
 
 
+def _other_cpu(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """Every module of the curve computed with ``_OtherCpu(seed)``'s numpy."""
+    cpu = _OtherCpu(seed)
+    for module in (batch, integer_orders, numerics, signed_series, taylor_bound):
+        monkeypatch.setattr(module, "np", cpu)
+
+
 def _curve(q: float, sigma: float) -> tuple[np.ndarray, np.ndarray]:
     spread = np.zeros((1, ORDERS.size))
     values = sgm.rdp_batch(np.array([q]), np.array([sigma]), spread=spread)
@@ -63,7 +77,7 @@ def test_another_cpus_last_bits_stay_within_the_spread(
     q: float, sigma: float, seed: int, monkeypatch
 ) -> None:
     values, spread = _curve(q, sigma)
-    monkeypatch.setattr(sgm, "np", _OtherCpu(seed))
+    _other_cpu(monkeypatch, seed)
     other, _ = _curve(q, sigma)
     moved = np.abs(other - values)
     assert (moved <= 1e-12 * np.maximum(values, other) + 2.0 * spread).all()
@@ -73,7 +87,7 @@ def test_the_spread_is_needed_where_a_minus_1_is_tiny(monkeypatch) -> None:
     """Without it, the modelled CPU's curve is more than 1e-12 away (the failure it fixes); with
     a moderate sample rate the series is tight to 1e-12 and the spread is 0."""
     values, spread = _curve(1e-6, 0.65)
-    monkeypatch.setattr(sgm, "np", _OtherCpu(1))
+    _other_cpu(monkeypatch, 1)
     other, _ = _curve(1e-6, 0.65)
     assert (np.abs(other - values) > 1e-12 * values).any()
     assert (spread / values).max() < 1e-5  # certified to a few parts in a million
@@ -87,7 +101,7 @@ def test_verify_allows_the_spread_and_nothing_more(monkeypatch) -> None:
     here = m.curve()
     spread = type(m).unit_spreads([m.unit()])
     assert spread is not None
-    monkeypatch.setattr(sgm, "np", _OtherCpu(2))
+    _other_cpu(monkeypatch, 2)
     sgm.subsampled_gaussian_rdp.cache_clear()
     unit_curve.cache_clear()
     there = m.curve()  # as another CPU stored it
@@ -117,7 +131,7 @@ def test_verify_checks_mixed_rows_each_against_its_own_kind(monkeypatch) -> None
             {"mechanism": "subsampled_gaussian", "sigma": 1.1, "sample_rate": 0.004, "steps": 50}
         ),
     ]
-    monkeypatch.setattr(sgm, "np", _OtherCpu(3))
+    _other_cpu(monkeypatch, 3)
     unit_curve.cache_clear()
     there = [m.curve() for m in ms]  # the DP-SGD rows as another CPU stored them
     monkeypatch.undo()

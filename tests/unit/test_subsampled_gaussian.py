@@ -15,6 +15,8 @@ from app.accounting import subsampled_gaussian as sg
 from app.accounting.filters import FilterKind, spend
 from app.accounting.mechanisms import SubsampledGaussian
 from app.accounting.orders import INTEGER_MASK, ORDERS
+from app.accounting.subsampled_gaussian import batch as batches
+from app.accounting.subsampled_gaussian import integer_orders, numerics
 
 mp.mp.dps = 50
 logging.getLogger("absl").setLevel(logging.ERROR)  # dp_accounting warns about its own series
@@ -199,7 +201,9 @@ def test_blocks_give_the_same_curves(block: int, monkeypatch: pytest.MonkeyPatch
     s = np.array([1.0, 3.0, 10.0, 0.8, 1e-3, 0.7, 1e6])
     work = sg.Work()
     expected = sg.rdp_batch(q, s, work=work)
-    monkeypatch.setattr(sg, "BLOCK", block)
+    # (read where the blocks are cut and where the integer orders' windows are summed)
+    monkeypatch.setattr(numerics, "BLOCK", block)
+    monkeypatch.setattr(integer_orders, "BLOCK", block)
     blocked_work = sg.Work()
     np.testing.assert_array_equal(sg.rdp_batch(q, s, work=blocked_work), expected)
     assert blocked_work == work
@@ -212,7 +216,7 @@ def test_a_batch_counts_the_work_of_its_groups(
     """Chunks of CHUNK curves bisect each GROUP of curves for the steps that group needs: the
     curves and the counted work of a batch are those of its groups computed one by one (also
     where windows are narrowed to fit the budget, forced here with a small one)."""
-    monkeypatch.setattr(sg, "WINDOW_BUDGET", budget)
+    monkeypatch.setattr(integer_orders, "WINDOW_BUDGET", budget)
     rng = np.random.default_rng(5)
     q = np.concatenate([np.exp(rng.uniform(np.log(1e-4), np.log(0.05), 30)), [0.5, 0.3, 1e-9]])
     s = np.concatenate([rng.uniform(0.6, 3.0, 30), [30.0, 3.0, 80.0]])
@@ -220,8 +224,8 @@ def test_a_batch_counts_the_work_of_its_groups(
     batch = sg.rdp_batch(q, s, work=work)
     alone = sg.Work()
     parts = [
-        sg.rdp_batch(q[k : k + sg.GROUP], s[k : k + sg.GROUP], work=alone)
-        for k in range(0, q.size, sg.GROUP)
+        sg.rdp_batch(q[k : k + batches.GROUP], s[k : k + batches.GROUP], work=alone)
+        for k in range(0, q.size, batches.GROUP)
     ]
     np.testing.assert_array_equal(batch, np.concatenate(parts))
     assert work == alone
@@ -247,10 +251,10 @@ def test_left_out_integer_terms_are_bounded_by_their_expm1_share(q: float, order
     about 1 + x / 2). Larger orders at these q stay loose by the count of left-out terms times
     the largest (noted in the module docstring)."""
     sigma = 30.0
-    rows = sg._Rows(
+    rows = integer_orders.Rows(
         lq=np.log([q]), l1q=np.log1p([-q]), a=np.array([0.5 / sigma**2]), alpha=np.array([order])
     )
-    got = float(sg._integer_log_am1(rows, np.array([0]), sg.Work())[0])
+    got = float(integer_orders.integer_log_am1(rows, np.array([0]), sg.Work())[0])
     with mp.workdps(60):
         qq, a = mp.mpf(q), 1 / (2 * mp.mpf(sigma) ** 2)
         exact = mp.log(
