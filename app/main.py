@@ -32,8 +32,7 @@ from app.config import Settings, get_settings, settings_or_exit
 from app.db import migrate
 from app.db.engine import Database
 from app.db.models import utcnow
-from app.services import keys
-from app.services import ledger as ledger_service
+from app.services import keys, verification
 from app.services import reservations as reservation_service
 
 log = logging.getLogger("privacy_ledger")
@@ -223,7 +222,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await run_in_threadpool(_bootstrap_keys, db, settings)
         if settings.auto_migrate:  # curves stored under formulas since corrected
             try:
-                await run_in_threadpool(ledger_service.rederive_if_formulas_changed, db)
+                await run_in_threadpool(verification.rederive_if_formulas_changed, db)
             except Exception:  # the server still serves; the repair is tried at the next start
                 log.exception(
                     "stored curves could not be re-derived under this release's formulas; run "
@@ -231,8 +230,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 )
         else:  # the migration job re-derives them; /readyz says so until it has run
             with contextlib.suppress(Exception):  # (a database not ready is /readyz's to say)
-                await run_in_threadpool(ledger_service.stamp_if_empty, db)
-                behind = await run_in_threadpool(ledger_service.formulas_behind, db)
+                await run_in_threadpool(verification.stamp_if_empty, db)
+                behind = await run_in_threadpool(verification.formulas_behind, db)
                 if behind is not None:
                     log.warning("not ready: %s", behind)
         stop = asyncio.Event()

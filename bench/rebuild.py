@@ -7,7 +7,7 @@ service, and N ledger rows bulk-inserted with SQL: a realistic mix (Gaussian, La
 randomized response, DP-SGD, pure_dp, zcdp, approx_dp with a few dozen parameter sets, so
 many rows repeat), or with ``--distinct`` every row a different Gaussian. The dataset's totals
 are left at zero, so the verify finds drift and rebuilds them from the ledger, under the
-dataset's lock, as ``privacy-ledger verify --rebuild`` does (``app.services.ledger.verify``).
+dataset's lock, as ``privacy-ledger verify --rebuild`` does (``app.services.verification.verify``).
 
 With ``--partitioned SPAN`` the dataset is partitioned by day and every row covers SPAN daily
 blocks (starting on one of the 365 days of 2026 in turn), every other row charged to one of
@@ -41,7 +41,7 @@ from app.db.engine import Database  # noqa: E402
 from app.db.models import LedgerEntry, utcnow  # noqa: E402
 from app.principal import SYSTEM  # noqa: E402
 from app.services import allocations, datasets  # noqa: E402
-from app.services.ledger import verify  # noqa: E402
+from app.services.verification import verify  # noqa: E402
 
 
 def _mix(n: int, distinct: bool) -> list[Mechanism]:

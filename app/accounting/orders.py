@@ -68,7 +68,7 @@ CURVE_FORMULAS_VERSION = 1
 """Bump whenever a mechanism's curve formula changes (a correction found below the exact value,
 or a tightening): a database written before re-derives its stored curves from their mechanisms
 and rebuilds its totals once, at the first ``migrate`` or auto-migrating start-up of the release
-that bumps it (``app.services.ledger.rederive_if_formulas_changed``). Version 1: the formulas
+that bumps it (``app.services.verification.rederive_if_formulas_changed``). Version 1: the formulas
 of 2026-11-24 (discrete Laplace margin 2556fc4, DP-SGD series ff22b6b / 4e9a4c1 / 3942eb9); a
 database without the stamp was written before them, or by a release that did not keep it.
 ``tests/unit/test_curve_formulas_version.py`` fails when a curve moves beyond ``verify``'s

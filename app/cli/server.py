@@ -45,7 +45,7 @@ def migrate(
 
     from app.db import migrate as m
     from app.db.engine import Database
-    from app.services.ledger import rederive_if_formulas_changed
+    from app.services.verification import rederive_if_formulas_changed
 
     url = database_url or settings().database_url
     with opened(url, "migrate"):
@@ -187,7 +187,7 @@ def _verify_here(database_url: str, rebuild: bool, quiet: bool) -> dict[str, Any
     """One dataset at a time (each in its own locked transaction), with a progress bar."""
     from app.db.engine import Database
     from app.services import datasets as dataset_service
-    from app.services.ledger import verify as run_verify
+    from app.services.verification import verify as run_verify
 
     db = Database(database_url)
     try:

@@ -26,7 +26,7 @@ from app.db.engine import Database
 from app.db.models import Allocation, LedgerEntry
 from app.principal import SYSTEM
 from app.services import allocations, charges, datasets
-from app.services.ledger import verify
+from app.services.verification import verify
 from tests.conftest import ADMIN, ADMIN_KEY
 from tests.db.test_constant_cost_under_holds import _TUPLES, _count_sqlite
 from tests.live import running

@@ -15,7 +15,7 @@ from app.accounting.orders import ORDERS, ORDERS_VERSION
 from app.db import migrate
 from app.db.engine import Database
 from app.principal import SYSTEM
-from app.services import datasets, ledger
+from app.services import datasets, verification
 
 V1_ORDERS = 239  # the grid before ORDERS_VERSION 2
 ENTRIES = [
@@ -91,7 +91,7 @@ def test_a_v1_database_upgrades_to_consistent_v2_totals(db_url: str) -> None:
 
     db = Database(db_url)
     try:
-        report = ledger.verify(db, SYSTEM)
+        report = verification.verify(db, SYSTEM)
         assert report.ok, report
         answer = datasets.budget_view(db, SYSTEM, "ds_v1")
         assert answer.entries == 3

@@ -18,7 +18,7 @@ from app.accounting.mechanisms import Gaussian
 from app.db.engine import Database
 from app.db.models import LedgerEntry
 from app.principal import SYSTEM, Credentials, Role
-from app.services import admission, charges, datasets, keys, ledger
+from app.services import admission, charges, datasets, keys, verification
 from app.services.state import DatasetState
 
 CHARGE = Gaussian(sigma=50.0)
@@ -104,7 +104,7 @@ def test_a_group_of_charges_writes_the_totals_once(db_url: str) -> None:
         assert sum(entries) == QUEUED, sent
         assert len(entries) == (QUEUED if db.is_sqlite else 1), sent  # PostgreSQL: one INSERT
         assert len(totals_writes) == 1, totals_writes
-        report = ledger.verify(db, SYSTEM)
+        report = verification.verify(db, SYSTEM)
         assert report.ok, report
         assert datasets.budget_view(db, SYSTEM, ds.id).entries == QUEUED + 1
     finally:
@@ -136,6 +136,6 @@ def test_a_unit_appending_more_entries_than_the_group_drew_ids_for(db_url: str) 
         stored = _stored_ids(db, ds.id)
         assert stored == answered
         assert [stored[seq] for seq in sorted(stored)] == sorted(stored.values())
-        assert ledger.verify(db, SYSTEM).ok
+        assert verification.verify(db, SYSTEM).ok
     finally:
         db.dispose()

@@ -23,7 +23,7 @@ from app.db import migrate
 from app.db.engine import Database
 from app.main import create_app
 from app.principal import SYSTEM
-from app.services import charges, ledger
+from app.services import charges, verification
 from tests.conftest import ADMIN, make_settings, new_dataset
 
 GAUSS = {"mechanism": {"mechanism": "gaussian", "sigma": 10.0}, "label": "daily"}
@@ -164,7 +164,7 @@ def test_records_made_before_0009_keep_the_key_that_made_them(db_url: str) -> No
         assert c.get(f"{url}/budget").json()["entries"] == entries + 1
     db = Database(db_url)
     try:
-        assert ledger.verify(db, SYSTEM).ok
+        assert verification.verify(db, SYSTEM).ok
     finally:
         db.dispose()
 

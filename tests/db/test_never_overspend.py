@@ -18,7 +18,7 @@ from app.db.models import LedgerEntry
 from app.errors import BudgetExceeded
 from app.principal import SYSTEM
 from app.services import charges, datasets
-from app.services.ledger import verify
+from app.services.verification import verify
 from tests.conftest import ADMIN, ADMIN_KEY, PG_URL
 from tests.live import running
 

@@ -9,7 +9,7 @@ from app.accounting.mechanisms import Gaussian, Laplace, Mechanism
 from app.db import migrate
 from app.db.engine import Database
 from app.principal import SYSTEM
-from app.services import charges, datasets, ledger
+from app.services import charges, datasets, verification
 from tests.conftest import reserve_hold, run_sql
 
 
@@ -41,7 +41,7 @@ def test_a_pld_dataset_works_again_after_a_forced_downgrade_and_the_upgrade(
     migrate.upgrade(db_url)
     db = Database(db_url)
     try:
-        report = ledger.verify(db, SYSTEM)
+        report = verification.verify(db, SYSTEM)
         assert report.ok, report  # the recomposed distributions are the ledger's and the hold's
         after = _charge(db, ds.id, Laplace(epsilon=0.1))
         assert after > before  # one more entry, on the ledger's distribution, not an empty one

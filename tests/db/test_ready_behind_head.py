@@ -11,7 +11,7 @@ from app.accounting.orders import CURVE_FORMULAS_VERSION
 from app.db import migrate
 from app.db.engine import Database
 from app.main import create_app
-from app.services.ledger import FORMULAS_SETTING, rederive_if_formulas_changed
+from app.services.verification import FORMULAS_SETTING, rederive_if_formulas_changed
 from tests.conftest import ADMIN, make_settings, new_dataset, run_sql
 
 

@@ -22,7 +22,7 @@ from app.accounting.filters import FilterKind, spend
 from app.accounting.mechanisms import mechanism_from_dict
 from app.db.engine import Database
 from app.db.models import AuditEvent, LedgerEntry
-from app.services.ledger import verify
+from app.services.verification import verify
 from tests.conftest import ADMIN, ADMIN_KEY
 from tests.live import running
 

@@ -22,7 +22,7 @@ from app.accounting.rounding import sub_down
 from app.db import migrate
 from app.db.engine import Database
 from app.main import create_app
-from app.services import ledger
+from app.services import verification
 from tests.conftest import ADMIN, make_settings, new_dataset
 
 BUDGET = {"epsilon": 2.0, "delta": 1e-5}
@@ -143,11 +143,11 @@ def test_split_rules_made_under_0010_are_made_again_and_the_totals_rebuilt(db_ur
     assert _sql(db_url, "SELECT value FROM app_setting WHERE key = 'curve_formulas_version'") == []
     db = Database(db_url)
     try:
-        assert ledger.formulas_behind(db) is not None
-        report = ledger.rederive_if_formulas_changed(db)
+        assert verification.formulas_behind(db) is not None
+        report = verification.rederive_if_formulas_changed(db)
         assert report is not None and report.ok is False  # the spends had drifted: rebuilt
-        assert ledger.formulas_behind(db) is None
-        assert ledger.rederive_if_formulas_changed(db) is None  # once
+        assert verification.formulas_behind(db) is None
+        assert verification.rederive_if_formulas_changed(db) is None  # once
     finally:
         db.dispose()
     with _client(db_url) as c:

@@ -22,7 +22,7 @@ from app.config import Settings
 from app.db.codec import held_from_bytes, held_to_bytes
 from app.db.engine import Database
 from app.principal import SYSTEM
-from app.services import ledger
+from app.services import verification
 from tests.conftest import new_dataset, run_sql
 
 
@@ -56,7 +56,7 @@ def test_holds_resummed_in_another_order_are_not_drift(client: TestClient, db_ur
         engine.dispose()
     db = Database(Settings(database_url=db_url).database_url)
     try:
-        report = ledger.verify(db, SYSTEM)
+        report = verification.verify(db, SYSTEM)
     finally:
         db.dispose()
     drift_seen = [d.drift for d in report.datasets if not d.ok]

@@ -20,7 +20,7 @@ from sqlalchemy import create_engine, text
 
 from app.main import create_app
 from app.principal import SYSTEM
-from app.services import ledger
+from app.services import verification
 from tests.conftest import ADMIN, make_settings, new_dataset
 
 STORED = {"mechanism": "subsampled_gaussian", "sigma": 0.7, "sample_rate": 1e-6, "steps": 10**9}
@@ -57,18 +57,18 @@ def test_rebuild_rederives_curves_an_older_release_stored(client: TestClient, db
     owed = _compose(client, [TRUE, TRUE])
     assert owed > _compose(client, [STORED, STORED])  # the case is not vacuous
     db = client.app.state.db  # type: ignore[attr-defined]
-    found = ledger.verify(db, SYSTEM).datasets[0]
+    found = verification.verify(db, SYSTEM).datasets[0]
     assert len(found.entries_with_curve_mismatch) == 2 and not found.ok
 
-    ledger.verify(db, SYSTEM, rebuild=True)
-    after = ledger.verify(db, SYSTEM).datasets[0]
+    verification.verify(db, SYSTEM, rebuild=True)
+    after = verification.verify(db, SYSTEM).datasets[0]
     assert after.ok, after
     spent = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]["epsilon"]
     assert spent >= owed
 
     # the hold made before the upgrade is committed with the current curve of its mechanism
     assert client.post(f"/v1/reservations/{hold}/commit").status_code in (200, 201)
-    assert ledger.verify(db, SYSTEM).datasets[0].ok
+    assert verification.verify(db, SYSTEM).datasets[0].ok
     spent = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]["epsilon"]
     assert spent >= _compose(client, [TRUE, TRUE, TRUE])
 
@@ -106,9 +106,9 @@ def test_rederiving_curves_keeps_a_pld_that_matches_its_ledger(
         conn.execute(text("UPDATE ledger_entry SET rho = rho / 2 WHERE id = :i"), {"i": target})
     engine.dispose()
     db = client.app.state.db  # type: ignore[attr-defined]
-    assert ledger.verify(db, SYSTEM).datasets[0].entries_with_curve_mismatch == [target]
-    ledger.verify(db, SYSTEM, rebuild=True)
-    assert ledger.verify(db, SYSTEM).datasets[0].ok
+    assert verification.verify(db, SYSTEM).datasets[0].entries_with_curve_mismatch == [target]
+    verification.verify(db, SYSTEM, rebuild=True)
+    assert verification.verify(db, SYSTEM).datasets[0].ok
     after = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]["epsilon"]
     assert after >= before
 
@@ -127,7 +127,9 @@ def test_the_first_auto_migrating_start_rederives_them(client: TestClient, db_ur
             {"m": json.dumps({**TRUE, "count": 1, "v": 1}), "d": ds["id"]},
         )
         # (the fixture's server stamped the database it found empty: ``stamp_if_empty``)
-        conn.execute(text("DELETE FROM app_setting WHERE key = :k"), {"k": ledger.FORMULAS_SETTING})
+        conn.execute(
+            text("DELETE FROM app_setting WHERE key = :k"), {"k": verification.FORMULAS_SETTING}
+        )
     engine.dispose()
     owed = _compose(client, [TRUE])
     with TestClient(
@@ -135,8 +137,8 @@ def test_the_first_auto_migrating_start_rederives_them(client: TestClient, db_ur
     ) as c:
         spent = c.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]["epsilon"]
         assert spent >= owed
-        assert ledger.verify(c.app.state.db, SYSTEM).ok  # type: ignore[attr-defined]
-        again = ledger.rederive_if_formulas_changed(c.app.state.db)  # type: ignore[attr-defined]
+        assert verification.verify(c.app.state.db, SYSTEM).ok  # type: ignore[attr-defined]
+        again = verification.rederive_if_formulas_changed(c.app.state.db)  # type: ignore[attr-defined]
         assert again is None
 
 
@@ -150,7 +152,7 @@ def test_a_start_whose_rederivation_fails_still_serves_and_says_why(
     def broken(_db: object) -> None:
         raise RuntimeError("a stored mechanism this release cannot read")
 
-    monkeypatch.setattr(ledger, "rederive_if_formulas_changed", broken)
+    monkeypatch.setattr(verification, "rederive_if_formulas_changed", broken)
     settings = make_settings(db_url).model_copy(update={"auto_migrate": True})
     with caplog.at_level(logging.ERROR), TestClient(create_app(settings), headers=ADMIN) as c:
         assert c.get("/healthz").status_code == 200

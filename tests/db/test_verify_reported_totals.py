@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.accounting.filters import Spend
-from app.services.ledger import _spend_drift
+from app.services.verification import _spend_drift
 from tests.conftest import new_dataset, run_sql
 
 CHARGES = [

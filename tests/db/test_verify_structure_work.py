@@ -22,7 +22,7 @@ from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import Budget, Filter, FilterKind
 from app.accounting.mechanisms import mechanism_from_dict
 from app.principal import SYSTEM
-from app.services import admission, ledger
+from app.services import admission, verification
 from tests.conftest import new_dataset
 
 ENTRIES = 10
@@ -89,7 +89,7 @@ def _structure_work(client: TestClient, ds: str, monkeypatch: Any) -> dict[str, 
     db = client.app.state.db  # type: ignore[attr-defined]
     with db.write() as s, admission.locked(s, ds, SYSTEM) as st:
         with _counting(client, monkeypatch) as seen:
-            drift = ledger._verify_structures(s, st, False)
+            drift = verification._verify_structures(s, st, False)
     assert drift == []
     return seen
 
@@ -99,7 +99,7 @@ def test_structure_sums_do_not_grow_with_the_span(client: TestClient, monkeypatc
     the same work, no curve added per (entry, block) in Python, the ledger read in keyset
     pages of the needed columns. Before: 30 and 630 additions, one unpaged statement reading
     whole rows (mechanism, metadata, label...)."""
-    monkeypatch.setattr(ledger, "READ_CHUNK", 4)  # pages: 4 + 4 + 2 rows
+    monkeypatch.setattr(verification, "READ_CHUNK", 4)  # pages: 4 + 4 + 2 rows
     work = {}
     for span in (1, 31):
         ds = _partitioned(client, f"span-{span}")

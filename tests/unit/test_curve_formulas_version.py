@@ -1,14 +1,14 @@
 """A change to a mechanism's curve must bump ``CURVE_FORMULAS_VERSION``.
 
 Stored entry curves are re-derived from their mechanisms once per version
-(``app.services.ledger.rederive_if_formulas_changed``); a formula changed without the bump
+(``app.services.verification.rederive_if_formulas_changed``); a formula changed without the bump
 leaves every database written before it with curves that ``verify`` flags and, if the change
 corrected a value below the exact one, with totals below what the ledger's mechanisms imply.
 
 This is a change detector, not an oracle: ``tests/golden/curve_formulas.json`` holds the curves
 this code gave for a fixed set of mechanisms (every kind, extremes of its ranges), written by
 ``python -m tests.unit.test_curve_formulas_version --write`` under the version it names. The
-test recomputes them and applies ``verify``'s own staleness rule (``ledger._stale_curves``:
+test recomputes them and applies ``verify``'s own staleness rule (``verification._stale_curves``:
 relative 1e-12, where a different CPU's last-ulp differences stay far below it, or twice the
 spread a kind declares where they do not: the file was written on an AVX-512 machine, and on
 an AVX2 one two DP-SGD curves at small sample rates differed by up to 3e-7 of a value, within
@@ -26,7 +26,7 @@ import numpy as np
 
 from app.accounting.mechanisms import mechanism_from_dict
 from app.accounting.orders import CURVE_FORMULAS_VERSION, ORDERS
-from app.services.ledger import _close, _stale_curves
+from app.services.verification import _close, _stale_curves
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "curve_formulas.json"
 

@@ -22,7 +22,7 @@ from app.accounting.subsampled_gaussian import (
     signed_series,
     taylor_bound,
 )
-from app.services.ledger import _stale, _stale_curves
+from app.services.verification import _stale, _stale_curves
 
 CASES = [(1e-6, 0.65), (0.004, 1.1), (1e-3, 1.0), (1e-8, 0.5), (1e-5, 5.0), (0.2, 0.8), (0.01, 2.0)]
 

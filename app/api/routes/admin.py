@@ -14,7 +14,7 @@ from app.api.query_times import QueryTime
 from app.api.schemas import KeyIn
 from app.db.models import MAX_BIGINT
 from app.principal import Role
-from app.services import audit, keys, ledger
+from app.services import audit, keys, ledger, verification
 
 router = APIRouter(tags=["admin"])
 
@@ -119,4 +119,4 @@ def audit_trail(
     summary="Recompute totals from the ledger; rebuild on request",
 )
 def verify(db: DbDep, caller: Admin, rebuild: bool = False) -> Response:
-    return send(ledger.verify(db, caller, rebuild=rebuild))
+    return send(verification.verify(db, caller, rebuild=rebuild))

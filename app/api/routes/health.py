@@ -11,8 +11,8 @@ from sqlalchemy import inspect, text
 from app import __version__, observability
 from app.api.deps import DbDep, metrics_access
 from app.db.migrate import behind_head
-from app.services.ledger import formulas_behind
 from app.services.metrics import DatasetCollector
+from app.services.verification import formulas_behind
 
 router = APIRouter(tags=["health"])
 

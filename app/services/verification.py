@@ -1,0 +1,870 @@
+"""Verifying and rebuilding a dataset's totals from its ledger (``privacy-ledger verify``,
+``POST /v1/admin/verify``).
+
+The ledger is the source of truth. ``verify`` recomputes a dataset's totals from its entries
+(summing the stored entry curves in ledger order with the same round-up additions the charge
+path used, so a consistent database matches bit for bit), re-derives each entry's curve from its
+stored mechanism to catch drift in the formulas or the order grid, and checks the held sum
+against the active reservations. It reads and rewrites each dataset under that dataset's lock,
+so charges racing a rebuild are neither lost nor double counted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import ColumnElement, Text, cast, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app import responses as r
+from app.accounting.compose import RangeSums, compose_in_order, compose_ranges
+from app.accounting.curve import PrivacyCurve, Vector
+from app.accounting.filters import Spend
+from app.accounting.kinds import UnitCurves
+from app.accounting.mechanisms import Mechanism, mechanism_from_dict
+from app.accounting.orders import CURVE_FORMULAS_VERSION, ORDERS
+from app.accounting.pld import Pld
+from app.accounting.pld_filter import PldFilter
+from app.accounting.running import RunningSum
+from app.db.codec import curve_columns, curve_of, rdp_from_bytes
+from app.db.engine import Database
+from app.db.models import (
+    Allocation,
+    AllocationBlock,
+    AppSetting,
+    Dataset,
+    DatasetBlock,
+    LedgerEntry,
+    Reservation,
+    ReservationStatus,
+)
+from app.principal import SYSTEM, Caller
+from app.services import admission, audit, blocks
+from app.services.auth import authenticated
+from app.services.state import DatasetState
+from app.services.tallies import (
+    ALLOCATION,
+    ALLOCATION_BLOCK,
+    BLOCK,
+    Tally,
+    allocation_columns,
+)
+
+_L = LedgerEntry.__table__.c
+_R = Reservation.__table__.c
+
+READ_CHUNK = 10_000
+"""Ledger rows fetched per query by verify: bounded memory, few round trips."""
+
+CHECK_CHUNK = 2_048
+"""Distinct entries whose curves verify recomputes and compares at a time: the arrays of one
+chunk (2,048 x |ORDERS| doubles, 4 MB) stay in cache; 100,000 at once cost seconds in page
+faults alone."""
+
+Progress = Callable[[int, int], None]
+"""``progress(done, total)``: units of verify's work done so far, out of ``total`` (each
+ledger entry counts twice: the curve check, then the sum under the lock)."""
+
+
+def _rows(
+    s: Any, dataset_id: str, *columns: Any, where: ColumnElement[bool] | None = None
+) -> Iterator[Sequence[Any]]:
+    """The ledger's rows (only ``columns``; only those matching ``where``), in ledger order,
+    ``READ_CHUNK`` at a time: keyset pages on ``seq`` (bounded memory; no server-side cursor,
+    which PostgreSQL's autocommit reads could not hold)."""
+    last = 0
+    while True:
+        q = (
+            select(*columns, _L.seq)
+            .where(_L.dataset_id == dataset_id, _L.seq > last, *(() if where is None else (where,)))
+            .order_by(_L.seq)
+            .limit(READ_CHUNK)
+        )
+        chunk = s.execute(q).all()
+        if not chunk:
+            return
+        yield chunk
+        if len(chunk) < READ_CHUNK:
+            return
+        last = chunk[-1][-1]
+
+
+def _stored_curves(chunk: Sequence[Any], first: int) -> UnitCurves:
+    """Entry curves from rows whose columns ``first`` .. ``first + 5`` are rho, rdp, pure_eps,
+    gaussian_only, delta, orders_version (the codec's checks, all rows at once)."""
+    versions = {row[first + 5] for row in chunk}
+    for version in versions:
+        rdp_from_bytes(chunk[0][first + 1], version)  # refuses another order grid
+    blob = b"".join(row[first + 1] for row in chunk)
+    rdp = np.frombuffer(blob, dtype="<f8").astype(np.float64)
+    if rdp.size != len(chunk) * ORDERS.size:
+        raise RuntimeError(f"stored curves do not all have {ORDERS.size} orders")
+    return UnitCurves(
+        rho=np.array([row[first] for row in chunk], dtype=np.float64),
+        rdp=rdp.reshape(len(chunk), ORDERS.size),
+        pure_eps=np.array([row[first + 2] for row in chunk], dtype=np.float64),
+        delta=np.array([row[first + 4] for row in chunk], dtype=np.float64),
+        gaussian_only=np.array([bool(row[first + 3]) for row in chunk], dtype=bool),
+    )
+
+
+_CURVE_COLUMNS = (_L.rho, _L.rdp, _L.pure_eps, _L.gaussian_only, _L.delta, _L.orders_version)
+
+
+Mask = np.ndarray[Any, np.dtype[np.bool_]]
+
+
+def _close(fresh: Vector, stored: Vector, slack: Vector | float = 0.0) -> Mask:
+    """Elementwise ``math.isclose(fresh, stored, rel_tol=1e-12)`` (infinities equal), each
+    pair also allowed to differ by ``slack`` more."""
+    with np.errstate(invalid="ignore"):
+        tol = 1e-12 * np.maximum(np.abs(fresh), np.abs(stored)) + slack
+        close: Mask = (fresh == stored) | (np.abs(fresh - stored) <= tol)
+    return close
+
+
+def _stale(fresh_rho: Vector, fresh_rdp: Vector, stored_rho: Vector, stored_rdp: Vector) -> Mask:
+    """Rows whose stored curve is not their mechanism's fresh one (rho or any order's RDP)."""
+    return ~(_close(fresh_rho, stored_rho) & _close(fresh_rdp, stored_rdp).all(axis=1))
+
+
+def _stale_curves(mechanisms: list[Mechanism], stored_rho: Vector, stored_rdp: Vector) -> Mask:
+    """``_stale`` against the mechanisms' fresh curves, where an RDP value may also differ by
+    twice what its kind says another CPU's evaluation can (``Mechanism.unit_spreads``: a
+    DP-SGD value at a tiny sample rate is certified to a few parts in a million, not to 1e-12,
+    and its last bits follow the CPU's exp and log). The spreads are computed only for the rows
+    that differ by more than 1e-12."""
+    fresh_rho, fresh_rdp = _fresh_curves(mechanisms)
+    stale = _stale(fresh_rho, fresh_rdp, stored_rho, stored_rdp)
+    suspects = [i for i in np.flatnonzero(stale).tolist() if _close(fresh_rho[i], stored_rho[i])]
+    spreads = _fresh_spreads([mechanisms[i] for i in suspects])
+    for i, spread in zip(suspects, spreads, strict=True):
+        if spread is not None:
+            stale[i] = not bool(_close(fresh_rdp[i], stored_rdp[i], 2.0 * spread).all())
+    return stale
+
+
+def _by_kind(mechanisms: list[Mechanism]) -> dict[type[Mechanism], list[int]]:
+    """The positions of each kind's mechanisms, in order."""
+    by_kind: dict[type[Mechanism], list[int]] = {}
+    for i, m in enumerate(mechanisms):
+        by_kind.setdefault(type(m), []).append(i)
+    return by_kind
+
+
+def _fresh_spreads(mechanisms: list[Mechanism]) -> list[Vector | None]:
+    """Each mechanism's ``unit_spreads`` times its repetitions (None: its kind has none), the
+    units of a kind computed together."""
+    out: list[Vector | None] = [None] * len(mechanisms)
+    for cls, where in _by_kind(mechanisms).items():
+        spreads = cls.unit_spreads([mechanisms[i].unit() for i in where])
+        if spreads is not None:
+            for row, i in enumerate(where):
+                out[i] = spreads[row] * float(mechanisms[i].repetitions())
+    return out
+
+
+def _fresh_curves(mechanisms: list[Mechanism]) -> tuple[Vector, Vector]:
+    """rho (n,) and RDP (n, |ORDERS|) of ``mechanisms`` as ``Mechanism.curve()`` gives them to
+    within its last rounding: each kind's unit curves computed together (the same numbers as one
+    by one), times the repetitions."""
+    n = len(mechanisms)
+    rho, rdp = np.empty(n), np.empty((n, ORDERS.size))
+    for cls, where in _by_kind(mechanisms).items():
+        for start in range(0, len(where), READ_CHUNK):
+            part = where[start : start + READ_CHUNK]
+            units = cls.unit_curves([mechanisms[i].unit() for i in part])
+            reps = np.array([float(mechanisms[i].repetitions()) for i in part])
+            with np.errstate(over="ignore", invalid="ignore"):
+                rho[part] = units.rho * reps
+                rdp[part] = units.rdp * reps[:, None]
+    return rho, rdp
+
+
+def _curve_mismatches(db: Database, dataset_id: str, tick: Callable[[int], None]) -> list[int]:
+    """Ids of entries whose stored curve no longer matches the curve of their mechanism (drift
+    in the formulas or the order grid). Entries never change, so this runs outside the lock.
+    Rows with the same mechanism and stored curve are checked once."""
+    groups: dict[tuple[str, float, bytes], list[int]] = {}
+    with db.read() as s:
+        text = cast(_L.mechanism, Text)
+        for chunk in _rows(s, dataset_id, _L.id, text, _L.rho, _L.rdp, _L.orders_version):
+            for version in {row[4] for row in chunk}:
+                rdp_from_bytes(chunk[0][3], version)  # refuses another order grid
+            for row in chunk:
+                groups.setdefault((row[1], row[2], row[3]), []).append(row[0])
+            tick(len(chunk))
+    if not groups:
+        return []
+    keys = list(groups)
+    if any(len(k[2]) != ORDERS.size * 8 for k in keys):
+        raise RuntimeError(f"stored curves do not all have {ORDERS.size} orders")
+    bad: list[int] = []
+    for start in range(0, len(keys), CHECK_CHUNK):
+        part = keys[start : start + CHECK_CHUNK]
+        stored_rho = np.array([k[1] for k in part], dtype=np.float64)
+        stored_rdp = np.frombuffer(b"".join(k[2] for k in part), dtype="<f8").reshape(
+            len(part), ORDERS.size
+        )
+        mechanisms = [mechanism_from_dict(json.loads(k[0])) for k in part]
+        stale = _stale_curves(mechanisms, stored_rho, stored_rdp)
+        bad += [i for k, old in zip(part, stale, strict=True) if old for i in groups[k]]
+    return sorted(bad)
+
+
+def _active_holds(s: Any, dataset_id: str) -> list[Reservation]:
+    """The dataset's active holds, in creation order (read under its lock)."""
+    return list(
+        s.scalars(
+            select(Reservation)
+            .where(_R.dataset_id == dataset_id, _R.status == ReservationStatus.ACTIVE)
+            .order_by(_R.created_at, _R.id)
+        )
+    )
+
+
+def _held_mismatches(holds: list[Reservation]) -> list[Reservation]:
+    """The holds whose stored curve no longer matches their mechanism (a hold made by an older
+    release, before a formula was corrected): ``_curve_mismatches``' test, curves of a kind
+    computed together."""
+    if not holds:
+        return []
+    stored = [curve_of(h) for h in holds]
+    stale = _stale_curves(
+        [mechanism_from_dict(h.mechanism) for h in holds],
+        np.array([c.rho for c in stored], dtype=np.float64),
+        np.vstack([c.rdp for c in stored]),
+    )
+    return [h for h, old in zip(holds, stale, strict=True) if old]
+
+
+def _rederive(s: Any, entry_ids: list[int], holds: list[Reservation]) -> None:
+    """Rewrite the stored curves of these entries and holds from their mechanisms (the ledger's
+    source of truth) under the current formulas, as migration 0005 did for the order grid: a
+    curve stored by an older release whose formula was since found below the exact value (e.g.
+    DP-SGD at sigma 0.65, q 1e-6: 14 % below at order 2.6) would otherwise stay in every sum,
+    and in the entry a hold's commit makes. Runs under the dataset's lock, before the sums."""
+    fresh: dict[str, dict[str, Any]] = {}
+
+    def columns(mechanism: Any) -> dict[str, Any]:
+        key = json.dumps(mechanism, sort_keys=True)
+        if key not in fresh:
+            fresh[key] = curve_columns(mechanism_from_dict(mechanism).curve())
+        return fresh[key]
+
+    conn = s.connection()
+    for start in range(0, len(entry_ids), READ_CHUNK):
+        part = entry_ids[start : start + READ_CHUNK]
+        for entry_id, mechanism in s.execute(select(_L.id, _L.mechanism).where(_L.id.in_(part))):
+            conn.execute(update(LedgerEntry).where(_L.id == entry_id).values(**columns(mechanism)))
+    for hold in holds:
+        for name, value in columns(hold.mechanism).items():
+            setattr(hold, name, value)
+    s.flush()
+
+
+def _recomputed(
+    s: Any, st: DatasetState, holds: list[Reservation], tick: Callable[[int], None]
+) -> tuple[PrivacyCurve, int, dict[str, Any], RunningSum, datetime | None]:
+    """From the ledger, read in the caller's transaction (which holds the dataset's lock, so the
+    ledger cannot move): the sum of stored entry curves in ledger order (``compose_in_order``:
+    bit for bit the charge path's running sum), the entry count and per-kind counts; and the
+    held sum of the active reservations ``holds`` and the earliest of their expiries."""
+    total = PrivacyCurve.zero()
+    n = 0
+    counts: dict[str, Any] = {}
+    for chunk in _rows(s, st.id, _L.kind, _L.count, *_CURVE_COLUMNS):
+        curves = _stored_curves(chunk, 2)
+        # the running sum carries on from the previous chunk: prepend it as a row
+        total = compose_in_order(
+            UnitCurves(
+                rho=np.concatenate(([total.rho], curves.rho)),
+                rdp=np.vstack((total.rdp[None, :], curves.rdp)),
+                pure_eps=np.concatenate(([total.pure_eps], curves.pure_eps)),
+                delta=np.concatenate(([total.delta], curves.delta)),
+                gaussian_only=np.concatenate(([total.gaussian_only], curves.gaussian_only)),
+            )
+        )
+        n += len(chunk)
+        for row in chunk:
+            kind, count, rho = row[0], row[1], row[2]
+            c = counts.setdefault(kind, {"entries": 0, "count": 0, "rho": 0.0})
+            c["entries"] += 1
+            c["count"] += count
+            c["rho"] = c["rho"] + rho if c["rho"] is not None and math.isfinite(rho) else None
+        tick(len(chunk))
+    held = RunningSum()
+    next_expiry: datetime | None = None
+    for h in holds:
+        held = held.add(curve_of(h))
+        expires = admission.aware(h.expires_at)
+        next_expiry = expires if next_expiry is None else min(next_expiry, expires)
+    return total, n, counts, held, next_expiry
+
+
+PLD_TOLERANCE = 1e-2
+"""Relative difference in certified epsilon within which a stored PLD matches the ledger's.
+The check recomposes identical entries together (``self_compose``: a few convolutions), while
+charging composed one entry at a time; the two truncate tails and round at different steps, so
+their epsilons differ, either way: by up to 3.3e-4 relative over 60 random 10-100-entry
+ledgers and 5.2e-4 over 12 random 1,000-entry ones (1e-6, the tolerance before, flagged healthy
+ledgers of 11 entries). Both are pessimistic, so either may be kept. What a ledger holds is
+checked exactly besides (entry counts, rho and RDP totals), so a missing or extra entry is found
+there; this check finds a distribution that is not the ledger's at all."""
+
+
+def _pld_of(s: Any, st: DatasetState, active_only: bool) -> Pld | None:
+    """A ``pld`` dataset's PLD recomposed from its ledger (or its active holds), identical
+    mechanisms grouped."""
+    assert st.pld is not None
+    q = (
+        select(_R.mechanism).where(_R.dataset_id == st.id, _R.status == ReservationStatus.ACTIVE)
+        if active_only
+        else select(_L.mechanism).where(_L.dataset_id == st.id)
+    )
+    groups = Counter(json.dumps(m, sort_keys=True) for m in s.scalars(q))
+    if not groups:
+        return None
+    total = Pld.identity(st.pld.interval, st.pld.extended)
+    for mechanism, n in sorted(groups.items()):
+        total = total.compose(admission.entry_pld(st, json.loads(mechanism)).self_compose(n))
+    return total
+
+
+def _pld_drift(st: DatasetState, fresh: Pld | None) -> bool:
+    assert st.pld is not None
+    if fresh is None:
+        return st.entry_count != 0
+    return _pld_differs(st, st.pld, fresh)
+
+
+def _pld_held_drift(st: DatasetState, fresh: Pld | None) -> bool:
+    """The stored held PLD against the active holds' (admission composes it with the ledger's:
+    one lost or missing there under-counts what is held)."""
+    if st.pld_held is None or fresh is None:
+        return (st.pld_held is None) != (fresh is None)
+    return _pld_differs(st, st.pld_held, fresh)
+
+
+def _pld_differs(st: DatasetState, stored: Pld, fresh: Pld) -> bool:
+    """Certified epsilons at the budget's delta further apart than ``PLD_TOLERANCE``."""
+    delta = st.budget.delta
+    a, b = stored.epsilon(delta), fresh.epsilon(delta)
+    return not math.isclose(a, b, rel_tol=PLD_TOLERANCE, abs_tol=1e-12)
+
+
+def _expiry_drift(stored: datetime | None, fresh: datetime | None) -> bool:
+    """The stored next expiry must be the earliest expiry of the active holds (after ``settle``,
+    which ``locked`` ran: none of them is due). Later, or none while holds are active, and
+    ``settle`` skips due holds: they are not charged at expiry (fail closed) and their pipeline
+    can still commit or release them, a release then dropping budget the expiry should have
+    charged."""
+    if stored is None or fresh is None:
+        return (stored is None) != (fresh is None)
+    return admission.aware(stored) != fresh
+
+
+def _held_drift(stored: RunningSum, fresh: RunningSum) -> bool:
+    """Stored held sums are rounded up along their own add/remove history, so they match the
+    fresh sum only to within rounding; they must never be below the exact sum. The fresh sum is
+    rounded up too, in another order (holds added in lock order, re-read by time, and server
+    clocks differ): each of its ``count`` additions raised it by at most one part in 2^52, so
+    the exact sum is at least fresh (1 - (count + 1) 2^-52), the floor a stored sum must reach
+    (a strict fresh-order comparison reported one-ulp 'drift' on consistent databases).
+
+    Every member admission reads is compared: the counts exactly (of holds, of non-Gaussian
+    holds, which switch a filter's exact Gaussian rule off, and of infinite parts), and the
+    pure-DP and delta sums like rho. A held pure_eps drifted to 0 with count, rho and RDP intact
+    passed, and admission then let a ledger reach epsilon 1.0999993 on a budget of 1.
+
+    No finite member is checked from above. A removal leaves the ulps of the largest sum the
+    holds ever reached: a hold of RDP 1e5 at a high order released beside one of 0.085 left
+    0.085 + 8.6e-11, which a relative test of 1e-9 reported as drift on a consistent database
+    (``verify`` exit 1, ``--rebuild`` rewriting sums that had not drifted). How large that
+    excess may be depends on the holds' history, which the sum does not keep; an excess only
+    holds back more budget than the holds need, and a missing or repeated removal changes the
+    exact counts above."""
+    a, b = stored.total(), fresh.total()
+    if a is None or b is None:
+        return (a is None) != (b is None)
+    floor = 1.0 - (fresh.count + 1) * 2.0**-52
+    return bool(
+        stored.count != fresh.count
+        or stored.non_gaussian != fresh.non_gaussian
+        or stored.rho_inf != fresh.rho_inf
+        or stored.pure_inf != fresh.pure_inf
+        or not np.array_equal(stored.rdp_inf, fresh.rdp_inf)
+        or stored.rho < fresh.rho * floor
+        or stored.pure_eps < fresh.pure_eps * floor
+        or stored.delta < fresh.delta * floor
+        or (a.rdp < b.rdp * floor).any()
+    )
+
+
+# --- budget structures (issue 15) -------------------------------------------------------------
+
+
+_STRUCTURE_COLUMNS = (_L.allocation_id, _L.block_from, _L.block_to, *_CURVE_COLUMNS)
+_GROUPED = operator.itemgetter(slice(0, len(_STRUCTURE_COLUMNS)))
+
+_FAMILY = 1 << 24
+"""Block positions of every owner on one line: the dataset's blocks at their position, the
+blocks of allocation i at (i + 1) x 2^24 + position (a block's position, at most a day's
+proleptic ordinal, 3,652,059 for 9999-12-31, stays below 2^24)."""
+
+
+@dataclass(frozen=True)
+class _StructureSums:
+    """Bounds on every allocation and block tally's sum recomputed from the ledger (what
+    ``compose_ranges`` gives: each allocation at its index in ``allocations``, every block
+    on the line of ``_FAMILY``)."""
+
+    dataset_id: str
+    unit: str | None
+    allocations: dict[str, int]
+    totals: RangeSums
+    blocks: RangeSums
+
+    def find(self, ident: tuple[str, str, str | None]) -> tuple[RangeSums, int | None]:
+        """The sums holding tally ``ident`` and its segment (None: no entry reaches it)."""
+        kind, owner, key = ident
+        if kind == ALLOCATION:
+            i = self.allocations.get(owner)
+            return self.totals, None if i is None else self.totals.segment(i)
+        family = 0 if kind == BLOCK else self.allocations.get(owner, -1) + 1
+        if self.unit is None or key is None or (family == 0 and kind != BLOCK):
+            return self.blocks, None
+        return self.blocks, self.blocks.segment(family * _FAMILY + blocks.check_key(self.unit, key))
+
+    def charged(self) -> set[tuple[str, str, str | None]]:
+        """Every tally some entry was charged to: O(allocations + blocks charged)."""
+        out: set[tuple[str, str, str | None]] = {
+            (ALLOCATION, a, None)
+            for a, i in self.allocations.items()
+            if (j := self.totals.segment(i)) is not None and self.totals.entries[j] > 0
+        }
+        owners = sorted(self.allocations, key=self.allocations.__getitem__)
+        edges = self.blocks.edges.tolist()
+        for j in np.flatnonzero(self.blocks.entries > 0).tolist():
+            for position in range(edges[j], edges[j + 1]):
+                family, at = divmod(position, _FAMILY)
+                key = blocks.key_at(str(self.unit), at)
+                out.add(
+                    (BLOCK, self.dataset_id, key)
+                    if family == 0
+                    else (ALLOCATION_BLOCK, owners[family - 1], key)
+                )
+        return out
+
+
+def _structure_sums(s: Any, st: DatasetState) -> tuple[_StructureSums, dict[Any, RunningSum]]:
+    """Each tally's sum recomputed from the ledger's stored entry curves, and each tally's held
+    sum from the active reservations. Keys: (kind, owner, block key).
+
+    The ledger is read in keyset pages of the columns needed; identical (curve, allocation,
+    range) entries are counted once and summed per block by ``compose_ranges``: O(entries +
+    blocks) work, where adding each entry's curve to each block of its range cost entries x
+    span (1,000 entries of 31-day ranges: 63,000 curve additions under the dataset's lock).
+    Those sums are bounds on the exact sum, not the running totals' own bits (a running total
+    is added in ledger order, block by block): ``RangeSums.holds`` compares within rounding."""
+    unit = st.partition_unit
+    same: Counter[tuple[Any, ...]] = Counter()  # identical rows (the seq column left out)
+    charged = or_(_L.allocation_id.is_not(None), _L.block_from.is_not(None))
+    for chunk in _rows(s, st.id, *_STRUCTURE_COLUMNS, where=charged):
+        same.update(map(_GROUPED, chunk))
+    curves: dict[tuple[Any, ...], int] = {}
+    groups: dict[tuple[int, str | None, str | None, str | None], int] = {}
+    for row, n in same.items():
+        c = curves.setdefault(row[3:9], len(curves))
+        groups[(c, row[0], row[1], row[2])] = n
+    allocations = {a: i for i, a in enumerate(sorted({g[1] for g in groups if g[1]}))}
+    positions: dict[str, int] = {}
+
+    def position(key: str) -> int:
+        p = positions.get(key)
+        if p is None:
+            p = positions[key] = blocks.check_key(str(unit), key)
+        return p
+
+    totals: list[tuple[int, int, int, int]] = []  # (curve, count, first, last)
+    spans: list[tuple[int, int, int, int]] = []
+    for (c, allocation_id, first, last), n in groups.items():
+        if allocation_id is not None:
+            i = allocations[allocation_id]
+            totals.append((c, n, i, i))
+        if unit is not None and first is not None and last is not None:
+            a, b = position(first), position(last)
+            spans.append((c, n, a, b))
+            if allocation_id is not None:
+                base = (allocations[allocation_id] + 1) * _FAMILY
+                spans.append((c, n, base + a, base + b))
+    distinct = _stored_curves(list(curves), 0) if curves else None
+
+    def summed(parts: list[tuple[int, int, int, int]]) -> RangeSums:
+        table = np.array(parts, dtype=np.int64).reshape(len(parts), 4)
+        if distinct is None:
+            return compose_ranges(UnitCurves.stack([]), *table.T)
+        return compose_ranges(distinct, *table.T)
+
+    sums = _StructureSums(st.id, unit, allocations, summed(totals), summed(spans))
+    held: dict[Any, RunningSum] = {}
+    for h in s.scalars(
+        select(Reservation)
+        .where(_R.dataset_id == st.id, _R.status == ReservationStatus.ACTIVE)
+        .order_by(_R.created_at, _R.id)
+    ):
+        targets: list[Any] = []
+        if h.allocation_id is not None:
+            targets.append((ALLOCATION, h.allocation_id, None))
+        if unit is not None and h.block_from is not None and h.block_to is not None:
+            for k in blocks.block_range(unit, h.block_from, h.block_to):
+                targets.append((BLOCK, st.id, k))
+                if h.allocation_id is not None:
+                    targets.append((ALLOCATION_BLOCK, h.allocation_id, k))
+        for t in targets:
+            held[t] = held.get(t, RunningSum()).add(curve_of(h))
+    return sums, held
+
+
+def _verify_structures(s: Any, st: DatasetState, rebuild: bool) -> list[str]:
+    """Compare every allocation and block tally of the locked dataset with the ledger; on
+    ``rebuild`` rewrite the ones that drifted (saved when the lock is released). The drifted
+    tallies, named ``allocation:<name>``, ``block:<key>``, ``allocation_block:<name>/<key>``."""
+    allocation_rows = s.execute(
+        allocation_columns().where(Allocation.dataset_id == st.id).order_by(Allocation.id)
+    ).all()
+    if not allocation_rows and st.partition_unit is None:
+        return []
+    sums, held = _structure_sums(s, st)
+    tallies = st.tallies()
+    names: dict[str, str] = {}
+    found: list[Tally] = []
+    for row in allocation_rows:
+        a = tallies.allocation(s, row.name)
+        names[a.owner] = row.name
+        found.append(a)
+    wanted = sums.charged() | set(held) | {(t.kind, t.owner, t.key) for t in found}
+    block_keys: list[str] = [k for kind, _, k in wanted if kind == BLOCK and k is not None]
+    stored_blocks = list(
+        s.scalars(select(DatasetBlock.key).where(DatasetBlock.dataset_id == st.id))
+    )
+    block_keys = sorted(set(block_keys) | set(stored_blocks))
+    if block_keys:
+        found += tallies.blocks(s, BLOCK, st.id, block_keys, st.filter)
+    for a in [t for t in found if t.kind == ALLOCATION]:
+        keys: set[str] = {
+            k
+            for kind, owner, k in wanted
+            if kind == ALLOCATION_BLOCK and owner == a.owner and k is not None
+        }
+        keys |= set(
+            s.scalars(select(AllocationBlock.key).where(AllocationBlock.allocation_id == a.owner))
+        )
+        if keys:
+            found += tallies.blocks(s, ALLOCATION_BLOCK, a.owner, sorted(keys), a.filter)
+    drifted: list[str] = []
+    for t in found:
+        ident = (t.kind, t.owner, t.key)
+        part, j = sums.find(ident)
+        n = 0 if j is None else int(part.entries[j])
+        fresh_held = held.get(ident, RunningSum())
+        if (
+            t.entry_count != n
+            or not part.holds(j if n else None, t.committed, n)
+            or _held_drift(t.held, fresh_held)
+            or t.held_count_drift
+            # what the tally's views report, from its curve as it stands (converted only
+            # where the cheaper checks found nothing)
+            or _spend_drift(t.spent, t.filter.spend(t.committed))
+        ):
+            name = names.get(t.owner, t.owner)
+            drifted.append(
+                f"{t.kind}:{name}" + (f"/{t.key}" if t.kind == ALLOCATION_BLOCK else "")
+                if t.kind != BLOCK
+                else f"block:{t.key}"
+            )
+            if rebuild:
+                total = part.upper_curve(j) if j is not None and n else PrivacyCurve.zero()
+                t.committed, t.entry_count, t.held = total, n, fresh_held
+                t.spent = t.filter.spend(total)
+                t.dirty = True
+    return drifted
+
+
+def _spend_of(st: DatasetState, total: PrivacyCurve, pld: Pld | None) -> Spend:
+    """The spend the totals row should hold for a ledger composing to ``total`` (and, on a
+    ``pld`` dataset, to the distribution ``pld``): what the charge path stores after each entry."""
+    if st.is_pld:
+        assert pld is not None
+        return PldFilter(st.filter).spend(pld, total)
+    return admission.totals_filter_spend(st, total)
+
+
+def _spend_drift(stored: Spend, fresh: Spend) -> bool:
+    """Whether a stored spend is not the one recomputed from the ledger: its epsilon differs by
+    more than ``_close``'s 1e-12 (the conversions' logarithms and exponentials may differ in
+    their last ulps between the machines of one deployment, as entry curves may), or its method
+    is another whose own candidate is not that close to the epsilon (where two conversions tie
+    to within ulps, either may come out least)."""
+    if not _close(np.array([fresh.epsilon]), np.array([stored.epsilon]))[0]:
+        return True
+    if stored.method == fresh.method:
+        return False
+    other = fresh.candidates.get(stored.method)
+    return other is None or not _close(np.array([fresh.epsilon]), np.array([other]))[0]
+
+
+COUNTS_RHO_TOLERANCE = 1e-9
+"""Relative tolerance on a kind's rho sum in ``mechanism_counts`` (a display figure, summed
+entry by entry in the charge path: the same additions in the same order, bar a rho that
+overflowed, which either side may keep as null or infinity)."""
+
+
+def _counts_drift(stored: dict[str, Any], recomputed: dict[str, Any]) -> bool:
+    """Whether the stored per-kind counts differ from the ledger's: entries and count exactly,
+    the rho sum within ``COUNTS_RHO_TOLERANCE`` (null and infinity alike)."""
+    if set(stored) != set(recomputed):
+        return True
+    for kind, want in recomputed.items():
+        have = stored[kind] or {}
+        if (have.get("entries"), have.get("count")) != (want["entries"], want["count"]):
+            return True
+        a, b = have.get("rho"), want["rho"]
+        a = a if a is not None and math.isfinite(a) else None
+        b = b if b is not None and math.isfinite(b) else None
+        if (a is None) != (b is None):
+            return True
+        if a is not None and b is not None and not math.isclose(a, b, rel_tol=COUNTS_RHO_TOLERANCE):
+            return True
+    return False
+
+
+def _last_entry_at(s: Any, dataset_id: str) -> datetime | None:
+    """The creation time of the dataset's last ledger entry (None when the ledger is empty)."""
+    q = select(_L.created_at).where(_L.dataset_id == dataset_id).order_by(_L.seq.desc()).limit(1)
+    when = s.scalar(q)
+    return None if when is None else admission.aware(when)
+
+
+def verify(
+    db: Database,
+    caller: Caller = SYSTEM,
+    rebuild: bool = False,
+    progress: Progress | None = None,
+) -> r.VerifyReport:
+    """Recompute totals from the ledger for every dataset the caller can see; report drift;
+    optionally rebuild. ``progress(done, total)`` is called as ledger rows are read (a CLI
+    draws its bar from it; see ``Progress``).
+
+    Each dataset is read and (on request) rewritten in ONE write transaction that holds its
+    lock, the lock every charge, reservation and budget change takes first: the sum is of the
+    ledger as it stands, and no charge can slip in between reading it and writing the totals.
+    """
+    with db.read() as s:
+        principal = authenticated(db, caller, s)
+        q = select(Dataset.id).order_by(Dataset.name)
+        if principal.dataset_ids is not None:
+            q = q.where(Dataset.id.in_(principal.dataset_ids))
+        ids = list(s.scalars(q))
+        entries = select(func.count()).select_from(LedgerEntry)
+        if principal.dataset_ids is not None:
+            entries = entries.where(_L.dataset_id.in_(principal.dataset_ids))
+        work = 2 * int(s.scalar(entries) or 0)
+    done = 0
+
+    def tick(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress is not None:
+            progress(done, max(work, done))
+
+    if progress is not None:
+        progress(0, work)
+    report = []
+    for dataset_id in ids:
+        mismatched = _curve_mismatches(db, dataset_id, tick)
+        with db.write() as s, admission.locked(s, dataset_id, principal) as st:
+            active = _active_holds(s, st.id)
+            holds = _held_mismatches(active)
+            rederive = rebuild and bool(mismatched or holds)
+            if rederive:
+                _rederive(s, mismatched, holds)
+            total, n, counts, held, next_expiry = _recomputed(s, st, active, tick)
+            stored = st.committed
+            drift = {
+                "rho": stored.rho != total.rho,
+                "rdp": not np.array_equal(stored.rdp, total.rdp),
+                "pure_eps": stored.pure_eps != total.pure_eps,
+                "gaussian_only": stored.gaussian_only != total.gaussian_only,
+                # the entries' own deltas: admission converts at the budget delta less this sum
+                "delta": stored.delta != total.delta,
+                "entry_count": st.entry_count != n,
+                "held": _held_drift(st.held, held),
+                # the column /metrics reads beside the held sum, as read (before settling)
+                "held_count": st.held_count_drift,
+                # expiry fails closed only through it: settling starts when it is due
+                "held_next_expiry": _expiry_drift(st.held_next_expiry, next_expiry),
+            }
+            pld_after = st.pld
+            if st.is_pld:
+                assert st.pld is not None
+                pld, pld_held = _pld_of(s, st, False), _pld_of(s, st, True)
+                drift["pld"] = _pld_drift(st, pld)
+                drift["pld_held"] = _pld_held_drift(st, pld_held)
+                if drift["pld"]:
+                    pld_after = pld or Pld.identity(st.pld.interval, st.pld.extended)
+            # what /budget, the dashboard and the metrics report (admission converts afresh)
+            spent = _spend_of(st, total, pld_after)
+            drift["spent"] = _spend_drift(st.spent, spent)
+            drift["mechanism_counts"] = _counts_drift(st.mechanism_counts, counts)
+            last_entry_at = _last_entry_at(s, st.id)
+            drift["last_entry_at"] = last_entry_at != (
+                None if st.last_entry_at is None else admission.aware(st.last_entry_at)
+            )
+            structures = _verify_structures(s, st, rebuild)  # allocations and blocks
+            drift.update(dict.fromkeys(structures, True))
+            drifted = [k for k, v in drift.items() if v]
+            item: dict[str, Any] = {
+                "dataset_id": st.id,
+                "name": st.name,
+                "entries": n,
+                "ok": not drifted and not mismatched and not holds,
+                "drift": drifted,
+                "entries_with_curve_mismatch": mismatched,
+                "holds_with_curve_mismatch": [h.id for h in holds],
+            }
+            if drifted or rederive:
+                item["stored"] = {"rho": stored.rho, "entries": st.entry_count}
+                item["recomputed"] = {"rho": total.rho, "entries": n}
+            if rebuild and (drifted or rederive):
+                st.committed, st.entry_count, st.mechanism_counts = total, n, counts
+                st.spent, st.last_entry_at = spent, last_entry_at
+                st.held, st.held_next_expiry = held, next_expiry
+                if st.is_pld:
+                    # a distribution that matches the ledger is kept: the regrouped
+                    # recomposition is pessimistic too, but can certify a lower epsilon than
+                    # the one the charges composed (rebuilding curves never needs it)
+                    if drift["pld"]:
+                        st.pld, st.pld_dirty = pld_after, True
+                    if drift["pld_held"]:
+                        st.pld_held, st.pld_dirty = pld_held, True
+                st.dirty = True
+                audit.record(
+                    s,
+                    principal,
+                    "totals.rebuilt",
+                    dataset_id=st.id,
+                    details={
+                        "drift": drifted,
+                        "recomputed": item["recomputed"],
+                        "stored": item["stored"],
+                        "curves_rederived": {
+                            "entries": mismatched,
+                            "holds": item["holds_with_curve_mismatch"],
+                        },
+                    },
+                )
+                item["rebuilt"] = True
+            report.append(r.VerifiedDataset(**item))
+    return r.VerifyReport(ok=all(x.ok for x in report), datasets=report)
+
+
+FORMULAS_SETTING = "curve_formulas_version"
+"""``app_setting`` key: the ``CURVE_FORMULAS_VERSION`` the stored curves were last re-derived
+under."""
+
+
+def _stores_curves(s: Session) -> bool:
+    """Whether the database holds a curve some release derived: a ledger entry or an active
+    hold (both store their mechanism's curve)."""
+    if s.execute(select(_L.id).limit(1)).first() is not None:
+        return True
+    active = select(_R.id).where(_R.status == ReservationStatus.ACTIVE).limit(1)
+    return s.execute(active).first() is not None
+
+
+def _current_stamp(s: Session) -> str | None:
+    row = s.get(AppSetting, FORMULAS_SETTING)
+    return row.value if row is not None else None
+
+
+def _is_current(stamp: str | None) -> bool:
+    return stamp is not None and stamp.isdigit() and int(stamp) >= CURVE_FORMULAS_VERSION
+
+
+def formulas_behind(db: Database) -> str | None:
+    """Why the stored curves may not be this release's, or None: the database stores curves
+    (``_stores_curves``) and its ``FORMULAS_SETTING`` stamp is older than
+    ``CURVE_FORMULAS_VERSION``, or absent (a database written by a release before the stamp,
+    then migrated by plain ``alembic``; a database that stored nothing is stamped at start-up,
+    ``stamp_if_empty``). ``/readyz`` reports it where start-up does not re-derive
+    (auto-migration off): until ``migrate`` has run, totals written under since-corrected
+    formulas may be below what the ledger's mechanisms imply."""
+    with db.read() as s:
+        stamp = _current_stamp(s)
+        if _is_current(stamp) or not _stores_curves(s):
+            return None
+    return (
+        f"the ledger's curves were derived under curve formulas version {stamp or 'unknown'}, "
+        f"this release uses version {CURVE_FORMULAS_VERSION}: run `privacy-ledger migrate` "
+        "(it re-derives them and rebuilds the totals)"
+    )
+
+
+def stamp_if_empty(db: Database) -> None:
+    """Stamp ``CURVE_FORMULAS_VERSION`` on a database that stores no curve yet and has no stamp
+    (a start-up without auto-migration on a database migrated by plain ``alembic``): there is
+    nothing to re-derive, and every curve it will store is this release's. Without it, such a
+    server became unready (``formulas_behind``) at its own first charge. Two replicas starting
+    at once: the second insert fails and changes nothing."""
+    with db.read() as s:
+        if _current_stamp(s) is not None or _stores_curves(s):
+            return
+    try:
+        with db.write() as s:
+            if _current_stamp(s) is None and not _stores_curves(s):
+                s.add(AppSetting(key=FORMULAS_SETTING, value=str(CURVE_FORMULAS_VERSION)))
+    except IntegrityError:  # a replica starting at the same time stamped it first
+        pass
+
+
+def rederive_if_formulas_changed(db: Database) -> r.VerifyReport | None:
+    """Once per ``CURVE_FORMULAS_VERSION``: ``verify --rebuild`` over every dataset (stored
+    curves that no longer match their mechanism are re-derived, totals rebuilt; audited), then
+    the version is stamped. None when the stamp is current. Called after ``migrate`` and by an
+    auto-migrating start-up: without it, a ledger written before a formula correction kept
+    reporting spends below what its mechanisms imply until an operator ran ``verify --rebuild``."""
+    version = str(CURVE_FORMULAS_VERSION)
+    with db.read() as s:
+        if _current_stamp(s) == version:
+            return None
+    report = verify(db, SYSTEM, rebuild=True)
+    try:
+        with db.write() as s:
+            row = s.get(AppSetting, FORMULAS_SETTING)
+            if row is None:
+                s.add(AppSetting(key=FORMULAS_SETTING, value=version))
+            else:
+                row.value = version
+    except IntegrityError:  # a replica starting at the same time stamped it first
+        pass
+    return report
+
+
+__all__ = [
+    "FORMULAS_SETTING",
+    "Progress",
+    "formulas_behind",
+    "rederive_if_formulas_changed",
+    "stamp_if_empty",
+    "verify",
+]
