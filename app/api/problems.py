@@ -48,8 +48,9 @@ class BudgetProblem(Problem):
     requested: dict[str, Any] | None = None
     would_spend: dict[str, Any] | None = None
     dry_run: bool = False
-    # budget structures (docs/budgets.md): which limit refused, the blocks over their budget,
-    # the allocation's budget and spend, a partitioned dataset's lifetime budget
+    # which limit refused ("dataset" on a dataset without budget structures); budget structures
+    # (docs/budgets.md): the blocks over their budget, the allocation's budget and spend, a
+    # partitioned dataset's lifetime budget
     limit: str | None = None
     limits: list[str] | None = None
     blocks: dict[str, str] | None = None

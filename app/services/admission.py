@@ -550,9 +550,10 @@ def decide_structures(st: DatasetState, ask: Ask) -> Decision:
 
 
 def _structure_fields(ask: Ask, dry: Decision) -> dict[str, Any]:
-    """The problem members that say which limit refused an ask with budget structures."""
+    """The problem members that say which limit refused an ask: on a dataset without budget
+    structures always its own budget (``"dataset"``), so that every 409 names its limit."""
     if not dry.limits:
-        return {}
+        return {"limit": "dataset", "limits": ["dataset"]}
     extra: dict[str, Any] = {"limit": dry.limits[0], "limits": list(dry.limits)}
     t = ask.target
     if t is not None and t.block_from is not None:

@@ -151,6 +151,9 @@ def test_refusal_is_409_with_fields_and_recorded(client: TestClient) -> None:
     assert {"type", "title", "status", "detail", "spent", "budget", "requested"} <= p.keys()
     assert p["status"] == 409 and p["budget"] == {"epsilon": 1.0, "delta": 1e-5}
     assert p["requested"]["mechanism"]["epsilon"] == 2.0
+    # a dataset without budget structures names its own budget as the limit hit, as one with
+    # allocations or blocks does (an outside audit: a client reading `limit` got nothing here)
+    assert p["limit"] == "dataset" and p["limits"] == ["dataset"]
     rej = client.get("/v1/rejections", params={"dataset": ds["id"]}).json()["rejections"]
     assert len(rej) == 1 and rej[0]["reason"] == p["detail"]
     assert client.get(f"/v1/datasets/{ds['id']}/budget").json()["entries"] == 0
@@ -164,6 +167,7 @@ def test_dry_run_records_nothing(client: TestClient) -> None:
     assert ok.json()["would_spend"]["epsilon"] == pytest.approx(0.5)
     no = client.post(url, json={"mechanism": {"mechanism": "laplace", "epsilon": 5.0}})
     assert no.status_code == 409 and no.json()["dry_run"] is True
+    assert no.json()["limit"] == "dataset"
     assert client.get(f"/v1/datasets/{ds['id']}/budget").json()["entries"] == 0
     assert client.get("/v1/rejections", params={"dataset": ds["id"]}).json()["rejections"] == []
 
