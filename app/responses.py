@@ -540,6 +540,11 @@ class Lifetime(_Answer):
     spent: Spent
     remaining: Remaining | None
     exhausted: bool
+    filter_params: dict[str, Any] | None = Field(
+        default=None,
+        description="rdp_fixed_orders: the Renyi orders, weights and thresholds the lifetime "
+        "budget's filter fixed when the budget was set (as the dataset's filter_params)",
+    )
 
 
 class Allocation(_Answer):
@@ -560,6 +565,11 @@ class Allocation(_Answer):
         default=0.0,
         description="the part of the allocation's delta set aside for mechanisms with their own "
         "delta (0: refused through it)",
+    )
+    filter_params: dict[str, Any] | None = Field(
+        default=None,
+        description="rdp_fixed_orders: the Renyi orders, weights and thresholds fixed for the "
+        "allocation's own budget at its creation (as the dataset's filter_params)",
     )
     most_spent_block: str | None = None
     lifetime_spent: Spent | None = None

@@ -353,6 +353,7 @@ def allocation(
         name=str(t.name),
         budget=r.Budget(epsilon=t.budget.epsilon, delta=t.budget.delta),
         entry_delta_budget=t.filter.entry_delta,
+        filter_params=t.filter.params.to_dict() if t.filter.params is not None else None,
         created_at=t.created_at,
         updated_at=t.updated_at,
         **view,

@@ -90,6 +90,8 @@ class Dataset(Model):
     allowed_mechanisms: list[str] | None = None
     filter: str | None = None
     filter_bound: dict[str, float] | None = None
+    filter_params: dict[str, Any] | None = None
+    """``rdp_fixed_orders``: the Renyi orders, weights and thresholds fixed at creation."""
     entry_delta_budget: float = 0.0
     lifetime_entry_delta_budget: float = 0.0
     mechanism_counts: dict[str, dict[str, Any]] | None = None
@@ -209,6 +211,8 @@ class Allocation(Model):
     entries: int | None = None
     reserved: Reserved | None = None
     entry_delta_budget: float = 0.0
+    filter_params: dict[str, Any] | None = None
+    """``rdp_fixed_orders``: the orders and thresholds fixed for the allocation's own budget."""
     most_spent_block: str | None = None
     lifetime_spent: Spent | None = None
     created_at: datetime | None = None
