@@ -30,7 +30,7 @@ from app.accounting.pld_filter import PldFilter, with_new_entry
 from app.db.engine import Database
 from app.errors import BudgetExceeded, Forbidden, Unprocessable
 from app.principal import Caller
-from app.services import admission, answers, state
+from app.services import admission, answers, refusals, state
 from app.services.auth import authenticated
 from app.services.state import DatasetState
 
@@ -341,7 +341,7 @@ def _nothing_fits(
     st: DatasetState, ask: admission.Ask, kind: str, fixed: dict[str, Any], parameter: str
 ) -> BudgetExceeded:
     """The 409 when no value fits: the problem a charge of the least costly invocation the
-    search tried gets (``admission.refusal``: spent, budget, requested, would_spend and, with
+    search tried gets (``refusals.refusal``: spent, budget, requested, would_spend and, with
     budget structures, the ``limit`` that refused it), its detail behind calibrate's own.
     Where admission would take that invocation after all (the search errs toward refusing: a
     ``pld`` dataset's RDP bound), the dataset's spent and budget."""
@@ -352,7 +352,7 @@ def _nothing_fits(
         tried = replace(ask, kind=kind, count=least.mechanism.count, wire=wire, curve=least.curve)
         dry = admission.decide(st, tried)
         if not dry.admitted:
-            problem = admission.refusal(st, tried, dry)
+            problem = refusals.refusal(st, tried, dry)
             extra = {k: v for k, v in problem.extra.items() if k != "dry_run"}
             value = int(least.value) if parameter == "steps" else least.value
             return BudgetExceeded(

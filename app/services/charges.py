@@ -21,7 +21,7 @@ from app.accounting.pld_filter import PldFilter
 from app.db.engine import Database
 from app.errors import BudgetExceeded, Forbidden, Unprocessable
 from app.principal import Caller
-from app.services import admission, answers, idempotency
+from app.services import admission, answers, idempotency, refusals
 from app.services.auth import authenticated
 from app.services.state import DatasetState
 from app.services.tallies import fill_next_expiry
@@ -74,7 +74,7 @@ def charge(
             fill_next_expiry(s, st.id, ask.target.tallies())
         if dry_run:
             if not dry.admitted:
-                raise admission.refusal(st, ask, dry, dry_run=True)
+                raise refusals.refusal(st, ask, dry, dry_run=True)
             return r.DryRun(
                 admitted=True,
                 dry_run=True,
@@ -92,7 +92,7 @@ def charge(
                 entry=entry, spent=answers.spent(st), **answers.structures(ask.target, st.id)
             )
         else:
-            outcome = admission.refuse(s, st, ask, dry, "charge")
+            outcome = refusals.refuse(s, st, ask, dry, "charge")
         admitted = isinstance(outcome, r.Charge)
         observability.count(
             s,
@@ -235,7 +235,7 @@ def charge_dp_event(
         dry = _whole(st, asks, whole)
         if dry_run:
             if not dry.admitted:
-                raise admission.refusal(st, whole, dry, dry_run=True)
+                raise refusals.refusal(st, whole, dry, dry_run=True)
             return r.DryRun(
                 admitted=True,
                 dry_run=True,
@@ -248,7 +248,7 @@ def charge_dp_event(
             entries = [_append(s, st, a) for a in asks]
             outcome = r.ChargeBatch(entries=entries, spent=answers.spent(st))
         else:
-            outcome = admission.refuse(s, st, whole, dry, "charge")
+            outcome = refusals.refuse(s, st, whole, dry, "charge")
         for a in asks:
             observability.count(
                 s,

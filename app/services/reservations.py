@@ -28,7 +28,7 @@ from app.db.engine import Database
 from app.db.models import EntrySource, Reservation, ReservationStatus, utcnow
 from app.errors import BudgetExceeded, Conflict, Forbidden, NotFound, Unprocessable
 from app.principal import SYSTEM, Caller, Principal, Role
-from app.services import admission, answers, audit, idempotency, state
+from app.services import admission, answers, audit, idempotency, refusals, state
 from app.services.auth import authenticated
 from app.services.state import DatasetState
 
@@ -130,7 +130,7 @@ def reserve(
                 observability.count(
                     s, observability.STRUCTURE_REFUSALS, dataset=st.id, limit=dry.limits[0]
                 )
-            outcome = admission.refuse(s, st, ask, dry, "reservation")
+            outcome = refusals.refuse(s, st, ask, dry, "reservation")
         if idempotency_key is not None:
             status, body = (
                 (201, outcome.model_dump(mode="json"))
