@@ -44,6 +44,29 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_json: bool = True
     reservation_max_ttl_seconds: int = 7 * 24 * 3600
+    idempotency_retention_days: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "Delete each Idempotency-Key's stored first answer this many days after it was made "
+            "(every replica checks hourly); a retry after that is a new request. Unset: kept for "
+            "ever (one row of about 1 kB per keyed charge, refusal or reservation)."
+        ),
+    )
+    pld_cache_mb: int = Field(
+        default=256,
+        ge=0,
+        description=(
+            "Most MiB of privacy loss distributions each worker process keeps cached (least "
+            "recently used out; 0: none kept). A worker's memory grows toward about this much "
+            "above its ~200 MB base as pld datasets and composes use new mechanisms."
+        ),
+    )
+
+    @field_validator("idempotency_retention_days", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("admin_key")
     @classmethod

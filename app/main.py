@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from fastapi import Depends, FastAPI
 from starlette.concurrency import run_in_threadpool
@@ -14,6 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__, api_docs, observability
+from app.accounting import pld_mechanisms
 from app.api import problems
 from app.api.routes import (
     accounting,
@@ -32,7 +34,7 @@ from app.config import Settings, get_settings, settings_or_exit
 from app.db import migrate
 from app.db.engine import Database
 from app.db.models import utcnow
-from app.services import keys, verification
+from app.services import idempotency, keys, verification
 from app.services import reservations as reservation_service
 
 log = logging.getLogger("privacy_ledger")
@@ -151,12 +153,15 @@ def _bootstrap_keys(db: Database, settings: Settings) -> None:
         print(banner, flush=True)
 
 
-async def _sweeper(db: Database, stop: asyncio.Event) -> None:
+async def _sweeper(db: Database, stop: asyncio.Event, retention: timedelta | None = None) -> None:
     """Charge the due holds, waking every ``SWEEP_INTERVAL_SECONDS`` or at the earliest active
     hold's expiry if sooner (``SWEEP_AT_EXPIRY``), until ``stop`` is set; a sweep in progress
-    then finishes first. Stopped, never cancelled: a cancelled ``run_in_threadpool`` returns at
-    once but leaves its thread running, and the sweep then handed its connection back to a pool
-    that ``Database.dispose`` had already closed, where it stayed open (never closed: psycopg's
+    then finishes first. With a ``retention``, also delete the Idempotency-Key records older
+    than it, at start and every ``PRUNE_INTERVAL_SECONDS`` (``idempotency.prune``).
+
+    Stopped, never cancelled: a cancelled ``run_in_threadpool`` returns at once but leaves its
+    thread running, and the sweep then handed its connection back to a pool that
+    ``Database.dispose`` had already closed, where it stayed open (never closed: psycopg's
     "connection deleted while still open" when it was collected)."""
 
     async def next_due() -> datetime | None:
@@ -166,12 +171,26 @@ async def _sweeper(db: Database, stop: asyncio.Event) -> None:
             else None
         )
 
+    async def prune() -> None:
+        assert retention is not None
+        try:
+            deleted = await run_in_threadpool(idempotency.prune, db, utcnow() - retention)
+        except Exception:  # tried again at the next interval; the error is logged
+            log.exception("idempotency records could not be pruned")
+            return
+        if deleted:
+            log.info("pruned %d idempotency records older than %s", deleted, retention)
+
+    next_prune = time.monotonic()
     try:
         due = await next_due()
     except Exception:  # keep sweeping; the error is logged
         log.exception("reservation sweeper failed")
         due = None
     while True:
+        if retention is not None and time.monotonic() >= next_prune:
+            await prune()
+            next_prune = time.monotonic() + PRUNE_INTERVAL_SECONDS
         delay = SWEEP_INTERVAL_SECONDS
         if due is not None:
             delay = min(delay, max(0.0, (due - utcnow()).total_seconds()) + SWEEP_MARGIN)
@@ -188,6 +207,8 @@ async def _sweeper(db: Database, stop: asyncio.Event) -> None:
 
 
 SWEEP_MARGIN = 0.005
+PRUNE_INTERVAL_SECONDS = 3600.0
+"""How often each replica deletes the Idempotency-Key records past their retention."""
 """Seconds past an expiry the sweeper wakes (the hold is then due by the clock it reads)."""
 
 
@@ -211,6 +232,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the application for ``settings`` (default: from the environment)."""
     settings = settings or get_settings()
     observability.configure_logging(settings.log_level, settings.log_json)
+    pld_mechanisms.set_cache_limit(settings.pld_cache_mb * 2**20)  # per process
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -235,7 +257,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 if behind is not None:
                     log.warning("not ready: %s", behind)
         stop = asyncio.Event()
-        task = asyncio.create_task(_sweeper(db, stop))
+        retention = (
+            timedelta(days=settings.idempotency_retention_days)
+            if settings.idempotency_retention_days is not None
+            else None
+        )
+        task = asyncio.create_task(_sweeper(db, stop, retention))
         try:
             yield
         finally:

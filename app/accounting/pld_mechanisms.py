@@ -206,6 +206,13 @@ class _Cache:
             self._bytes = 0
             self.hits = self.misses = 0
 
+    def limit(self, max_bytes: int) -> None:
+        with self._lock:
+            self.max_bytes = max_bytes
+            while self._bytes > self.max_bytes:
+                _, old = self._data.popitem(last=False)
+                self._bytes -= 8 * old.size
+
     def info(self) -> CacheInfo:
         with self._lock:
             return CacheInfo(self.hits, self.misses, len(self._data), self._bytes)
@@ -222,6 +229,14 @@ def cache_info() -> CacheInfo:
 def clear_cache() -> None:
     """Empty the construction cache and reset its counters."""
     _CACHE.clear()
+
+
+def set_cache_limit(max_bytes: int) -> None:
+    """Keep at most ``max_bytes`` of probability arrays in the construction cache (the least
+    recently used dropped now if it holds more; 0: nothing kept, every PLD built when asked)."""
+    if max_bytes < 0:
+        raise ValueError(f"the cache limit must be at least 0 bytes, got {max_bytes}")
+    _CACHE.limit(max_bytes)
 
 
 def _cached(key: tuple[Any, ...], count: int, unit: Callable[[], Pld]) -> Pld:
@@ -642,6 +657,7 @@ __all__ = [
     "construction_weight",
     "cache_info",
     "clear_cache",
+    "set_cache_limit",
     "compose_all",
     "discrete_laplace",
     "exponential",

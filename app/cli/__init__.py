@@ -93,6 +93,7 @@ def _root(
 cli.command()(server.migrate)
 cli.command()(server.serve)
 cli.command()(server.verify)
+cli.command("prune-idempotency")(server.prune_idempotency)
 cli.add_typer(datasets.app, name="datasets")
 charging.register(cli)
 reading.register(cli)

@@ -1,5 +1,6 @@
-"""Commands run where the server runs: ``migrate``, ``serve`` and ``verify`` (which opens the
-database directly, or with ``--server`` asks a running server over HTTP). The server's modules
+"""Commands run where the server runs: ``migrate``, ``serve``, ``prune-idempotency`` and
+``verify`` (which opens the database directly, or with ``--server`` asks a running server over
+HTTP). The server's modules
 (the database layer, the services, uvicorn) are imported by the commands that use them, so that
 the client's commands start without loading them."""
 
@@ -240,8 +241,52 @@ def _verify_on_server(url: str, api_key: str | None, rebuild: bool, quiet: bool)
     return report
 
 
+def prune_idempotency(
+    older_than_days: Annotated[
+        float,
+        typer.Option(
+            "--older-than-days",
+            help="Delete the Idempotency-Key answers made more than this many days ago (> 0).",
+            show_default=False,
+        ),
+    ],
+    database_url: DATABASE_URL = None,
+    as_json: JSON_OUT = False,
+) -> None:
+    """Delete old Idempotency-Key answers (a retry of such a key is then a new request, charged
+    again); the server can do it hourly instead (PRIVACY_LEDGER_IDEMPOTENCY_RETENTION_DAYS)."""
+    import math
+    from datetime import timedelta
+
+    from app.db.engine import Database
+    from app.db.models import utcnow
+    from app.services import idempotency
+
+    if not (math.isfinite(older_than_days) and older_than_days > 0):
+        fail(f"--older-than-days must be a number of days above 0, got {older_than_days:g}")
+    try:
+        made_before = utcnow() - timedelta(days=older_than_days)
+    except OverflowError:
+        fail(f"--older-than-days {older_than_days:g} reaches before the calendar's start")
+    target = database_url or settings().database_url
+    with opened(target, "prune-idempotency", hint=", and run `privacy-ledger migrate`"):
+        db = Database(target)
+        try:
+            deleted = idempotency.prune(db, made_before)
+        finally:
+            db.dispose()
+    if as_json:
+        typer.echo(json.dumps({"deleted": deleted, "made_before": made_before.isoformat()}))
+    else:
+        noun = "answer" if deleted == 1 else "answers"
+        console.print(
+            f"deleted {deleted} Idempotency-Key {noun} made before {made_before.isoformat()}",
+            markup=False,
+        )
+
+
 VERIFY_TIMEOUT = 3600.0
 """Seconds to wait for the server's verify answer (it reads every ledger once)."""
 
 
-__all__ = ["migrate", "redact", "serve", "verify"]
+__all__ = ["migrate", "prune_idempotency", "redact", "serve", "verify"]

@@ -9,6 +9,10 @@ charged. Records are written in the transaction that holds the dataset's lock, w
 describe, so concurrent retries wait for the first and replay it, and a retry after a crash
 either finds the answer or finds that nothing was done.
 
+Records are kept for ever unless the operator sets a retention
+(``PRIVACY_LEDGER_IDEMPOTENCY_RETENTION_DAYS``: the server's sweeper ``prune``s hourly) or runs
+``privacy-ledger prune-idempotency``: a key retried after its record is gone is a new request.
+
 A record made before migration 0009 (records per dataset only) whose API key could not be found
 has no ``key_id``: any key presenting its value is refused (422) rather than answered another
 key's answer or charged a second time.
@@ -18,12 +22,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy import or_, select
+from sqlalchemy import delete, or_, select
 from sqlalchemy.orm import Session
 
+from app.db.engine import Database
 from app.db.models import IdempotencyRecord, utcnow
 from app.errors import BudgetExceeded, Unprocessable
 
@@ -109,6 +115,35 @@ def remember(
     )
 
 
+PRUNE_BATCH = 5_000
+"""Records deleted per transaction by ``prune`` (each transaction short: charges wait for none
+of them, as no dataset's lock is taken)."""
+
+
+def prune(db: Database, made_before: datetime) -> int:
+    """Delete every record made before ``made_before``, ``PRUNE_BATCH`` per transaction, oldest
+    first; how many. A retry of a deleted record's key is then a new request (charged again):
+    what ``PRIVACY_LEDGER_IDEMPOTENCY_RETENTION_DAYS`` and ``privacy-ledger prune-idempotency``
+    trade for a table that does not grow for ever. Replicas may prune at the same time: each
+    deletes what is still there."""
+    deleted = 0
+    while True:
+        with db.write() as s:
+            ids = list(
+                s.scalars(
+                    select(_T.id)
+                    .where(_T.created_at < made_before)
+                    .order_by(_T.id)
+                    .limit(PRUNE_BATCH)
+                )
+            )
+            if ids:
+                s.execute(delete(IdempotencyRecord).where(_T.id.in_(ids)))
+        deleted += len(ids)
+        if len(ids) < PRUNE_BATCH:
+            return deleted
+
+
 A = TypeVar("A", bound=BaseModel)
 
 
@@ -120,4 +155,13 @@ def replayed(model: type[A], first: dict[str, Any]) -> A:
     return answer
 
 
-__all__ = ["SYSTEM_OWNER", "owner", "remember", "replay", "replayed", "request_hash"]
+__all__ = [
+    "PRUNE_BATCH",
+    "SYSTEM_OWNER",
+    "owner",
+    "prune",
+    "remember",
+    "replay",
+    "replayed",
+    "request_hash",
+]
