@@ -8,6 +8,7 @@ when none ran.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ from app.db import migrate
 from app.db.engine import Database
 from app.main import create_app
 from app.principal import SYSTEM
-from app.services import reservations
+from app.services import key_digest, reservations
 
 # No deadline anywhere: an example's outcome never depends on how busy the machine is. And the
 # same examples on every run (derandomize): `make test` passes or fails the same way twice in a
@@ -38,6 +39,14 @@ from app.services import reservations
 settings.register_profile("ledger", deadline=None, derandomize=True, database=None)
 settings.register_profile("explore", deadline=None)
 settings.load_profile(os.environ.get("PRIVACY_LEDGER_HYPOTHESIS", "ledger"))
+
+# Every fresh test database carries the same installation salt (``TEST_SALT``), and a worker
+# computes each (key, salt) digest once: the service's digest cache lives with its ``Database``,
+# which each test makes anew, so every test's admin key cost one scrypt (about 70 ms, over
+# 2,000 tests). The digests are the same values scrypt gives; tests that count scrypt calls
+# wrap this function as they wrapped the plain one (a call is still a call).
+TEST_SALT = "5eed" * 8
+key_digest.scrypt_digest = functools.lru_cache(maxsize=4096)(key_digest.scrypt_digest)  # type: ignore[assignment]
 
 
 def _worker_database(url: str | None) -> str | None:
@@ -140,7 +149,20 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SQLite file migrated to head once; each test copies it."""
     path = tmp_path_factory.mktemp("template") / "template.db"
     migrate.upgrade(f"sqlite:///{path}")
+    _store_test_salt(f"sqlite:///{path}")
     return path
+
+
+def _store_test_salt(url: str) -> None:
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text("INSERT INTO app_setting (key, value) VALUES (:k, :v)"),
+                {"k": key_digest.SALT_SETTING, "v": TEST_SALT},
+            )
+    finally:
+        engine.dispose()
 
 
 def _reset_postgres(url: str) -> None:
@@ -158,6 +180,7 @@ def _reset_postgres(url: str) -> None:
             conn.execute(text(f"TRUNCATE {', '.join(_TABLES)} RESTART IDENTITY CASCADE"))
     finally:
         engine.dispose()
+    _store_test_salt(url)
 
 
 def _fresh_database(backend: str, directory: Path, sqlite_template: Path) -> str:
