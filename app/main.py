@@ -207,9 +207,10 @@ async def _sweeper(db: Database, stop: asyncio.Event, retention: timedelta | Non
 
 
 SWEEP_MARGIN = 0.005
+"""Seconds past an expiry the sweeper wakes (the hold is then due by the clock it reads)."""
+
 PRUNE_INTERVAL_SECONDS = 3600.0
 """How often each replica deletes the Idempotency-Key records past their retention."""
-"""Seconds past an expiry the sweeper wakes (the hold is then due by the clock it reads)."""
 
 
 ROUTERS = (
