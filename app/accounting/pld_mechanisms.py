@@ -195,9 +195,7 @@ class _Cache:
             if key not in self._data and size <= self.max_bytes:
                 self._data[key] = value
                 self._bytes += size
-                while self._bytes > self.max_bytes:
-                    _, old = self._data.popitem(last=False)
-                    self._bytes -= 8 * old.size
+                self._evict()
         return value
 
     def clear(self) -> None:
@@ -209,9 +207,13 @@ class _Cache:
     def limit(self, max_bytes: int) -> None:
         with self._lock:
             self.max_bytes = max_bytes
-            while self._bytes > self.max_bytes:
-                _, old = self._data.popitem(last=False)
-                self._bytes -= 8 * old.size
+            self._evict()
+
+    def _evict(self) -> None:
+        """Drop the least recently used entries until the cache fits (the lock held)."""
+        while self._bytes > self.max_bytes:
+            _, old = self._data.popitem(last=False)
+            self._bytes -= 8 * old.size
 
     def info(self) -> CacheInfo:
         with self._lock:
