@@ -71,6 +71,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 
@@ -599,6 +600,11 @@ class Filter:
         """What the entries' own deltas, summed and rounded up, may reach under this filter's
         split (``entry_delta_cap``; 0 without one)."""
         return entry_delta_cap(self.entry_delta)
+
+    def params_dict(self) -> dict[str, Any] | None:
+        """``params`` as stored with a dataset and answered as ``filter_params`` (None: a filter
+        without fixed orders)."""
+        return self.params.to_dict() if self.params is not None else None
 
     @property
     def rule(self) -> _Rule:

@@ -143,7 +143,7 @@ def create_allocation(
                     budget_epsilon=budget.epsilon,
                     budget_delta=budget.delta,
                     filter_bound=flt.bound,
-                    filter_params=flt.params.to_dict() if flt.params is not None else None,
+                    filter_params=flt.params_dict(),
                     entry_delta_budget=flt.entry_delta,
                     created_at=now,
                     updated_at=now,

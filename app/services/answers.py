@@ -179,7 +179,7 @@ def dataset(st: DatasetState) -> r.Dataset:
         allowed_mechanisms=st.allowed_mechanisms,
         filter=f.kind.value,
         filter_bound={"rho": f.bound} if f.bound is not None else None,
-        filter_params=f.params.to_dict() if f.params is not None else None,
+        filter_params=f.params_dict(),
         entry_delta_budget=f.entry_delta,
         lifetime_entry_delta_budget=st.lifetime.entry_delta if st.lifetime is not None else 0.0,
         filter_description=FILTER_DESCRIPTIONS.get(f.kind.value, f.kind.value)
@@ -353,7 +353,7 @@ def allocation(
         name=str(t.name),
         budget=r.Budget(epsilon=t.budget.epsilon, delta=t.budget.delta),
         entry_delta_budget=t.filter.entry_delta,
-        filter_params=t.filter.params.to_dict() if t.filter.params is not None else None,
+        filter_params=t.filter.params_dict(),
         created_at=t.created_at,
         updated_at=t.updated_at,
         **view,

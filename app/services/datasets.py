@@ -151,7 +151,7 @@ def create_dataset(
         allowed_mechanisms=allowed_mechanisms,
         filter=flt.kind.value,
         filter_bound=flt.bound,
-        filter_params=flt.params.to_dict() if flt.params is not None else None,
+        filter_params=flt.params_dict(),
         entry_delta_budget=flt.entry_delta,
         created_at=now,
         updated_at=now,
@@ -159,9 +159,7 @@ def create_dataset(
         lifetime_budget_epsilon=lifetime.budget.epsilon if lifetime is not None else None,
         lifetime_budget_delta=lifetime.budget.delta if lifetime is not None else None,
         lifetime_filter_bound=lifetime.bound if lifetime is not None else None,
-        lifetime_filter_params=(
-            lifetime.params.to_dict() if lifetime is not None and lifetime.params else None
-        ),
+        lifetime_filter_params=(lifetime.params_dict() if lifetime is not None else None),
         lifetime_entry_delta_budget=lifetime.entry_delta if lifetime is not None else 0.0,
     )
     totals = DatasetTotal(
@@ -464,7 +462,7 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
             ds.adaptive = changes.get("adaptive", ds.adaptive)
             ds.allowed_mechanisms = allowed
             ds.filter, ds.filter_bound = flt.kind.value, flt.bound
-            ds.filter_params = flt.params.to_dict() if flt.params is not None else None
+            ds.filter_params = flt.params_dict()
             ds.updated_at = utcnow()
             st.filter = flt
             life_split = changes.get("lifetime_entry_delta_budget")
@@ -534,7 +532,7 @@ def _refilter_structures(
                 row.entry_delta_budget,  # kept: 422 if the new rule sets nothing aside
             )
             row.filter_bound = flt.bound
-            row.filter_params = flt.params.to_dict() if flt.params is not None else None
+            row.filter_params = flt.params_dict()
             for column, value in zero_totals(flt).items():
                 setattr(row, column, value)
         if st.lifetime is not None:
@@ -577,7 +575,7 @@ def _store_lifetime(ds: Dataset, st: state.DatasetState, flt: Filter) -> None:
     """``flt`` becomes the lifetime budget's filter: its row columns and the state's."""
     ds.lifetime_entry_delta_budget = flt.entry_delta
     ds.lifetime_filter_bound = flt.bound
-    ds.lifetime_filter_params = flt.params.to_dict() if flt.params is not None else None
+    ds.lifetime_filter_params = flt.params_dict()
     st.lifetime = flt
 
 

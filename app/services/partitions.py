@@ -86,11 +86,7 @@ def summary(session: Session, st: DatasetState) -> dict[str, Any]:
             spent=answers.spent(st),
             remaining=answers.remaining(st) if lifetime is not None else None,
             exhausted=answers.exhausted(st),
-            filter_params=(
-                lifetime.params.to_dict()
-                if lifetime is not None and lifetime.params is not None
-                else None
-            ),
+            filter_params=lifetime.params_dict() if lifetime is not None else None,
         ),
     }
 

@@ -417,7 +417,7 @@ def _values(t: Tally, now: datetime) -> dict[str, Any]:
         values["budget_epsilon"] = t.budget.epsilon
         values["budget_delta"] = t.budget.delta
         values["filter_bound"] = t.filter.bound
-        values["filter_params"] = t.filter.params.to_dict() if t.filter.params else None
+        values["filter_params"] = t.filter.params_dict()
         values["entry_delta_budget"] = t.filter.entry_delta
     else:
         values["key_key"] = t.key
