@@ -64,13 +64,15 @@ ORDERS_VERSION = 2
 """Bump (with a migration rebuilding totals) whenever ``ORDERS`` changes. Version 1: 234 orders;
 version 2: 243 (1.01 .. 1.09 added)."""
 
-CURVE_FORMULAS_VERSION = 1
+CURVE_FORMULAS_VERSION = 2
 """Bump whenever a mechanism's curve formula changes (a correction found below the exact value,
 or a tightening): a database written before re-derives its stored curves from their mechanisms
 and rebuilds its totals once, at the first ``migrate`` or auto-migrating start-up of the release
 that bumps it (``app.services.verification.rederive_if_formulas_changed``). Version 1: the formulas
 of 2026-11-24 (discrete Laplace margin 2556fc4, DP-SGD series ff22b6b / 4e9a4c1 / 3942eb9); a
 database without the stamp was written before them, or by a release that did not keep it.
+Version 2 (2026-11-25): the exponential mechanism's RDP is the exact bounded-range curve
+(``closed_forms.bounded_range_rdp``), up to 1.5x below version 1's at some orders.
 ``tests/unit/test_curve_formulas_version.py`` fails when a curve moves beyond ``verify``'s
 tolerance while this stays the same."""
 

@@ -6,6 +6,7 @@ golden vectors of docs/formulas.md §1.7."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import mpmath as mp
 import numpy as np
@@ -17,6 +18,7 @@ from dp_accounting.rdp import rdp_privacy_accountant as rdpa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.accounting.closed_forms import bounded_range_rho, rr_rdp
 from app.accounting.curve import compose
 from app.accounting.filters import Budget, Filter, FilterKind, spend
 from app.accounting.mechanisms import mechanism_from_dict
@@ -113,6 +115,75 @@ def test_exponential_curve_bounds_the_worst_bounded_range_pair(eta: float) -> No
     # tighter than the same epsilon as generic pure DP
     assert (c.rdp <= _m("pure_dp", epsilon=eta).curve().rdp).all()
     assert c.rho <= eta * eta / 8 and c.pure_eps == eta
+
+
+TIGHT_ORDERS = [1.01, 1.05, 1.5, 2.0, 3.0, 7.7, 15.0, 77.0, 1024.0, float(ORDERS[-1])]
+
+
+@pytest.mark.parametrize(("eta", "tol"), [(0.01, 2e-7), (0.1, 2e-9), (1.0, 2e-9), (20.0, 2e-9)])
+def test_exponential_curve_is_the_exact_bounded_range_curve(eta: float, tol: float) -> None:
+    """The stored curve is the supremum over the two-point family (the worst eta-BR pair at
+    each order), found by a 50-digit search over q, never below it and above it by at most
+    ``tol`` (the rounding margin; larger where eta is small and the closed form's terms
+    cancel). The curve before version 2 (rho_BR * alpha) was up to 1.5x above it."""
+    c = _m("exponential", epsilon=eta).curve()
+    for alpha in TIGHT_ORDERS:
+        j = int(np.flatnonzero(ORDERS == alpha)[0])
+        exact = _worst_two_point(eta, alpha)
+        assert exact <= c.rdp[j] <= exact * (1 + tol), (alpha, c.rdp[j], exact)
+
+
+def _two_point_composed_epsilon(eta: float, q: float, n: int, delta: float) -> float:
+    """Exact epsilon at ``delta`` of n copies of one two-point eta-BR pair (Q = (q, 1 - q),
+    losses t + eta and t), both directions: the loss of the composition is n t + k eta with
+    k ~ Binomial(n, .) under each side, and delta(eps) = sum_k [P(k) - e^eps Q(k)]_+ is
+    bisected. Any sound epsilon for n eta-BR mechanisms is at least this."""
+    e = mp.mpf(eta)
+    q = mp.mpf(q)
+    p1 = q * mp.e**e / (q * mp.e**e + 1 - q)  # P's mass on the point of loss t + eta
+
+    def hockey(eps: mp.mpf, a: mp.mpf, b: mp.mpf) -> mp.mpf:
+        tot = mp.mpf(0)
+        for k in range(n + 1):
+            pk = mp.binomial(n, k) * a**k * (1 - a) ** (n - k)
+            qk = mp.binomial(n, k) * b**k * (1 - b) ** (n - k)
+            tot += max(pk - mp.e**eps * qk, 0)
+        return tot
+
+    def eps_at(a: mp.mpf, b: mp.mpf) -> float:
+        lo, hi = mp.mpf(0), mp.mpf(n * eta)
+        for _ in range(80):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if hockey(mid, a, b) > delta else (lo, mid)
+        return float(lo)
+
+    return max(eps_at(p1, q), eps_at(q, p1))
+
+
+def test_exponential_composition_is_sound_and_tighter_than_the_tight_rho_curve() -> None:
+    """10 x exponential(1) at delta = 1e-6: never below the exact composition of any single
+    worst-case pair (a lower bound on every sound answer, over a grid of q), and below what the
+    curve rho_BR * alpha (the least bound before version 2) gives with the same conversion."""
+    got = spend(FilterKind.RDP, compose([_m("exponential", epsilon=1.0, count=10).curve()]), 1e-6)
+    lower = max(_two_point_composed_epsilon(1.0, q, 10, 1e-6) for q in (0.12, 0.13, 0.14, 0.15))
+    old = replace(
+        _m("exponential", epsilon=1.0, count=10).curve(),
+        rdp=10 * np.minimum(bounded_range_rho(1.0) * ORDERS, rr_rdp(ORDERS, 1.0, 2)),
+    )
+    before = spend(FilterKind.RDP, compose([old]), 1e-6).epsilon
+    assert lower <= got.epsilon < before * 0.9, (lower, got, before)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.floats(min_value=1e-9, max_value=100.0),
+    st.floats(min_value=1e-9, max_value=100.0),
+)
+def test_exponential_curve_is_monotone_in_epsilon_and_order(e1: float, e2: float) -> None:
+    lo, hi = sorted((e1, e2))
+    a, b = _m("exponential", epsilon=lo).curve().rdp, _m("exponential", epsilon=hi).curve().rdp
+    assert (a <= b).all()
+    assert (np.diff(a) >= 0).all() and (np.diff(b) >= 0).all()
 
 
 # --- zcdp ----------------------------------------------------------------------------------------

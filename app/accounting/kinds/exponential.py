@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from app.accounting.closed_forms import bounded_range_rho, rr_rdp
+from app.accounting.closed_forms import bounded_range_rdp, bounded_range_rho, rr_rdp
 from app.accounting.curve import PrivacyCurve
 from app.accounting.kinds._spec import MAX_EPSILON, MIN_EPSILON, KindSpec, Mechanism, param
 from app.accounting.orders import ORDERS
@@ -21,10 +21,13 @@ class Exponential(Mechanism):
 
     rho = c - 1 - log c, c = eps / (e^eps - 1), the tight zCDP of eta-bounded range at eta = eps
     [HM25] (below eps^2 / 8 [CR21 section 3] and eps tanh(eps/2) for pure DP). RDP at each order:
-    the least of rho * alpha (that tight zCDP), the bounded-range curve
-    rho + (alpha - 1) eps^2 / 8 [CR21 section 3: Hoeffding's lemma on the privacy loss, KL <=
-    rho], and the pure-DP worst case (binary randomized response at eps) [HM25 Prop 7], each
-    valid on its own. Pure DP: eps.
+    the exact RDP of eps-bounded range (``bounded_range_rdp``: the two-point worst case in
+    closed form, docs/formulas.md §1.7), raised by its rounding bound; where eps is so small that
+    the bound's margin is large, the least of it, rho * alpha (that tight zCDP), the
+    bounded-range curve rho + (alpha - 1) eps^2 / 8 [CR21 section 3: Hoeffding's lemma on the
+    privacy loss, KL <= rho] and the pure-DP worst case (binary randomized response at eps)
+    [HM25 Prop 7], each valid on its own; then the least value at or above each order (RDP is
+    non-decreasing in the order). Pure DP: eps.
 
     Neighbours: whatever relation the loss function's sensitivity Delta is stated for.
     """
@@ -41,6 +44,9 @@ class Exponential(Mechanism):
         rho = bounded_range_rho(eps)
         bounded_range = rho + (ORDERS - 1.0) * (eps * eps / 8.0)
         rdp = np.minimum(np.minimum(rho * ORDERS, bounded_range), rr_rdp(ORDERS, eps, 2))
+        rdp = np.minimum(rdp, bounded_range_rdp(ORDERS, eps))
+        # RDP is non-decreasing in the order: a bound at a higher order holds at every lower one
+        rdp = np.minimum.accumulate(rdp[::-1])[::-1]
         return PrivacyCurve(rho=rho, rdp=rdp, pure_eps=eps, gaussian_only=False)
 
 
