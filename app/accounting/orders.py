@@ -72,7 +72,9 @@ that bumps it (``app.services.verification.rederive_if_formulas_changed``). Vers
 of 2026-11-24 (discrete Laplace margin 2556fc4, DP-SGD series ff22b6b / 4e9a4c1 / 3942eb9); a
 database without the stamp was written before them, or by a release that did not keep it.
 Version 2 (2026-11-25): the exponential mechanism's RDP is the exact bounded-range curve
-(``closed_forms.bounded_range_rdp``), up to 1.5x below version 1's at some orders.
+(``closed_forms.bounded_range_rdp``), up to 1.5x below version 1's at some orders; an ``rdp``
+entry whose given epsilons decrease takes the next given order's own value at each grid order
+(version 1 took the least value at or above it).
 ``tests/unit/test_curve_formulas_version.py`` fails when a curve moves beyond ``verify``'s
 tolerance while this stays the same."""
 

@@ -224,18 +224,25 @@ def test_zcdp_with_delta_spends_at_what_is_left() -> None:
 # --- rdp -----------------------------------------------------------------------------------------
 
 
-def test_rdp_takes_the_best_value_at_or_above_each_grid_order() -> None:
+def test_rdp_takes_the_value_of_the_next_given_order_at_or_above_each_grid_order() -> None:
     c = _m("rdp", orders=[16, 2, 8, 4], epsilons=[1.3, 0.1, 0.5, 0.2]).curve()
     expect = np.where(ORDERS <= 2, 0.1, np.where(ORDERS <= 4, 0.2, np.where(ORDERS <= 8, 0.5, 1.3)))
     expect = np.where(ORDERS <= 16, expect, np.inf)
     np.testing.assert_allclose(c.rdp, expect, rtol=1e-15)
     assert (c.rdp >= expect).all()
     assert c.rho == math.inf and c.pure_eps == math.inf
-    # not non-decreasing: an order takes the least value given at or above it (D_alpha grows
-    # with alpha, so eps(8) <= 0.4 also bounds every order below 8)
+    # not non-decreasing: still the next given order's own value (the rule; a smaller
+    # value at a higher order is not carried down)
     c = _m("rdp", orders=[2, 4, 8], epsilons=[0.5, 0.9, 0.4]).curve()
-    assert c.rdp[ORDERS <= 8].max() == pytest.approx(0.4, rel=1e-15)
+    expect = np.where(ORDERS <= 2, 0.5, np.where(ORDERS <= 4, 0.9, 0.4))
+    np.testing.assert_allclose(c.rdp[ORDERS <= 8], expect[ORDERS <= 8], rtol=1e-15)
+    assert (c.rdp[ORDERS <= 8] >= expect[ORDERS <= 8]).all()
     assert np.isinf(c.rdp[ORDERS > 8]).all()
+    # a decreasing list, [2, 4, 8, 16] -> [1, 0.5, 0.3, 0.2]: 1.0 up to order 2 (an audit found
+    # 0.2 there, the least value above, before this rule was followed literally)
+    c = _m("rdp", orders=[2, 4, 8, 16], epsilons=[1.0, 0.5, 0.3, 0.2]).curve()
+    assert c.rdp[ORDERS <= 2].min() == pytest.approx(1.0, rel=1e-15)
+    assert c.rdp[(ORDERS > 8) & (ORDERS <= 16)].max() == pytest.approx(0.2, rel=1e-15)
 
 
 def test_rdp_spend_uses_the_finite_orders_and_its_delta() -> None:

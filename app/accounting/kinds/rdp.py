@@ -23,11 +23,14 @@ class RDP(Mechanism):
     measurement's RDP map, a mechanism analysed elsewhere). With ``delta`` > 0: delta-approximate
     RDP, the equal-weight mixture form of BS16 section 8 applied to a curve.
 
-    On the grid: an order alpha takes min {eps_j : alpha_j >= alpha}, the best given value at a
-    given order at or above it. D_alpha is non-decreasing in alpha [M17 Prop 5;
-    docs/formulas.md §0.1], so every such value bounds D_alpha; nothing is ever interpolated
-    downward and the given epsilons need not be non-decreasing. Orders above the largest given
-    one get +inf (no bound), so rho and the pure-DP value are infinite too.
+    On the grid: an order alpha takes eps_j of the next given order at or above it (the least
+    alpha_j >= alpha), as the issue states the rule. D_alpha is non-decreasing in alpha [M17
+    Prop 5; docs/formulas.md §0.1], so that value bounds D_alpha; nothing is ever interpolated
+    downward. Orders above the largest given one get +inf (no bound), so rho and the pure-DP
+    value are infinite too. Given epsilons that decrease somewhere are taken as given: a smaller
+    value at a higher order is not carried down to lower ones (if every claim held, that would
+    be sound and tighter, but a list that is not non-decreasing is not the RDP curve of any
+    mechanism, and the next order's own value is the conservative reading of it).
 
     Neighbours: the relation of the guarantee.
     """
@@ -68,9 +71,8 @@ class RDP(Mechanism):
         order = np.argsort(self.orders)
         given = np.asarray(self.orders, dtype=np.float64)[order]
         eps = np.asarray(self.epsilons, dtype=np.float64)[order]
-        best_above = np.minimum.accumulate(eps[::-1])[::-1]  # min over given orders >= each
         j = np.searchsorted(given, ORDERS, side="left")  # first given order >= alpha
-        rdp = np.where(j < given.size, best_above[np.minimum(j, given.size - 1)], math.inf)
+        rdp = np.where(j < given.size, eps[np.minimum(j, given.size - 1)], math.inf)
         return PrivacyCurve(
             rho=math.inf, rdp=rdp, pure_eps=math.inf, gaussian_only=False, delta=self.delta
         )
