@@ -75,9 +75,10 @@ def _own_delta_clause(
     own = with_holds_bound(committed, held, ask.curve, holds + 1)
     if f.entry_deltas_fit(own):
         return ""
+    total, limit = _beyond(own.delta, f.entry_delta)
     return (
-        f"; the entries' own deltas {where}would add up to {own.delta:.6g}, above the "
-        f"{field} {f.entry_delta:g} set aside for them"
+        f"; the entries' own deltas {where}would add up to {total}, above the "
+        f"{field} {limit} set aside for them"
     )
 
 
@@ -130,14 +131,23 @@ def _structure_detail(st: DatasetState, ask: Ask, dry: Decision) -> str | None:
 
 
 def _beyond(value: float, limit: float) -> tuple[str, str]:
-    """``value`` and the ``limit`` it exceeds, to 6 significant figures, or as many more as it
-    takes for the two to read as different numbers: "would reach 1, above the budget 1" said
-    nothing (1.000000001 against 1, the least costly invocation calibrate tried)."""
+    """``value`` and the ``limit`` it exceeds (or reaches), to 6 significant figures, or as
+    many more as it takes for the two to read as different numbers: "would reach 1, above the
+    budget 1" said nothing (1.000000001 against 1, the least costly invocation calibrate
+    tried), nor did deltas adding up to "0.3" against a budget delta 0.30000000000000004. Equal
+    values read as equal."""
     for digits in range(6, 18):
         shown = f"{value:.{digits}g}", f"{limit:.{digits}g}"
         if float(shown[0]) != float(shown[1]) or not value > limit:
-            return shown
+            # a number whose shortest exact form is shorter reads as that (0.3, not
+            # 0.29999999999999999)
+            return _shorter(shown[0], value), _shorter(shown[1], limit)
     return repr(value), repr(limit)
+
+
+def _shorter(shown: str, x: float) -> str:
+    exact = repr(x)
+    return exact if len(exact) < len(shown) else shown
 
 
 def refusal(st: DatasetState, ask: Ask, dry: Decision, *, dry_run: bool = False) -> BudgetExceeded:
@@ -162,15 +172,20 @@ def refusal(st: DatasetState, ask: Ask, dry: Decision, *, dry_run: bool = False)
     if not f.entry_deltas_fit(own):
         # refused by the entries' own deltas alone, whatever the epsilon or rho: say so (the
         # figures below were not what refused it, and may well be within the budget)
-        detail = (
-            f"refused: the entries' own deltas would add up to {own.delta:.6g}{counted}, "
-            f"above the entry_delta_budget {f.entry_delta:g} set aside for them "
-            f"({f.kind.value} filter)"
-            if f.rule.adaptive
-            else f"refused: the entries' own deltas would add up to {own.delta:.6g}{counted}, "
-            f"reaching the budget delta {b.delta:g}: once they do, nothing more is admitted "
-            f"({f.kind.value} filter)"
-        )
+        if f.rule.adaptive:
+            total, limit = _beyond(own.delta, f.entry_delta)
+            detail = (
+                f"refused: the entries' own deltas would add up to {total}{counted}, "
+                f"above the entry_delta_budget {limit} set aside for them "
+                f"({f.kind.value} filter)"
+            )
+        else:
+            total, limit = _beyond(own.delta, b.delta)
+            detail = (
+                f"refused: the entries' own deltas would add up to {total}{counted}, "
+                f"reaching the budget delta {limit}: once they do, nothing more is admitted "
+                f"({f.kind.value} filter)"
+            )
     elif f.kind in RHO_FILTERS and compared.delta == 0.0:
         assert f.bound is not None
         rho, bound = _beyond(compared.rho, f.bound)

@@ -78,3 +78,26 @@ def test_a_refusal_by_the_entries_own_deltas_says_so(client: TestClient, account
     assert found, detail
     for reached, limit in found:
         assert float(reached) > float(limit), detail
+
+
+def test_deltas_past_the_budget_delta_read_as_past_it(client: TestClient) -> None:
+    """Deltas of 0.2 and then 0.1 + 2^-54-ish more, against a budget delta of 0.3: the sum is
+    above it by a few ulps, and the refusal prints the two so that they read as different
+    (it said "add up to 0.3, reaching the budget delta 0.3"; found by the generic-kinds audit)."""
+    budget_delta = 0.3
+    ds = new_dataset(
+        client, budget={"epsilon": 50.0, "delta": budget_delta}, accounting="rdp", adaptive=False
+    )
+    url = f"/v1/datasets/{ds['id']}"
+    first = {"mechanism": {"mechanism": "approx_dp", "epsilon": 0.01, "delta": 0.2}}
+    assert client.post(f"{url}/charges", json=first).status_code == 201
+    second = {"mechanism": {"mechanism": "approx_dp", "epsilon": 0.01, "delta": 0.1}}
+    r = client.post(f"{url}/charges", json=second)
+    assert r.status_code == 409, r.text
+    detail = r.json()["detail"]
+    m = re.search(r"add up to ([0-9.e+-]+).*budget delta ([0-9.e+-]+)", detail)
+    assert m, detail
+    total, limit = float(m.group(1)), float(m.group(2))
+    assert limit == budget_delta
+    assert total >= 0.2 + 0.1 >= limit  # the float sum, rounded up, reaches the budget
+    assert (total > limit) == (m.group(1) != m.group(2)), detail
