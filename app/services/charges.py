@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from app import observability
 from app import responses as r
-from app.accounting import pld_mechanisms, registry
+from app.accounting import dp_events, pld_mechanisms
 from app.accounting.kinds.subsampled_gaussian import too_many_runs
 from app.accounting.mechanisms import Mechanism
 from app.accounting.pld import Pld
@@ -130,23 +130,24 @@ MAX_EVENT_PARTS = 1000
 """At most this many distinct mechanisms in one event (identical ones are merged first)."""
 
 
-def merged(mechanisms: list[Mechanism]) -> list[Mechanism]:
-    """Identical mechanisms (every field but ``count``) merged into one, counts added, in the
-    order of first appearance."""
-    return [
-        registry.mechanism_from_dict(d)
-        for d in registry.merge_counts(m.to_dict() for m in mechanisms)
-    ]
+merged = dp_events.merged
 
 
 def translate_dp_event(event: dict[str, Any]) -> list[Mechanism]:
-    """The mechanisms of a dp_accounting event (422 naming what has no translation)."""
+    """The mechanisms of a dp_accounting event (``app.accounting.dp_events``; 422 naming what
+    has no translation, with the problem's ``event_path`` saying where in the event it is)."""
     try:
-        mechanisms = merged(registry.mechanisms_from_dp_event(event))
+        mechanisms = dp_events.translate(event)
     except ValueError as exc:
-        raise Unprocessable(f"dp_event: {exc}") from None
+        path = getattr(exc, "path", "")
+        raise Unprocessable(f"dp_event: {exc}", **({"event_path": path} if path else {})) from None
     if not mechanisms:
-        raise Unprocessable("dp_event: the event charges nothing (NoOpDpEvent or count 0)")
+        raise Unprocessable(
+            "dp_event: the event charges nothing (every part of it is a NoOpDpEvent, a "
+            "SelfComposedDpEvent of count 0, a PoissonSampledDpEvent of sampling_probability 0 "
+            "or a RandomizedResponseDpEvent of noise_parameter 1, none of which has a privacy "
+            "cost)"
+        )
     if len(mechanisms) > MAX_EVENT_PARTS:
         raise Unprocessable(
             f"dp_event: {len(mechanisms)} distinct mechanisms, at most {MAX_EVENT_PARTS}"

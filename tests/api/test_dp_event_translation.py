@@ -1,0 +1,228 @@
+"""``POST /v1/datasets/{id}/charges/dp_event``: Poisson sampling over a composition of Gaussians
+(dp_accounting's RDP accountant is the oracle), and errors that name the event's own field.
+
+Audit 43, F2 and F3 (/work/notes/integrations43.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from dp_accounting import dp_event as de
+from dp_accounting.rdp import rdp_privacy_accountant as rdpa
+from fastapi.testclient import TestClient
+from privacy_ledger_client import dp_event_to_dict
+
+from app.accounting.curve import compose
+from app.accounting.dp_events import translate
+from app.accounting.kinds._spec import MIN_EPSILON
+from app.accounting.orders import ORDERS
+from tests.conftest import new_dataset
+
+INTEGER_ORDERS = ORDERS[np.equal(np.floor(ORDERS), ORDERS) & (ORDERS <= 256)]
+"""Orders where dp_accounting evaluates the subsampled Gaussian exactly (at fractional ones it
+sums absolute values of a series, an upper bound on ours)."""
+
+POISSON_OVER_GAUSSIANS = {
+    "composed": de.PoissonSampledDpEvent(
+        0.1, de.ComposedDpEvent([de.GaussianDpEvent(1.0), de.GaussianDpEvent(2.0)])
+    ),
+    "self-composed": de.SelfComposedDpEvent(
+        de.PoissonSampledDpEvent(0.01, de.SelfComposedDpEvent(de.GaussianDpEvent(1.0), 2)), 1000
+    ),
+    "nested": de.SelfComposedDpEvent(
+        de.PoissonSampledDpEvent(
+            0.05,
+            de.ComposedDpEvent(
+                [
+                    de.SelfComposedDpEvent(de.GaussianDpEvent(3.0), 3),
+                    de.ComposedDpEvent([de.GaussianDpEvent(2.5), de.GaussianDpEvent(4.0)]),
+                ]
+            ),
+        ),
+        200,
+    ),
+    "beside-others": de.ComposedDpEvent(
+        [
+            de.PoissonSampledDpEvent(
+                0.02, de.ComposedDpEvent([de.GaussianDpEvent(1.5), de.GaussianDpEvent(1.5)])
+            ),
+            de.LaplaceDpEvent(10.0),
+        ]
+    ),
+}
+
+
+def _post(client: TestClient, dataset: str, event: Any, **params: str) -> Any:
+    return client.post(
+        f"/v1/datasets/{dataset}/charges/dp_event",
+        json={"dp_event": event if isinstance(event, dict) else dp_event_to_dict(event)},
+        params=params,
+    )
+
+
+@pytest.mark.parametrize("name", sorted(POISSON_OVER_GAUSSIANS))
+def test_poisson_over_gaussians_is_dp_accountings_effective_gaussian(name: str) -> None:
+    """The translated curve is dp_accounting's RDP at every integer order, and its epsilon
+    (dp_accounting's own conversion over those orders) is dp_accounting's, never below."""
+    event = POISSON_OVER_GAUSSIANS[name]
+    acc = rdpa.RdpAccountant(orders=list(INTEGER_ORDERS))
+    acc.compose(event)
+    theirs = np.array(acc._rdp)  # noqa: SLF001 - the accountant's composed RDP vector
+    ours = compose([m.curve() for m in translate(dp_event_to_dict(event))]).rdp[
+        np.isin(ORDERS, INTEGER_ORDERS)
+    ]
+    assert (ours >= theirs * (1 - 1e-9)).all()
+    np.testing.assert_allclose(ours, theirs, rtol=1e-9)
+    for delta in (1e-5, 1e-7):
+        eps_ours, _ = rdpa.compute_epsilon(list(INTEGER_ORDERS), list(ours), delta)
+        eps_theirs = acc.get_epsilon(delta)
+        assert eps_ours >= eps_theirs or eps_ours == pytest.approx(eps_theirs, rel=1e-9)
+
+
+def test_the_charge_is_one_subsampled_gaussian_at_the_effective_noise(client: TestClient) -> None:
+    """What is recorded: one subsampled Gaussian per Poisson event, with dp_accounting's
+    effective noise multiplier (never above it: a smaller noise can only charge more)."""
+    ds = new_dataset(client, "effective", adaptive=False, budget={"epsilon": 10, "delta": 1e-6})
+    event = POISSON_OVER_GAUSSIANS["self-composed"]
+    r = _post(client, ds["id"], event)
+    assert r.status_code == 201, r.text
+    (entry,) = r.json()["entries"]
+    m = entry["mechanism"]
+    assert m["mechanism"] == "subsampled_gaussian"
+    assert m["sample_rate"] == event.event.sampling_probability
+    assert m["steps"] * m["count"] == event.count
+    expected = rdpa._effective_gaussian_noise_multiplier(event.event.event)  # noqa: SLF001
+    assert m["sigma"] <= expected
+    assert m["sigma"] == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("event", "offender"),
+    [
+        (
+            de.PoissonSampledDpEvent(
+                0.1, de.ComposedDpEvent([de.GaussianDpEvent(1.0), de.LaplaceDpEvent(2.0)])
+            ),
+            "LaplaceDpEvent",
+        ),
+        (
+            de.PoissonSampledDpEvent(
+                0.1, de.SelfComposedDpEvent(de.ComposedDpEvent([de.NoOpDpEvent()]), 3)
+            ),
+            "NoOpDpEvent",
+        ),
+        (
+            de.PoissonSampledDpEvent(
+                0.1,
+                de.ComposedDpEvent(
+                    [
+                        de.GaussianDpEvent(1.0),
+                        de.PoissonSampledDpEvent(0.5, de.GaussianDpEvent(1.0)),
+                    ]
+                ),
+            ),
+            "PoissonSampledDpEvent",
+        ),
+    ],
+)
+def test_poisson_over_a_mix_with_a_non_gaussian_is_refused(
+    client: TestClient, event: Any, offender: str
+) -> None:
+    """dp_accounting refuses these too (its RDP accountant: "Subevent of PoissonSampledDpEvent
+    must be a GaussianDpEvent or a nested structure ..."): nothing is charged."""
+    acc = rdpa.RdpAccountant()
+    assert not acc.supports(event)
+    ds = new_dataset(client, f"mix-{offender}", adaptive=False)
+    r = _post(client, ds["id"], event)
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert f"over a composition holding {offender}" in detail
+    assert "only GaussianDpEvents" in detail
+    assert client.get(f"/v1/datasets/{ds['id']}/budget").json()["entries"] == 0
+
+
+BELOW = f"below the smallest accepted epsilon {MIN_EPSILON:g}"
+
+
+@pytest.mark.parametrize(
+    ("event", "says"),
+    [
+        (de.GaussianDpEvent(-1.0), ["GaussianDpEvent", "noise_multiplier -1.0 is negative"]),
+        (de.LaplaceDpEvent(-1.0), ["LaplaceDpEvent", "noise_multiplier -1.0 is negative"]),
+        (de.LaplaceDpEvent(1e-3), ["LaplaceDpEvent", "noise_multiplier 0.001", "epsilon 1000"]),
+        (de.LaplaceDpEvent(1e10), ["LaplaceDpEvent", "noise_multiplier 1", BELOW, "pure_dp"]),
+        (
+            de.RandomizedResponseDpEvent(1e-50, 2),
+            ["RandomizedResponseDpEvent", "noise_parameter 1e-50", "above the largest"],
+        ),
+        (
+            de.RandomizedResponseDpEvent(1 - 1e-12, 2),
+            ["RandomizedResponseDpEvent", "noise_parameter 0.999999999999", BELOW],
+        ),
+        (de.GaussianDpEvent(1e-9), ["GaussianDpEvent", "noise_multiplier 1e-09", "below"]),
+        (de.DiscreteLaplaceDpEvent(-0.5, 1), ["DiscreteLaplaceDpEvent", "noise_parameter -0.5"]),
+        (de.ZCDpEvent(-0.1), ["ZCDpEvent", "rho -0.1 is negative"]),
+        (
+            de.SelfComposedDpEvent(de.PoissonSampledDpEvent(1.5, de.GaussianDpEvent(1.0)), 3),
+            ["PoissonSampledDpEvent at event", "sampling_probability 1.5 is above 1"],
+        ),
+        (
+            de.PoissonSampledDpEvent(0.1, de.GaussianDpEvent(-2.0)),
+            ["PoissonSampledDpEvent", "noise_multiplier -2.0 is negative"],
+        ),
+        (
+            de.ComposedDpEvent([de.GaussianDpEvent(5.0), de.LaplaceDpEvent(-3.0)]),
+            ["LaplaceDpEvent at events[1]", "noise_multiplier -3.0 is negative"],
+        ),
+    ],
+)
+def test_out_of_range_errors_name_the_event_its_field_and_value(
+    client: TestClient, event: Any, says: list[str]
+) -> None:
+    ds = new_dataset(client, "ranges", adaptive=False)
+    r = _post(client, ds["id"], event)
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    for part in says:
+        assert part in detail, detail
+    assert "must be in [" not in detail  # (the ledger field's message, which named no event)
+    assert client.get(f"/v1/datasets/{ds['id']}/budget").json()["entries"] == 0
+
+
+def test_a_non_finite_noise_in_raw_json_is_named(client: TestClient) -> None:
+    """JSON has no infinity, but Python's parser reads ``Infinity``: it was charged as if it
+    were epsilon 0 ("epsilon must be in [1e-09, 100], got 0.0")."""
+    ds = new_dataset(client, "infinite", adaptive=False)
+    r = client.post(
+        f"/v1/datasets/{ds['id']}/charges/dp_event",
+        content='{"dp_event": {"type": "LaplaceDpEvent", "noise_multiplier": Infinity}}',
+        headers={"Content-Type": "application/json"},
+    )
+    assert r.status_code == 422, r.text
+    assert "epsilon must be in" not in r.json()["detail"]
+
+
+def test_the_problem_says_where_in_the_event(client: TestClient) -> None:
+    ds = new_dataset(client, "where", adaptive=False)
+    event = de.ComposedDpEvent(
+        [
+            de.SelfComposedDpEvent(de.PoissonSampledDpEvent(0.01, de.GaussianDpEvent(1.0)), 10),
+            de.SelfComposedDpEvent(de.PoissonSampledDpEvent(0.01, de.GaussianDpEvent(1e-4)), 10),
+        ]
+    )
+    r = _post(client, ds["id"], event)
+    assert r.status_code == 422
+    assert r.json()["event_path"] == "events[1].event"
+    # and a dry run refuses it the same way
+    assert _post(client, ds["id"], event, dry_run="true").json()["event_path"] == "events[1].event"
+
+
+def test_an_event_that_charges_nothing_says_which_parts_cost_nothing(client: TestClient) -> None:
+    """An Opacus history whose only entry samples nobody sent no NoOpDpEvent and no count 0."""
+    ds = new_dataset(client, "nothing", adaptive=False)
+    event = de.SelfComposedDpEvent(de.PoissonSampledDpEvent(0.0, de.GaussianDpEvent(1.0)), 10)
+    r = _post(client, ds["id"], event)
+    assert r.status_code == 422
+    assert "sampling_probability 0" in r.json()["detail"]
