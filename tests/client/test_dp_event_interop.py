@@ -31,13 +31,13 @@ def test_translations() -> None:
             dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.1)), 500
         )
     )
-    assert sgd == [
+    assert sgd == [  # as the server records it: 500 one-step entries merged (same curve)
         {
             "mechanism": "subsampled_gaussian",
             "sigma": 1.1,
             "sample_rate": 0.01,
-            "steps": 500,
-            "count": 1,
+            "steps": 1,
+            "count": 500,
         }
     ]
     composed = dp_event.ComposedDpEvent(
@@ -84,3 +84,61 @@ def test_translated_curves_match_dp_accounting() -> None:
 def test_untranslatable_events_are_refused(event) -> None:
     with pytest.raises(ValueError, match="translation|not differentially private"):
         from_dp_event(event)
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        dp_event.ZCDpEvent(0.1),
+        dp_event.DiscreteLaplaceDpEvent(0.5, 1),
+        dp_event.SelfComposedDpEvent(
+            dp_event.SelfComposedDpEvent(
+                dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.1)), 3
+            ),
+            10,
+        ),
+        dp_event.PoissonSampledDpEvent(
+            0.1, dp_event.ComposedDpEvent([dp_event.GaussianDpEvent(1.0)] * 2)
+        ),
+        dp_event.ComposedDpEvent(
+            [
+                dp_event.LaplaceDpEvent(4.0),
+                dp_event.GaussianDpEvent(3.0),
+                dp_event.LaplaceDpEvent(4.0),
+            ]
+        ),
+    ],
+)
+def test_the_deprecated_translation_is_what_the_server_records(client, event) -> None:
+    """Audit 43 F7: ``from_dp_event`` refused ZCDp and DiscreteLaplace events the server
+    charges, and wrote a 30-step entry where the server records 30 one-step ones."""
+    from privacy_ledger_client import dp_event_to_dict
+
+    from tests.conftest import new_dataset
+
+    ds = new_dataset(client, "deprecated", adaptive=False, budget={"epsilon": 50, "delta": 1e-6})
+    r = client.post(
+        f"/v1/datasets/{ds['id']}/charges/dp_event", json={"dp_event": dp_event_to_dict(event)}
+    )
+    assert r.status_code == 201, r.text
+    recorded = [{k: v for k, v in e["mechanism"].items() if k != "v"} for e in r.json()["entries"]]
+    assert from_dp_event(event) == recorded
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(2.0), 0),
+        dp_event.PoissonSampledDpEvent(0.0, dp_event.GaussianDpEvent(1.0)),
+        dp_event.NoOpDpEvent(),
+    ],
+)
+def test_an_event_that_costs_nothing_translates_to_nothing(event) -> None:
+    """It was a ``count: 0`` gaussian and a ``sample_rate: 0`` entry, both refused (422) when
+    charged."""
+    assert from_dp_event(event) == []
+
+
+def test_out_of_range_values_are_named_as_the_server_names_them() -> None:
+    with pytest.raises(ValueError, match="LaplaceDpEvent: noise_multiplier -1.0 is negative"):
+        from_dp_event(dp_event.LaplaceDpEvent(-1.0))
