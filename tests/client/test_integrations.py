@@ -8,6 +8,8 @@ built independently from the same parameters, and spends with the accounting cor
 
 from __future__ import annotations
 
+import asyncio
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +17,7 @@ import opendp.prelude as dp
 import pytest
 from dp_accounting import dp_event as de
 from privacy_ledger_client import (
+    AsyncLedgerClient,
     BudgetExceeded,
     InvalidRequest,
     LedgerClient,
@@ -189,3 +192,127 @@ def test_opendp_measurements_end_to_end(server_url: str) -> None:
         adaptive = c.create_dataset("adaptive", 4.0, 1e-6)
         with pytest.raises(InvalidRequest, match="own delta"):
             c.charge_opendp(adaptive.id, fixed, 1.0)
+
+
+# --- audit 43: F3 (Opacus), F4, F5, F6 -----------------------------------------------------------
+
+dp.enable_features("honest-but-curious")  # (make_user_measurement)
+
+
+def _user_measurement(measure: Any, loss: Any) -> Any:
+    return dp.m.make_user_measurement(*FLOATS, measure, lambda x: x, lambda d_in: loss)
+
+
+@pytest.mark.parametrize(
+    ("measure", "loss", "says"),
+    [
+        (dp.approximate(dp.zero_concentrated_divergence()), (0.1, -1e-7), "delta"),
+        (dp.approximate(dp.max_divergence()), (0.1, -1e-7), "delta"),
+        (dp.max_divergence(), float("nan"), "epsilon"),
+        (dp.max_divergence(), float("inf"), "epsilon"),
+        (dp.max_divergence(), -0.5, "epsilon"),
+        (dp.zero_concentrated_divergence(), float("inf"), "rho"),
+        (dp.approximate(dp.max_divergence()), (float("inf"), 1e-7), "epsilon"),
+        (dp.approximate(dp.max_divergence()), (0.5, float("nan")), "delta"),
+        (dp.approximate(dp.max_divergence()), (0.5, 1.0), "delta"),
+    ],
+)
+def test_opendp_losses_that_are_not_finite_or_negative_are_named(
+    measure: Any, loss: Any, says: str
+) -> None:
+    """F4: a negative delta was dropped (``zcdp`` with no delta) and NaN or infinity failed in
+    the JSON encoder ("Out of range float values are not JSON compliant")."""
+    bad = loss[1] if says == "delta" and isinstance(loss, tuple) else loss
+    bad = bad[0] if isinstance(bad, tuple) else bad
+    with pytest.raises(ValueError, match=f"OpenDP {says} must be finite") as info:
+        opendp_mechanism(_user_measurement(measure, loss), 1.0)
+    assert repr(bad) in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["MaxDivergence", "Approximate(MaxDivergence)"])
+def test_a_user_divergence_named_like_an_opendp_measure_is_refused(name: str) -> None:
+    """F5: the measure was matched by its text, so a user divergence named "MaxDivergence"
+    (which may mean anything) was charged as pure DP."""
+    m = _user_measurement(dp.user_divergence(name), 0.3 if "(" not in name else (0.3, 0.0))
+    assert str(m.output_measure) == name  # what the text comparison saw
+    with pytest.raises(ValueError, match="has no translation"):
+        opendp_mechanism(m, 1.0)
+    # OpenDP's own measure of the same loss is read
+    real = _user_measurement(dp.max_divergence(), 0.3)
+    assert opendp_mechanism(real, 1.0) == pure_dp(0.3)
+
+
+def test_opacus_values_no_ledger_accepts_name_the_history_entry() -> None:
+    for history, says in (
+        ([(1.0, 0.01, 10), (-1.0, 0.01, 10)], "history[1]: noise_multiplier -1.0 is negative"),
+        ([(1.0, 1.5, 10)], "history[0]: sample_rate 1.5 is above 1"),
+        ([(1.0, -0.1, 10)], "history[0]: sample_rate -0.1 is negative"),
+        ([(0.0, 0.1, 10)], "history[0]: noise_multiplier 0 adds no noise"),
+        ([(1.0, 0.0, 10)], "sample_rate 0"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            opacus_dp_event(history)
+
+
+def test_opacus_refusals_by_the_server_name_the_history_entry(server_url: str) -> None:
+    """F3: a value only the server's ranges refuse (a noise multiplier below the smallest
+    accepted) said "dp_event: ..." with no history index."""
+    with LedgerClient(server_url, ADMIN_KEY) as c:
+        ds = c.create_dataset("sgd-ranges", 8.0, 1e-5, adaptive=False)
+        history = [(1.1, 0.01, 10), (1.0, 0.01, 5), (1e-4, 0.01, 10)]
+        with pytest.raises(InvalidRequest) as info:
+            c.charge_opacus(ds.id, history)
+        detail = info.value.detail
+        assert detail.startswith("Opacus history[2] (noise_multiplier=0.0001")
+        assert "noise_multiplier 0.0001 is below the smallest accepted" in detail
+        assert info.value.status == 422
+        assert c.budget(ds.id).entries == 0
+
+
+def test_dry_runs_of_the_integrations_record_nothing(server_url: str) -> None:
+    """F6: ``dry_run=True`` on charge_dp_event, charge_opacus and charge_opendp answers what a
+    charge would spend (the same spend the charge then records) and records nothing."""
+    lap = dp.m.make_laplace(*FLOATS, scale=4.0)
+    event = de.SelfComposedDpEvent(de.GaussianDpEvent(20.0), 3)
+    history = [(1.1, 0.01, 100)]
+    with LedgerClient(server_url, ADMIN_KEY) as c:
+        ds = c.create_dataset("dry-integrations", 4.0, 1e-6, adaptive=False)
+        for dry, charge in (
+            (
+                lambda: c.charge_dp_event(ds.id, event, dry_run=True),
+                lambda: c.charge_dp_event(ds.id, event),
+            ),
+            (
+                lambda: c.charge_opacus(ds.id, history, dry_run=True),
+                lambda: c.charge_opacus(ds.id, history),
+            ),
+            (
+                lambda: c.charge_opendp(ds.id, lap, 1.0, dry_run=True),
+                lambda: c.charge_opendp(ds.id, lap, 1.0),
+            ),
+        ):
+            before = c.budget(ds.id).entries
+            answer = dry()
+            assert answer.admitted
+            assert c.budget(ds.id).entries == before
+            charged = charge()
+            assert charged.spent.epsilon == pytest.approx(answer.would_spend.epsilon, rel=1e-12)
+        # a dry run that would not fit is a BudgetExceeded, and records no rejection either
+        with pytest.raises(BudgetExceeded):
+            c.charge_opacus(ds.id, [(0.5, 0.5, 10_000)], dry_run=True)
+        assert c.budget(ds.id).entries == 3
+
+
+def test_the_async_client_dry_runs_the_integrations_too(server_url: str) -> None:
+    async def main() -> None:
+        async with AsyncLedgerClient(server_url, ADMIN_KEY) as c:
+            ds = await c.create_dataset("dry-async", 4.0, 1e-6, adaptive=False)
+            answer = await c.charge_opacus(ds.id, [(1.1, 0.01, 100)], dry_run=True)
+            assert answer.admitted and (await c.budget(ds.id)).entries == 0
+            lap = dp.m.make_laplace(*FLOATS, scale=4.0)
+            assert (await c.charge_opendp(ds.id, lap, 1.0, dry_run=True)).admitted
+            with pytest.raises(InvalidRequest, match=re.escape("Opacus history[0]")):
+                await c.charge_opacus(ds.id, [(1e-4, 0.01, 10)])
+            assert (await c.budget(ds.id)).entries == 0
+
+    asyncio.run(main())

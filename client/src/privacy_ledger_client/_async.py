@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TextIO, TypeVar
+from typing import Any, Literal, TextIO, TypeVar, overload
 
 import httpx
 
 from privacy_ledger_client import _calls as calls
 from privacy_ledger_client._calls import Call, Delivery, Plan
 from privacy_ledger_client._config import Endpoint, read_answer
-from privacy_ledger_client._errors import TransportError, add_note, stream_failure
+from privacy_ledger_client._errors import InvalidRequest, TransportError, add_note, stream_failure
 from privacy_ledger_client._models import (
     Allocation,
     ApiKey,
@@ -33,7 +33,7 @@ from privacy_ledger_client._models import (
 )
 from privacy_ledger_client._retry import RetryPolicy
 from privacy_ledger_client.dp_events import dp_event_to_dict
-from privacy_ledger_client.integrations import opacus_dp_event, opendp_mechanism
+from privacy_ledger_client.integrations import opacus_dp_event, opacus_error, opendp_mechanism
 
 T = TypeVar("T")
 
@@ -297,6 +297,7 @@ class AsyncLedgerClient:
             calls.charge(dataset, mechanism, label, metadata, idempotency_key, allocation, blocks)
         )
 
+    @overload
     async def charge_dp_event(
         self,
         dataset: str,
@@ -305,15 +306,67 @@ class AsyncLedgerClient:
         label: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
-    ) -> ChargeBatch:
+        dry_run: Literal[False] = False,
+    ) -> ChargeBatch: ...
+
+    @overload
+    async def charge_dp_event(
+        self,
+        dataset: str,
+        event: Any,
+        *,
+        label: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        dry_run: Literal[True],
+    ) -> DryRun: ...
+
+    async def charge_dp_event(
+        self,
+        dataset: str,
+        event: Any,
+        *,
+        label: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        dry_run: bool = False,
+    ) -> ChargeBatch | DryRun:
         """Charge a dp_accounting ``DpEvent`` (the object, or its JSON from
         ``dp_event_to_dict``): one ledger entry per mechanism it translates to, all admitted
         together or none (``BudgetExceeded``); an event type with no translation is
-        ``InvalidRequest`` naming it. One Idempotency-Key for every retry."""
+        ``InvalidRequest`` naming it. One Idempotency-Key for every retry. ``dry_run``: only
+        ask whether it would be admitted (a ``DryRun``, or ``BudgetExceeded``); nothing is
+        recorded, and the label, metadata and key are not sent."""
         body = event if isinstance(event, Mapping) else dp_event_to_dict(event)
+        if dry_run:
+            return await self.send(calls.dry_run_dp_event(dataset, body))
         return await self.send(
             calls.charge_dp_event(dataset, body, label, metadata, idempotency_key)
         )
+
+    @overload
+    async def charge_opacus(
+        self,
+        dataset: str,
+        history: Iterable[Sequence[Any]],
+        *,
+        label: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        dry_run: Literal[False] = False,
+    ) -> ChargeBatch: ...
+
+    @overload
+    async def charge_opacus(
+        self,
+        dataset: str,
+        history: Iterable[Sequence[Any]],
+        *,
+        label: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        dry_run: Literal[True],
+    ) -> DryRun: ...
 
     async def charge_opacus(
         self,
@@ -323,13 +376,50 @@ class AsyncLedgerClient:
         label: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
-    ) -> ChargeBatch:
+        dry_run: bool = False,
+    ) -> ChargeBatch | DryRun:
         """Charge an Opacus training run from its accountant's history, a list of
-        ``(noise_multiplier, sample_rate, steps)``, in one request (all or none)."""
-        event = opacus_dp_event(history)
-        return await self.charge_dp_event(
-            dataset, event, label=label, metadata=metadata, idempotency_key=idempotency_key
-        )
+        ``(noise_multiplier, sample_rate, steps)``, in one request (all or none); a refused
+        value names its ``history[i]``. ``dry_run`` as for ``charge_dp_event``."""
+        steps = [tuple(item) for item in history]
+        event = opacus_dp_event(steps)
+        try:
+            if dry_run:
+                return await self.charge_dp_event(dataset, event, dry_run=True)
+            return await self.charge_dp_event(
+                dataset, event, label=label, metadata=metadata, idempotency_key=idempotency_key
+            )
+        except InvalidRequest as exc:
+            named = opacus_error(exc, steps)
+            if named is exc:
+                raise
+            raise named from exc
+
+    @overload
+    async def charge_opendp(
+        self,
+        dataset: str,
+        measurement: Any,
+        d_in: Any,
+        *,
+        label: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        dry_run: Literal[False] = False,
+    ) -> Charge: ...
+
+    @overload
+    async def charge_opendp(
+        self,
+        dataset: str,
+        measurement: Any,
+        d_in: Any,
+        *,
+        label: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        dry_run: Literal[True],
+    ) -> DryRun: ...
 
     async def charge_opendp(
         self,
@@ -340,12 +430,17 @@ class AsyncLedgerClient:
         label: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
-    ) -> Charge:
+        dry_run: bool = False,
+    ) -> Charge | DryRun:
         """Charge an OpenDP measurement at input distance ``d_in``: its privacy map's epsilon,
-        (epsilon, delta) or rho as a ``pure_dp``, ``approx_dp`` or ``zcdp`` entry."""
+        (epsilon, delta) or rho as a ``pure_dp``, ``approx_dp`` or ``zcdp`` entry. ``dry_run``
+        as for ``charge_dp_event``."""
+        mechanism = opendp_mechanism(measurement, d_in)
+        if dry_run:
+            return await self.dry_run(dataset, mechanism)
         return await self.charge(
             dataset,
-            opendp_mechanism(measurement, d_in),
+            mechanism,
             label=label,
             metadata=metadata,
             idempotency_key=idempotency_key,

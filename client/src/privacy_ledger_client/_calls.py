@@ -264,6 +264,16 @@ def charge_dp_event(
     )
 
 
+def dry_run_dp_event(ref: str, event: Mapping[str, Any]) -> Call[DryRun]:
+    return Call(
+        "POST",
+        f"/v1/datasets/{_seg(ref)}/charges/dp_event",
+        _one(DryRun),
+        json={"dp_event": dict(event)},
+        params={"dry_run": "true"},
+    )
+
+
 def dry_run(
     ref: str,
     mechanism: Mapping[str, Any],
