@@ -8,6 +8,8 @@ through ``privacy_ledger_client``, found with ``--url`` / ``--api-key`` or
 * ``datasets`` (list), ``datasets create``, ``datasets update``;
 * ``charge``, ``reserve``, ``commit``, ``release`` (spending), ``calibrate``, ``compose``
   (planning);
+* ``charge-dp-event`` (a dp_accounting DpEvent as JSON), ``charge-opacus`` (an Opacus
+  accountant's history);
 * ``status``, ``budget``, ``ledger`` (table, CSV or JSON Lines), ``rejections``, ``audit``;
 * ``keys create`` / ``list`` / ``revoke``.
 
@@ -26,7 +28,7 @@ import typer
 from privacy_ledger_client import __version__ as client_version
 from typer.core import TyperGroup
 
-from app.cli import charging, datasets, keys, reading, server, structures
+from app.cli import charging, datasets, integrations, keys, reading, server, structures
 from app.cli.common import JSON_ASKED, err_console, fail
 
 
@@ -96,6 +98,7 @@ cli.command()(server.verify)
 cli.command("prune-idempotency")(server.prune_idempotency)
 cli.add_typer(datasets.app, name="datasets")
 charging.register(cli)
+integrations.register(cli)
 reading.register(cli)
 cli.add_typer(keys.app, name="keys")
 structures.register(cli)

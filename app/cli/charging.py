@@ -84,6 +84,18 @@ def block_range(raw: str | None) -> tuple[str, str] | None:
     return first, (last if sep else first)
 
 
+def dp_event_type(data: Any) -> str | None:
+    """The type of a dp_accounting DpEvent given where a mechanism object was expected (its JSON
+    ``{"type": "...DpEvent", ...}``, or the dp_event route's body ``{"dp_event": {...}}``), else
+    None."""
+    if isinstance(data, dict) and "mechanism" not in data:
+        inner = data.get("dp_event", data)
+        kind = inner.get("type") if isinstance(inner, dict) else None
+        if isinstance(kind, str) and kind.endswith("DpEvent"):
+            return kind
+    return None
+
+
 def _mechanism(kind: str, raw: str | None, flags: dict[str, str | None]) -> dict[str, Any]:
     if raw is not None:
         if any(v is not None for v in flags.values()):
@@ -91,6 +103,12 @@ def _mechanism(kind: str, raw: str | None, flags: dict[str, str | None]) -> dict
         parsed = load_json(raw, "--mechanism-json")
         if not isinstance(parsed, dict):
             raise typer.BadParameter("--mechanism-json must be a JSON object")
+        if (event := dp_event_type(parsed)) is not None:
+            fail(
+                f"--mechanism-json holds a dp_accounting {event}, not a mechanism object: "
+                "charge it with `privacy-ledger charge-dp-event DATASET FILE` (FILE holding the "
+                "event's JSON, - for standard input; --dry-run to only ask)"
+            )
         return parsed
     return mechanism_from_flags(kind, flags)
 
@@ -345,24 +363,42 @@ def calibrate(
 PLAN_EXAMPLE = '[{"mechanism": "gaussian", "sigma": 2.0}, {"mechanism": "laplace", "epsilon": 0.1}]'
 
 
-def _plan(file: Path) -> list[dict[str, Any]]:
-    """The mechanisms of a plan file (``-``: standard input), or exit with a one-line error."""
+def read_json_file(file: Path, what: str) -> tuple[str, Any]:
+    """(its name for messages, its JSON) of a file (``-``: standard input), or exit with a
+    one-line error naming ``what`` it was to hold."""
     name = "standard input" if str(file) == "-" else str(file)
     try:
         text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        fail(f"cannot read the plan {name}: {reason}")
+        fail(f"cannot read the {what} {name}: {reason}")
     try:
-        data = load_json(text, name)
+        return name, load_json(text, name)
     except typer.BadParameter as exc:
         fail(exc.message)
+
+
+def _plan(file: Path) -> list[dict[str, Any]]:
+    """The mechanisms of a plan file (``-``: standard input), or exit with a one-line error."""
+    name, data = read_json_file(file, "plan")
+    if (event := dp_event_type(data)) is not None:
+        fail(
+            f"{name} holds a dp_accounting {event}, not a list of mechanism objects: for what "
+            "it would spend on a dataset, use `privacy-ledger charge-dp-event DATASET FILE "
+            "--dry-run`"
+        )
     mechanisms = data.get("mechanisms") if isinstance(data, dict) else data
     if not isinstance(mechanisms, list):
         fail(
             f'{name} must hold a list of mechanisms or {{"mechanisms": [...]}}, e.g. {PLAN_EXAMPLE}'
         )
     for i, m in enumerate(mechanisms):
+        if (event := dp_event_type(m)) is not None:
+            fail(
+                f"{name}: item {i} is a dp_accounting {event}, not a mechanism object: compose "
+                "takes mechanism objects; for what an event would spend on a dataset, use "
+                "`privacy-ledger charge-dp-event DATASET FILE --dry-run`"
+            )
         if not isinstance(m, dict) or not isinstance(m.get("mechanism"), str):
             fail(
                 f"{name}: item {i} is not a mechanism object (a JSON object with its kind in "
