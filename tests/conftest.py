@@ -24,6 +24,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 import app.main as app_main
+from app.accounting.kinds import KindSpec
 from app.accounting.mechanisms import Mechanism
 from app.config import Settings
 from app.db import migrate
@@ -31,6 +32,7 @@ from app.db.engine import Database
 from app.main import create_app
 from app.principal import SYSTEM
 from app.services import key_digest, reservations
+from tests import toy_kind as toy_kind_module
 
 # No deadline anywhere: an example's outcome never depends on how busy the machine is. And the
 # same examples on every run (derandomize): `make test` passes or fails the same way twice in a
@@ -235,6 +237,12 @@ def client(db_url: str) -> Iterator[TestClient]:
     with TestClient(app) as c:
         c.headers.update(ADMIN)
         yield c
+
+
+@pytest.fixture
+def toy_kind(monkeypatch: pytest.MonkeyPatch) -> KindSpec:
+    """A test-only kind without a PLD builder in the registry for one test (tests/toy_kind.py)."""
+    return toy_kind_module.register(monkeypatch)
 
 
 @pytest.fixture

@@ -19,9 +19,10 @@ same as ``mechanisms.py`` and docs/formulas.md section 1). ``count`` repetitions
 * The exponential mechanism uses the supremum of the hockey sticks of all eps-bounded-range
   pairs, a convex curve in e^eps, through connect-the-dots (``exponential``).
 
-``zcdp`` and ``rdp`` entries describe a mechanism by a divergence bound only; no distribution
-of the privacy loss follows from it, so ``for_mechanism`` raises ``NoPldError`` naming the
-accountings that accept them.
+Each kind names its builder here in its own module (``KindSpec.pld``), or says why it has none:
+``zcdp`` and ``rdp`` entries describe a mechanism by a divergence bound only, and no
+distribution of the privacy loss follows from it. ``for_mechanism`` raises ``NoPldError`` for
+such a kind, naming the accountings that accept it (``KindSpec.accountings``).
 
 Constructions are cached per (kind, parameters, count, interval) in a byte-bounded LRU, so a
 ledger of 1,000 entries with 20 distinct parameter sets costs 20 constructions.
@@ -34,7 +35,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import Any, cast
 
 import numpy as np
 from dp_accounting.pld import pld_pmf
@@ -42,6 +44,7 @@ from dp_accounting.pld import privacy_loss_distribution as dpl
 from dp_accounting.pld import privacy_loss_mechanism as plm
 
 from app.accounting import registry
+from app.accounting.kinds import KINDS, KindSpec
 from app.accounting.pld import BASE_INTERVAL, MAX_SUPPORT, Pld, PldPmf
 from app.accounting.rounding import up
 
@@ -51,13 +54,12 @@ _U = 2.0**-53
 class NoPldError(ValueError):
     """A mechanism kind that has no privacy loss distribution (only a divergence bound)."""
 
-    def __init__(self, kind: str, accepted: tuple[str, ...]) -> None:
+    def __init__(self, kind: str, accepted: tuple[str, ...], why: str) -> None:
         self.kind = kind
-        self.accepted = accepted
-        names = " or ".join(repr(a) for a in accepted)
+        self.accepted = tuple(a for a in accepted if a != "pld")
+        names = " or ".join(repr(a) for a in self.accepted)
         super().__init__(
-            f"a {kind!r} entry states only a divergence bound, from which no privacy loss "
-            f"distribution follows: pld accounting cannot compose it; use accounting {names}"
+            f"a {kind!r} entry {why}: pld accounting cannot compose it; use accounting {names}"
         )
 
 
@@ -528,11 +530,11 @@ def exponential(epsilon: float, count: int = 1, *, interval: float = BASE_INTERV
 
 # --- dispatch ----------------------------------------------------------------------------
 
-NO_PLD_KINDS: dict[str, tuple[str, ...]] = {"zcdp": ("zcdp", "rdp"), "rdp": ("rdp",)}
-"""Kinds without a PLD, and the accountings that accept them."""
 
-
-def _laplace_from(params: dict[str, Any], interval: float) -> Pld:
+def laplace_fields(*, interval: float = BASE_INTERVAL, **fields: Any) -> Pld:
+    """``laplace`` from the Laplace kind's wire fields: ``epsilon``, or ``scale`` (+
+    ``sensitivity``, default 1), whose epsilon = sensitivity / scale is rounded up."""
+    params = dict(fields)
     count = params.pop("count", 1)
     if "scale" in params:
         scale = _check("scale", params.pop("scale"), 0.0, math.inf, open_lo=True)
@@ -545,36 +547,66 @@ def _laplace_from(params: dict[str, Any], interval: float) -> Pld:
     return laplace(eps, count, interval=interval)
 
 
-_BUILDERS: dict[str, Callable[..., Pld]] = {
-    "gaussian": gaussian,
-    "subsampled_gaussian": subsampled_gaussian,
-    "discrete_laplace": discrete_laplace,
-    "randomized_response": randomized_response,
-    "rappor": rappor,
-    "pure_dp": pure_dp,
-    "exponential": exponential,
-    "approx_dp": approx_dp,
-}
+def _builder_named(spec: KindSpec) -> Callable[..., Pld] | None:
+    """The PLD builder ``spec`` names (``KindSpec.pld``), None when it has none; TypeError for
+    a name this module does not define."""
+    if spec.pld is None:
+        return None
+    builder = globals().get(spec.pld)
+    if not callable(builder) or spec.pld.startswith("_"):
+        raise TypeError(
+            f"kind {spec.name!r} names PLD builder {spec.pld!r}, which {__name__} does not define"
+        )
+    return cast(Callable[..., Pld], builder)
 
-PLD_KINDS = frozenset(_BUILDERS) | {"laplace"}
+
+_BUILDERS: dict[str, Callable[..., Pld]] = {
+    name: b for name, b in ((n, _builder_named(s)) for n, s in KINDS.items()) if b is not None
+}
+"""Each kind's PLD builder, as its module names it (``KindSpec.pld``)."""
+
+PLD_KINDS = frozenset(_BUILDERS)
 """Every kind with a PLD."""
+
+NO_PLD_KINDS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {name: s.accountings for name, s in KINDS.items() if s.pld is None}
+)
+"""Kinds without a PLD, and the accountings that accept them (``KindSpec.accountings``)."""
+
+
+def _no_pld(spec: KindSpec) -> NoPldError:
+    return NoPldError(spec.name, spec.accountings, spec.no_pld)
+
+
+def _spec(kind: object) -> KindSpec:
+    """The declaration of ``kind`` (ValueError naming the known kinds otherwise)."""
+    if not isinstance(kind, str):
+        raise ValueError(f"unknown mechanism {kind!r}; known: {', '.join(registry.kind_names())}")
+    return registry.spec(kind)
+
+
+def builder(kind: str) -> Callable[..., Pld]:
+    """The PLD builder of ``kind`` (called with its wire fields and ``interval``): ``NoPldError``
+    for a kind without one, ``ValueError`` for an unknown kind."""
+    s = _spec(kind)
+    # (a kind declared outside the package's discovery, as tests do, is looked up by its name)
+    found = _BUILDERS.get(s.name) if KINDS.get(s.name) is s else _builder_named(s)
+    if found is None:
+        raise _no_pld(s)
+    return found
 
 
 def for_mechanism(data: Mapping[str, Any], *, interval: float = BASE_INTERVAL) -> Pld:
     """The PLD of a mechanism object as on the wire (``{"mechanism": kind, ...params,
-    "count": n}``; a ``"v"`` version field is ignored). ``NoPldError`` for zcdp / rdp entries,
-    ``ValueError`` for unknown kinds or fields, and for parameters whose loss overflows."""
+    "count": n}``; a ``"v"`` version field is ignored). ``NoPldError`` for a kind without one
+    (zcdp, rdp), ``ValueError`` for unknown kinds or fields, and for parameters whose loss
+    overflows."""
     params = dict(data)
     params.pop("v", None)
     kind = params.pop("mechanism", None)
-    if isinstance(kind, str) and kind in NO_PLD_KINDS:
-        raise NoPldError(kind, NO_PLD_KINDS[kind])
-    if kind == "laplace":
-        return _laplace_from(params, interval)
-    if not isinstance(kind, str) or kind not in _BUILDERS:
-        raise ValueError(f"unknown mechanism {kind!r}; known: {', '.join(sorted(PLD_KINDS))}")
+    build = builder(_spec(kind).name)
     try:
-        return _BUILDERS[kind](**params, interval=interval)
+        return build(**params, interval=interval)
     except TypeError as exc:
         raise ValueError(f"{kind}: {exc}") from None
     except ArithmeticError as exc:  # a construction's float overflow: a 422, never a 500
@@ -623,9 +655,12 @@ def check_kinds(entries: Sequence[Mapping[str, Any]]) -> None:
     """``NoPldError`` for the first entry of a kind without a PLD, before anything is built (a
     compose of a costly RAPPOR and a zcdp entry built the first for 1.8 s, then answered 422)."""
     for entry in entries:
-        kind = entry.get("mechanism")
-        if isinstance(kind, str) and kind in NO_PLD_KINDS:
-            raise NoPldError(kind, NO_PLD_KINDS[kind])
+        try:
+            s = _spec(entry.get("mechanism"))
+        except ValueError:
+            continue  # (unknown kinds are refused where they are built)
+        if s.pld is None:
+            raise _no_pld(s)
 
 
 def compose_all(entries: Sequence[Mapping[str, Any]], *, interval: float = BASE_INTERVAL) -> Pld:
@@ -655,6 +690,7 @@ __all__ = [
     "NoPldError",
     "approx_dp",
     "bounded_range_delta",
+    "builder",
     "check_kinds",
     "construction_weight",
     "cache_info",
@@ -666,6 +702,7 @@ __all__ = [
     "for_mechanism",
     "gaussian",
     "laplace",
+    "laplace_fields",
     "pure_dp",
     "randomized_response",
     "rappor",

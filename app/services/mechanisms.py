@@ -10,13 +10,11 @@ import math
 from typing import Any
 
 from app import responses as r
-from app.accounting import pld_mechanisms, registry
+from app.accounting import registry
 from app.accounting.kinds._spec import REQUIRED, KindSpec, Param
 from app.db.engine import Database
 from app.principal import Caller
 from app.services.auth import authenticated
-
-ACCOUNTINGS = ("rdp", "zcdp", "pld")
 
 
 def _number(x: float | None) -> float | None:
@@ -43,14 +41,6 @@ def _field(p: Param) -> r.MechanismField:
     )
 
 
-def _accountings(kind: str) -> list[str]:
-    """The dataset accountings that can admit ``kind``: a kind without a PLD is named with
-    the accountings that accept it (``pld_mechanisms.NO_PLD_KINDS``)."""
-    if kind in pld_mechanisms.PLD_KINDS:
-        return list(ACCOUNTINGS)
-    return list(pld_mechanisms.NO_PLD_KINDS.get(kind, ("rdp",)))
-
-
 def _kind(s: KindSpec) -> r.MechanismKind:
     return r.MechanismKind(
         name=s.name,
@@ -59,8 +49,8 @@ def _kind(s: KindSpec) -> r.MechanismKind:
         fields=[_field(p) for p in s.params],
         one_of=[list(g) for g in s.one_of],
         calibration=dict(s.calibration),
-        accountings=_accountings(s.name),
-        pld=s.name in pld_mechanisms.PLD_KINDS,
+        accountings=list(s.accountings),
+        pld=s.pld is not None,
         own_delta=any(p.name == "delta" for p in s.params),
         dp_events=sorted(s.dp_events),
     )

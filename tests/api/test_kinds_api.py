@@ -16,8 +16,13 @@ from fastapi.testclient import TestClient
 
 from app.accounting import pld_mechanisms as pm
 from app.accounting.filters import Budget, Filter, FilterKind
+from app.accounting.kinds import KindSpec
 from app.accounting.mechanisms import mechanism_from_dict
 from app.accounting.registry import calibration_parameters, kind_names, spec
+from app.errors import Unprocessable
+from app.principal import SYSTEM
+from app.responses import DryRun
+from app.services import charges
 from tests.conftest import new_dataset
 
 BUDGET = {"epsilon": 2.0, "delta": 1e-6}
@@ -45,7 +50,7 @@ WITH_OWN_DELTA: dict[str, dict[str, Any]] = {
     "zcdp": {"mechanism": "zcdp", "rho": 0.01, "delta": 1e-9},
     "rdp": {**NEW_KINDS["rdp"], "delta": 1e-9},
 }
-NO_PLD = {"zcdp", "rdp"}
+NO_PLD = {k for k in kind_names() if spec(k).pld is None}
 
 
 def _charge(client: TestClient, ds: dict, mechanism: dict, **params: Any) -> Any:
@@ -322,3 +327,25 @@ def test_the_mechanism_catalogue_is_the_registry(client: TestClient) -> None:
         assert refused["accepted_accountings"] == kinds[name]["accountings"]
     assert "PoissonSampledDpEvent" in r.json()["dp_events"]
     assert "GaussianDpEvent" in kinds["gaussian"]["dp_events"]
+
+
+def test_a_kind_without_a_pld_builder_is_listed_and_refused_right(
+    client: TestClient, toy_kind: KindSpec
+) -> None:
+    """A new kind declaring no PLD (a test-only one, in the registry for this test): listed
+    as accepted under rdp and zcdp, refused on a pld dataset naming them, admitted on zcdp."""
+    kinds = {k["name"]: k for k in client.get("/v1/mechanisms").json()["mechanisms"]}
+    listed = kinds[toy_kind.name]
+    assert listed["accountings"] == ["rdp", "zcdp"] and listed["pld"] is False
+    assert listed["description"] == toy_kind.description
+    db = client.app.state.db  # type: ignore[attr-defined]
+    m = toy_kind.mechanism(scale=20.0, sensitivity=2)  # type: ignore[call-arg]
+    pld = new_dataset(client, "toy-pld", budget=BUDGET, accounting="pld", adaptive=False)
+    with pytest.raises(Unprocessable) as refused:
+        charges.charge(db, SYSTEM, pld["id"], mechanism=m, wire=m.to_dict(), dry_run=True)
+    assert list(refused.value.extra["accepted_accountings"]) == listed["accountings"]
+    assert "'rdp' or 'zcdp'" in refused.value.detail and toy_kind.no_pld in refused.value.detail
+    for accounting in listed["accountings"]:
+        ds = new_dataset(client, f"toy-{accounting}", budget=BUDGET, accounting=accounting)
+        admitted = charges.charge(db, SYSTEM, ds["id"], mechanism=m, wire=m.to_dict(), dry_run=True)
+        assert isinstance(admitted, DryRun) and admitted.admitted

@@ -18,8 +18,10 @@ import numpy as np
 import pytest
 
 from app.accounting import pld_mechanisms as pm
+from app.accounting.kinds import KINDS, KindSpec
 from app.accounting.pld import Pld, interval_for_budget
 from app.accounting.rounding import up
+from tests import toy_kind as toy
 from tests.unit import pld_ledgers as L
 
 mp.mp.dps = 50
@@ -130,7 +132,7 @@ def test_bounded_range_worst_case_matches_a_direct_maximisation(eta: float) -> N
 # --- dispatch --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("kind", "accepted"), [("zcdp", "'zcdp' or 'rdp'"), ("rdp", "'rdp'")])
+@pytest.mark.parametrize(("kind", "accepted"), [("zcdp", "'rdp' or 'zcdp'"), ("rdp", "'rdp'")])
 def test_kinds_without_a_pld_are_refused_with_the_accountings_that_take_them(
     kind: str, accepted: str
 ) -> None:
@@ -139,6 +141,52 @@ def test_kinds_without_a_pld_are_refused_with_the_accountings_that_take_them(
     assert isinstance(info.value, ValueError)
     assert accepted in str(info.value)
     assert info.value.kind == kind
+
+
+def test_the_pld_tables_are_what_each_kind_declares() -> None:
+    """``_BUILDERS``, ``PLD_KINDS`` and ``NO_PLD_KINDS`` are derived from ``KindSpec.pld``."""
+    for name, s in KINDS.items():
+        if s.pld is None:
+            assert name not in pm.PLD_KINDS and s.no_pld
+            assert pm.NO_PLD_KINDS[name] == s.accountings and "pld" not in s.accountings
+        else:
+            assert pm._BUILDERS[name] is getattr(pm, s.pld) and "pld" in s.accountings
+            assert name in pm.PLD_KINDS and name not in pm.NO_PLD_KINDS
+    assert KINDS["gaussian"].accountings == ("rdp", "zcdp", "pld")
+    assert KINDS["zcdp"].accountings == ("rdp", "zcdp")
+    assert KINDS["rdp"].accountings == ("rdp",)  # no finite rho: zcdp never admits it
+
+
+def test_a_kind_without_a_pld_is_refused_naming_rdp_and_zcdp(toy_kind: KindSpec) -> None:
+    """A new kind that declares no PLD builder: refused on pld with the accountings that take it
+    (rdp, and zcdp as its rho is finite), not as an unknown mechanism."""
+    assert toy_kind.accountings == ("rdp", "zcdp")
+    wire = {"mechanism": toy_kind.name, "scale": 2.0}
+    for refuse in (
+        lambda: pm.for_mechanism(wire),
+        lambda: pm.check_kinds([wire]),
+        lambda: pm.compose_all([{"mechanism": "gaussian", "sigma": 2.0}, wire]),
+    ):
+        with pytest.raises(pm.NoPldError) as info:
+            refuse()
+        assert info.value.kind == toy_kind.name and info.value.accepted == ("rdp", "zcdp")
+        assert toy_kind.no_pld in str(info.value) and "'rdp' or 'zcdp'" in str(info.value)
+
+
+def test_a_kind_names_a_pld_builder_or_says_why_not() -> None:
+    base = {"mechanism": toy.ToyGeometric, "description": "d", "neighbours": "n"}
+    with pytest.raises(TypeError, match="say why"):
+        KindSpec(**base, pld=None)
+    with pytest.raises(TypeError, match="no_pld reason"):
+        KindSpec(**base, pld="pure_dp", no_pld="none")
+    misnamed = KindSpec(**base, pld="geometric")
+    with pytest.raises(TypeError, match="'geometric'"):
+        pm._builder_named(misnamed)
+    with pytest.raises(TypeError, match="'_check'"):
+        pm._builder_named(KindSpec(**base, pld="_check"))
+    # named, a test kind's builder is found without the package's discovery
+    named = KindSpec(**base, pld="pure_dp")
+    assert pm._builder_named(named) is pm.pure_dp
 
 
 def test_laplace_scale_form_and_bad_input() -> None:

@@ -515,19 +515,45 @@ class KindSpec:
     dp_accounting event type -> translator; ``one_of``: alternative groups of fields of which
     exactly one is given (Laplace: epsilon, or scale + sensitivity); ``extra_params``: fields of
     an alternative form that the value object does not store.
+
+    ``pld`` (required, so that every kind decides it): the name of the function in
+    ``app.accounting.pld_mechanisms`` that builds this kind's privacy loss distribution from its
+    wire fields and ``interval`` (named, not imported: that module imports the registry, and
+    checks every name at import), or None when the kind has none; then ``no_pld`` says why, as
+    the rest of the sentence "a '<kind>' entry ..." that refuses it on a pld dataset.
     """
 
     mechanism: type[Mechanism]
     description: str
     neighbours: str
+    pld: str | None
+    no_pld: str = ""
     calibration: Mapping[str, Direction] = field(default_factory=dict)
     dp_events: Mapping[str, DpEventTranslator] = field(default_factory=dict)
     one_of: tuple[tuple[str, ...], ...] = ()
     extra_params: tuple[Param, ...] = ()
 
+    def __post_init__(self) -> None:
+        if (self.pld is None) == bool(self.no_pld):
+            return
+        if self.pld is None:
+            raise TypeError(f"kind {self.name!r} has no PLD builder: say why in no_pld")
+        raise TypeError(f"kind {self.name!r} names PLD builder {self.pld!r} and a no_pld reason")
+
     @property
     def name(self) -> str:
         return self.mechanism.kind
+
+    @property
+    def accountings(self) -> tuple[str, ...]:
+        """The dataset accountings that can admit this kind: every one admits by RDP; zcdp
+        needs a finite rho (``Mechanism.finite_curve``); pld needs a privacy loss distribution
+        (``pld``)."""
+        return (
+            "rdp",
+            *(("zcdp",) if self.mechanism.finite_curve else ()),
+            *(("pld",) if self.pld is not None else ()),
+        )
 
     @property
     def params(self) -> tuple[Param, ...]:

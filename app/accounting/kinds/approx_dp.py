@@ -64,6 +64,7 @@ SPEC = KindSpec(
     mechanism=ApproxDP,
     description="Any (epsilon, delta)-DP mechanism; its delta is added to the ledger's.",
     neighbours="The relation its (epsilon, delta)-DP guarantee was stated for.",
+    pld="approx_dp",
     calibration={"epsilon": "max"},
     dp_events={"EpsilonDeltaDpEvent": _from_epsilon_delta_event},
 )

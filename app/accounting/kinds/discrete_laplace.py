@@ -91,6 +91,7 @@ SPEC = KindSpec(
     mechanism=DiscreteLaplace,
     description="Discrete Laplace (two-sided geometric) noise on an integer-valued query.",
     neighbours="Your relation, through the integer L1 sensitivity; t = epsilon / sensitivity.",
+    pld="discrete_laplace",
     calibration={"epsilon": "max"},
     dp_events={"DiscreteLaplaceDpEvent": _from_discrete_laplace_event},
 )

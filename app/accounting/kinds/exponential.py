@@ -54,5 +54,6 @@ SPEC = KindSpec(
     mechanism=Exponential,
     description="The exponential mechanism (selection by a noisy score): eps-DP and eps-BR.",
     neighbours="The relation the score's sensitivity is stated for.",
+    pld="exponential",
     calibration={"epsilon": "max"},
 )

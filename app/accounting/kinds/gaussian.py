@@ -77,6 +77,7 @@ SPEC = KindSpec(
     mechanism=Gaussian,
     description="Gaussian noise added to a query of bounded L2 sensitivity.",
     neighbours="Your relation, through the L2 sensitivity; sigma is the noise standard deviation.",
+    pld="gaussian",
     calibration={"sigma": "min"},
     dp_events={"GaussianDpEvent": _from_gaussian_event},
 )

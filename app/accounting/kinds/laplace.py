@@ -107,6 +107,7 @@ SPEC = KindSpec(
     mechanism=Laplace,
     description="Laplace noise added to a query of bounded L1 sensitivity (epsilon-DP).",
     neighbours="Your relation, through the L1 sensitivity; epsilon = sensitivity / scale.",
+    pld="laplace_fields",
     calibration={"epsilon": "max", "scale": "min"},
     dp_events={"LaplaceDpEvent": _from_laplace_event},
     one_of=(("epsilon",), ("scale", "sensitivity")),

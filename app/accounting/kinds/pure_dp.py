@@ -57,5 +57,6 @@ SPEC = KindSpec(
     mechanism=PureDP,
     description="Any epsilon-DP mechanism, charged at the worst case over all of them.",
     neighbours="The relation its epsilon-DP guarantee was stated for.",
+    pld="pure_dp",
     calibration={"epsilon": "max"},
 )

@@ -86,6 +86,7 @@ SPEC = KindSpec(
     mechanism=RandomizedResponse,
     description="k-ary randomized response: each user reports a randomized version of a value.",
     neighbours="One user's value changes (local model).",
+    pld="randomized_response",
     calibration={"epsilon": "max"},
     dp_events={"RandomizedResponseDpEvent": _from_rr_event},
 )

@@ -49,5 +49,6 @@ SPEC = KindSpec(
     mechanism=Rappor,
     description="One-time RAPPOR: a one-hot encoded value with every bit randomized.",
     neighbours="One user's value changes (two bits differ); epsilon is the total.",
+    pld="rappor",
     calibration={"epsilon": "max"},
 )

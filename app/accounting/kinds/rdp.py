@@ -82,4 +82,6 @@ SPEC = KindSpec(
     mechanism=RDP,
     description="A mechanism known by its Renyi DP values at a few orders (optionally delta).",
     neighbours="The relation its RDP guarantee was stated for.",
+    pld=None,
+    no_pld="states only a divergence bound, from which no privacy loss distribution follows",
 )

@@ -187,6 +187,7 @@ SPEC = KindSpec(
     mechanism=SubsampledGaussian,
     description="DP-SGD: Poisson-subsampled Gaussian steps (per-example clipping plus noise).",
     neighbours="Add or remove one record; noise multiplier = sigma / sensitivity.",
+    pld="subsampled_gaussian",
     calibration={"sigma": "min", "steps": "max"},
     dp_events={"PoissonSampledDpEvent": _from_poisson_event},
 )

@@ -69,6 +69,8 @@ SPEC = KindSpec(
     mechanism=ZCDP,
     description="A mechanism known by its zCDP guarantee rho (optionally xi and delta).",
     neighbours="The relation its zCDP guarantee was stated for.",
+    pld=None,
+    no_pld="states only a divergence bound, from which no privacy loss distribution follows",
     calibration={"rho": "max"},
     dp_events={"ZCDpEvent": _from_zcdp_event},
 )
