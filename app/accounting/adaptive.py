@@ -56,6 +56,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.accounting import conversions as conv
+from app.accounting.kinds import KINDS
 from app.accounting.orders import ORDERS
 from app.accounting.rounding import up
 
@@ -72,8 +73,8 @@ _U8 = 8.0 * 2.0**-53
 STEEP_CURVE_SLACK = 0.02
 """Gaussian capacity given up, at most, for a lower order when steep RDP curves may appear."""
 
-STEEP_CURVE_KINDS = frozenset({"subsampled_gaussian", "rdp"})
-"""Kinds whose RDP curve grows much faster than linearly in the order."""
+STEEP_CURVE_KINDS = frozenset(name for name, s in KINDS.items() if s.steep_curve)
+"""Kinds whose RDP curve grows much faster than linearly in the order (``KindSpec.steep_curve``)."""
 
 
 def thresholds(

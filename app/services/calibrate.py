@@ -59,20 +59,6 @@ PLD_MAX_COUNT = 1_000
 ``count`` times (log2(count) convolutions, about 2 s of CPU each at 10^6)."""
 
 
-PURE_KINDS = frozenset(
-    {
-        "approx_dp",
-        "discrete_laplace",
-        "exponential",
-        "laplace",
-        "pure_dp",
-        "randomized_response",
-        "rappor",
-    }
-)
-"""Kinds whose calibrated parameter is an epsilon-DP guarantee (``_guess``)."""
-
-
 def _answer_mechanism(
     kind: str, fixed: dict[str, Any], parameter: str, value: float, m: Any
 ) -> dict[str, Any]:
@@ -200,7 +186,11 @@ def _guess(st: DatasetState, kind: str, fixed: dict[str, Any], result: Calibrati
     repetition (the ledger's epsilon grows by about the entry's own increase). A first try only:
     the admission checks decide. One more construction and composition, and an epsilon search;
     None where the PLD leaves no room."""
-    if st.pld is None or result.parameter not in ("epsilon", "scale") or kind not in PURE_KINDS:
+    if (
+        st.pld is None
+        or result.parameter not in ("epsilon", "scale")
+        or not registry.spec(kind).pure_calibration
+    ):
         return None
     room = st.budget.epsilon - _pld_epsilon_with(st, kind, fixed, result)
     if not room > 0:
@@ -421,11 +411,12 @@ def calibrate_next(
             f"calibrating {kind} {parameter} needs {', '.join(missing)} "
             f"(query parameter{'s' if len(missing) > 1 else ''})"
         )
-    if kind == "discrete_laplace" and "sensitivity" in fixed:
-        s = fixed["sensitivity"]
-        if float(s) != int(s):
-            raise Unprocessable(f"discrete_laplace sensitivity must be an integer, got {s}")
-        fixed["sensitivity"] = int(s)
+    for p in registry.spec(kind).params:  # an integer field (sensitivity) given as 2.0: 2
+        if p.type == "int" and p.name in fixed:
+            given = fixed[p.name]
+            if float(given) != int(given):
+                raise Unprocessable(f"{kind} {p.name} must be an integer, got {given}")
+            fixed[p.name] = int(given)
     with db.read() as s:
         principal = authenticated(db, caller, s)
         if (why := principal.may_charge(allocation)) is not None:  # the 403 a charge gets

@@ -222,3 +222,16 @@ def test_nothing_fits_409_carries_spent_as_a_charges_409_does(
     assert charge.status_code == 409, charge.text
     for member in ("spent", "budget", "requested", "would_spend"):
         assert problem[member] == charge.json()[member], member
+
+
+def test_an_integer_field_given_as_a_float_is_an_integer_or_a_422(client: TestClient) -> None:
+    """The calibrate route's query numbers are floats: a kind's integer field (declared
+    ``int``) takes 2.0 as 2 and refuses 1.5 naming it."""
+    ds = new_dataset(client, budget={"epsilon": 2.0, "delta": 1e-6})
+    url = f"/v1/datasets/{ds['id']}/calibrate"
+    ok = client.get(url, params={"mechanism": "discrete_laplace", "sensitivity": 2.0})
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["mechanism"]["sensitivity"] == 2
+    assert isinstance(ok.json()["mechanism"]["sensitivity"], int)
+    bad = client.get(url, params={"mechanism": "discrete_laplace", "sensitivity": 1.5})
+    assert bad.status_code == 422 and "sensitivity must be an integer" in bad.json()["detail"]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from app.accounting import registry
+from app.accounting.adaptive import STEEP_CURVE_KINDS
 from app.accounting.calibration import PARAMETERS
 from app.accounting.curve import compose
 from app.accounting.kinds import KINDS
@@ -62,6 +63,27 @@ def test_declaration_is_complete(kind: str) -> None:
     for parameter, direction in spec.calibration.items():
         assert direction in ("min", "max")
         assert spec.param(parameter).type in ("float", "int")
+
+
+def test_the_kind_attributes_other_modules_read_are_declared_by_the_kinds() -> None:
+    """``STEEP_CURVE_KINDS`` (the order an adaptive rdp dataset fixes) and calibrate's
+    epsilon-DP first guess read each kind's declaration, not lists of names. The sets are
+    pinned: a change of the first moves the order of new datasets."""
+    assert STEEP_CURVE_KINDS == {k for k, s in KINDS.items() if s.steep_curve}
+    assert STEEP_CURVE_KINDS == {"rdp", "subsampled_gaussian"}
+    pure = {k for k, s in KINDS.items() if s.pure_calibration}
+    assert pure == {
+        "approx_dp",
+        "discrete_laplace",
+        "exponential",
+        "laplace",
+        "pure_dp",
+        "randomized_response",
+        "rappor",
+    }
+    for kind in pure:  # its calibrated parameter is its epsilon (or a scale of it)
+        assert set(KINDS[kind].calibration) & {"epsilon", "scale"}
+        assert math.isfinite(_example(kind).curve().pure_eps)
 
 
 def test_calibration_table_is_derived_from_the_registry() -> None:

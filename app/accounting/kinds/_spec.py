@@ -516,6 +516,12 @@ class KindSpec:
     exactly one is given (Laplace: epsilon, or scale + sensitivity); ``extra_params``: fields of
     an alternative form that the value object does not store.
 
+    ``steep_curve``: its RDP curve may grow much faster than linearly in the order (DP-SGD's, a
+    curve given at a few orders): an adaptive rdp dataset that may admit it fixes a lower order
+    (``adaptive.choose_order``). ``pure_calibration``: the parameter calibration solves for is
+    its (epsilon, delta)-DP epsilon, or a scale that is sensitivity / epsilon: calibrate's PLD
+    search then first tries that epsilon plus the room the PLD leaves (``services.calibrate``).
+
     ``pld`` (required, so that every kind decides it): the name of the function in
     ``app.accounting.pld_mechanisms`` that builds this kind's privacy loss distribution from its
     wire fields and ``interval`` (named, not imported: that module imports the registry, and
@@ -532,6 +538,8 @@ class KindSpec:
     dp_events: Mapping[str, DpEventTranslator] = field(default_factory=dict)
     one_of: tuple[tuple[str, ...], ...] = ()
     extra_params: tuple[Param, ...] = ()
+    steep_curve: bool = False
+    pure_calibration: bool = False
 
     def __post_init__(self) -> None:
         if (self.pld is None) == bool(self.no_pld):

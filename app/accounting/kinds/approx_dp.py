@@ -67,4 +67,5 @@ SPEC = KindSpec(
     pld="approx_dp",
     calibration={"epsilon": "max"},
     dp_events={"EpsilonDeltaDpEvent": _from_epsilon_delta_event},
+    pure_calibration=True,
 )

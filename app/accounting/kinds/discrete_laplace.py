@@ -94,4 +94,5 @@ SPEC = KindSpec(
     pld="discrete_laplace",
     calibration={"epsilon": "max"},
     dp_events={"DiscreteLaplaceDpEvent": _from_discrete_laplace_event},
+    pure_calibration=True,
 )

@@ -56,4 +56,5 @@ SPEC = KindSpec(
     neighbours="The relation the score's sensitivity is stated for.",
     pld="exponential",
     calibration={"epsilon": "max"},
+    pure_calibration=True,
 )

@@ -112,4 +112,5 @@ SPEC = KindSpec(
     dp_events={"LaplaceDpEvent": _from_laplace_event},
     one_of=(("epsilon",), ("scale", "sensitivity")),
     extra_params=(SCALE, SENSITIVITY),
+    pure_calibration=True,
 )

@@ -59,4 +59,5 @@ SPEC = KindSpec(
     neighbours="The relation its epsilon-DP guarantee was stated for.",
     pld="pure_dp",
     calibration={"epsilon": "max"},
+    pure_calibration=True,
 )

@@ -89,4 +89,5 @@ SPEC = KindSpec(
     pld="randomized_response",
     calibration={"epsilon": "max"},
     dp_events={"RandomizedResponseDpEvent": _from_rr_event},
+    pure_calibration=True,
 )

@@ -51,4 +51,5 @@ SPEC = KindSpec(
     neighbours="One user's value changes (two bits differ); epsilon is the total.",
     pld="rappor",
     calibration={"epsilon": "max"},
+    pure_calibration=True,
 )

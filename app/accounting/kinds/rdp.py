@@ -84,4 +84,5 @@ SPEC = KindSpec(
     neighbours="The relation its RDP guarantee was stated for.",
     pld=None,
     no_pld="states only a divergence bound, from which no privacy loss distribution follows",
+    steep_curve=True,
 )

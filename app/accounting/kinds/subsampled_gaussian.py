@@ -190,4 +190,5 @@ SPEC = KindSpec(
     pld="subsampled_gaussian",
     calibration={"sigma": "min", "steps": "max"},
     dp_events={"PoissonSampledDpEvent": _from_poisson_event},
+    steep_curve=True,
 )
