@@ -81,9 +81,25 @@ def calibration_parameters() -> dict[str, dict[str, Direction]]:
 
 # --- dp_accounting events -------------------------------------------------------------------
 
-_LEAVES: dict[str, DpEventTranslator] = {
-    event_type: translate for s in KINDS.values() for event_type, translate in s.dp_events.items()
-}
+
+def leaf_translators(kinds: Iterable[KindSpec]) -> dict[str, DpEventTranslator]:
+    """dp_accounting event type -> the translator of the one kind that declares it; TypeError
+    naming both kinds when two declare the same type (the later one took it over silently)."""
+    leaves: dict[str, DpEventTranslator] = {}
+    owners: dict[str, str] = {}
+    for s in kinds:
+        for event_type, translate in s.dp_events.items():
+            if event_type in owners:
+                raise TypeError(
+                    f"kinds {owners[event_type]!r} and {s.name!r} both translate {event_type}: "
+                    "an event type belongs to one kind"
+                )
+            owners[event_type] = s.name
+            leaves[event_type] = translate
+    return leaves
+
+
+_LEAVES: dict[str, DpEventTranslator] = leaf_translators(KINDS.values())
 
 MAX_EVENT_DEPTH = 32
 MAX_EVENT_COUNT = 1_000_000_000
@@ -179,6 +195,7 @@ __all__ = [
     "calibration_parameters",
     "dp_event_types",
     "kind_names",
+    "leaf_translators",
     "mechanism_from_dict",
     "merge_counts",
     "mechanisms_from_dp_event",

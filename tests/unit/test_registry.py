@@ -16,6 +16,7 @@ from app.accounting.curve import compose
 from app.accounting.kinds import KINDS
 from app.accounting.kinds._spec import REQUIRED, Mechanism
 from app.accounting.mechanisms import MECHANISMS, mechanism_from_dict
+from tests import toy_kind as toy
 
 # one valid description per kind (a new kind adds its own here, with its other tests)
 EXAMPLES: dict[str, dict] = {
@@ -232,3 +233,16 @@ def test_repetitions_above_the_limit_are_refused() -> None:
     with pytest.raises(ValueError, match="repetitions"):
         m.repeated(2).curve()
     assert math.isfinite(m.curve().rdp[0])
+
+
+def test_two_kinds_claiming_one_dp_event_type_are_refused_at_import() -> None:
+    """The registry's event table is built at import by ``leaf_translators``: a second kind
+    declaring a type another kind translates is a TypeError naming both (it took the type over
+    silently, the later kind in alphabetical order winning)."""
+    assert registry._LEAVES == registry.leaf_translators(KINDS.values())
+    claims = dataclasses.replace(
+        toy.SPEC, dp_events={"DiscreteLaplaceDpEvent": lambda event, translate: []}
+    )
+    with pytest.raises(TypeError, match="'discrete_laplace' and 'toy_geometric'.*DiscreteLaplace"):
+        registry.leaf_translators([*KINDS.values(), claims])
+    assert set(registry.leaf_translators([*KINDS.values(), toy.SPEC])) == set(registry._LEAVES)
