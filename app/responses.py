@@ -598,10 +598,20 @@ class MechanismField(_Answer):
     help: str
 
 
+class NextQuery(_Answer):
+    """The calibration the dashboard shows for a kind: GET /calibrate with ``fixed``."""
+
+    fixed: dict[str, float | int | str] = Field(
+        description="the query's other parameters (and parameter, when not the first)"
+    )
+    words: str = Field(description="those parameters in plain words")
+
+
 class MechanismKind(_Answer):
     """A mechanism kind of the registry, as a charge's ``mechanism`` object takes it."""
 
     name: str
+    title: str = Field(description="its short name for people")
     description: str
     neighbours: str = Field(description="the neighbouring relation and parameter convention")
     fields: list[MechanismField]
@@ -618,6 +628,9 @@ class MechanismKind(_Answer):
         "their entry_delta_budget)"
     )
     dp_events: list[str] = Field(description="dp_accounting event types translated to it")
+    next_query: NextQuery | None = Field(
+        description="what the dashboard asks GET /calibrate for it (null: not offered there)"
+    )
 
 
 class MechanismCatalogue(_Answer):
@@ -642,6 +655,7 @@ __all__ = [
     "MechanismCatalogue",
     "MechanismField",
     "MechanismKind",
+    "NextQuery",
     "Adds",
     "AuditEvent",
     "AuditPage",

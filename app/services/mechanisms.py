@@ -44,6 +44,7 @@ def _field(p: Param) -> r.MechanismField:
 def _kind(s: KindSpec) -> r.MechanismKind:
     return r.MechanismKind(
         name=s.name,
+        title=s.title,
         description=s.description,
         neighbours=s.neighbours,
         fields=[_field(p) for p in s.params],
@@ -53,6 +54,9 @@ def _kind(s: KindSpec) -> r.MechanismKind:
         pld=s.pld is not None,
         own_delta=any(p.name == "delta" for p in s.params),
         dp_events=sorted(s.dp_events),
+        next_query=None
+        if s.next_query is None
+        else r.NextQuery(fixed=dict(s.next_query.fixed), words=s.next_query.words),
     )
 
 

@@ -11,8 +11,6 @@ PostgreSQL through the ``client`` fixture.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -190,22 +188,27 @@ def test_every_parameter_given_is_in_the_answer(client: TestClient, ds: str, kin
     assert charged.status_code == 201, charged.text
 
 
-def _dashboard_queries() -> dict[str, str]:
-    """The dashboard's "what can the next query be" calibrations (``CALIBRATE`` in app.js)."""
-    js = (Path(__file__).resolve().parents[2] / "app" / "web" / "static" / "app.js").read_text()
-    block = js[js.index("const CALIBRATE = {") : js.index("};", js.index("const CALIBRATE = {"))]
-    found = dict(re.findall(r'(\w+): \{ q: "([^"]*)"', block))
-    assert set(found) == set(CALIBRATED) - {"approx_dp", "exponential", "pure_dp", "zcdp"}
-    return found
-
-
 def test_the_dashboards_calibrations_send_nothing_refused(client: TestClient, ds: str) -> None:
-    """Its Laplace row sent sensitivity=1, which was dropped and is now refused."""
-    for kind, query in _dashboard_queries().items():
+    """The dashboard's "what can the next query be" asks each kind with the query the kind
+    declares (``KindSpec.next_query``, served by GET /v1/mechanisms): every one answers (its
+    Laplace row sent sensitivity=1, which was dropped and is now refused)."""
+    kinds = client.get("/v1/mechanisms").json()["mechanisms"]
+    offered = {k["name"]: k["next_query"] for k in kinds if k["next_query"] and k["calibration"]}
+    assert set(offered) == {name for name in CALIBRATED if spec(name).next_query is not None}, (
+        "every kind the dashboard can calibrate is offered"
+    )
+    for kind, next_query in offered.items():
+        assert next_query == {
+            "fixed": dict(spec(kind).next_query.fixed),  # type: ignore[union-attr]
+            "words": spec(kind).next_query.words,  # type: ignore[union-attr]
+        }
         r = client.get(
-            f"/v1/datasets/{ds}/calibrate?mechanism={kind}" + (f"&{query}" if query else "")
+            f"/v1/datasets/{ds}/calibrate", params={"mechanism": kind, **next_query["fixed"]}
         )
         assert r.status_code == 200, (kind, r.text)
+        assert r.json()["parameter"] == next_query["fixed"].get(
+            "parameter", next(iter(spec(kind).calibration))
+        )
 
 
 def test_the_clients_calibrate_sends_only_what_it_is_given(client: TestClient, ds: str) -> None:

@@ -6,6 +6,7 @@ headless Chromium against a server of its own."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -187,6 +188,52 @@ def test_numbers_are_rounded_to_the_safe_side(world: dict[str, Any]) -> None:
                 json={"mechanism": mech},
             )
             assert r.status_code == 200, (kind, shown, exact, r.text)
+
+
+def test_the_next_query_table_is_the_registry_rounded_to_the_safe_side(
+    world: dict[str, Any],
+) -> None:
+    """Every kind GET /v1/mechanisms offers for calibration (not a hard-coded six) is a row,
+    named by its title with its description as the tooltip and its declared parameters in
+    words; each value is rounded by the answer's direction: a least value (noise) up, a
+    largest one (epsilon, rho, steps) down, never to nearest."""
+    executable = _browser_path()
+    api: httpx.Client = world["api"]
+    calib = world["calib"]
+    catalogue = {k["name"]: k for k in api.get("/v1/mechanisms").json()["mechanisms"]}
+    offered = [n for n, k in catalogue.items() if k["next_query"] and k["calibration"]]
+    assert len(offered) > 6
+    with dashboard_page(executable, viewport={"width": 1280, "height": 1000}) as page:
+        sign_in(page, world["server"].url, ADMIN_KEY)
+        open_dataset(page, calib["id"])
+        page.wait_for_selector("[data-testid=calibration-table]")
+        rows = page.locator("[data-testid=calibration-table] tbody tr")
+        assert [rows.nth(i).get_attribute("data-kind") for i in range(rows.count())] == offered
+        checked = 0
+        for i, name in enumerate(offered):
+            kind, row = catalogue[name], rows.nth(i)
+            head = row.locator("th")
+            assert head.inner_text() == kind["title"]
+            assert head.get_attribute("title") == kind["description"]
+            assert row.locator("td").first.inner_text() == kind["next_query"]["words"]
+            value = row.locator("strong")
+            exact = value.get_attribute("data-value")
+            if exact is None:  # nothing fits
+                continue
+            parameter = value.get_attribute("data-parameter") or ""
+            number = re.search(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?", value.inner_text())
+            assert number is not None, value.inner_text()
+            shown, checked = float(number.group()), checked + 1
+            if kind["calibration"][parameter] == "min":
+                assert shown >= float(exact), (name, shown, exact)
+            else:
+                assert shown <= float(exact), (name, shown, exact)
+        assert checked >= 6
+        options = page.locator("#f-kind option")
+        assert [options.nth(i).get_attribute("value") for i in range(options.count())] == [
+            "",
+            *catalogue,
+        ]
 
 
 def test_an_over_budget_dataset_shows_its_true_share(world: dict[str, Any]) -> None:

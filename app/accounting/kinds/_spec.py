@@ -506,6 +506,16 @@ def check_event_fields(event: Mapping[str, Any], allowed: Iterable[str]) -> None
 
 
 @dataclass(frozen=True)
+class NextQuery:
+    """How the dashboard asks what the next invocation of a kind can be (GET /calibrate):
+    ``fixed``, the query's other parameters (``parameter`` among them when it is not the
+    kind's first calibration parameter), and ``words``, them in plain words ("sensitivity 1")."""
+
+    fixed: Mapping[str, float | int | str] = field(default_factory=dict)
+    words: str = ""
+
+
+@dataclass(frozen=True)
 class KindSpec:
     """A mechanism kind in the registry.
 
@@ -521,6 +531,10 @@ class KindSpec:
     (``adaptive.choose_order``). ``pure_calibration``: the parameter calibration solves for is
     its (epsilon, delta)-DP epsilon, or a scale that is sensitivity / epsilon: calibrate's PLD
     search then first tries that epsilon plus the room the PLD leaves (``services.calibrate``).
+
+    ``title``: its short name for people (dashboard rows; default: the wire name in words);
+    ``next_query``: the calibration the dashboard shows for it (None: not offered there, e.g. a
+    kind whose delta is the pipeline's own).
 
     ``pld`` (required, so that every kind decides it): the name of the function in
     ``app.accounting.pld_mechanisms`` that builds this kind's privacy loss distribution from its
@@ -540,8 +554,12 @@ class KindSpec:
     extra_params: tuple[Param, ...] = ()
     steep_curve: bool = False
     pure_calibration: bool = False
+    title: str = ""
+    next_query: NextQuery | None = NextQuery()
 
     def __post_init__(self) -> None:
+        if not self.title:
+            object.__setattr__(self, "title", self.name.replace("_", " ").capitalize())
         if (self.pld is None) == bool(self.no_pld):
             return
         if self.pld is None:
@@ -598,6 +616,7 @@ __all__ = [
     "DpEventTranslator",
     "KindSpec",
     "Mechanism",
+    "NextQuery",
     "Param",
     "Translate",
     "UnitCurves",

@@ -68,4 +68,6 @@ SPEC = KindSpec(
     calibration={"epsilon": "max"},
     dp_events={"EpsilonDeltaDpEvent": _from_epsilon_delta_event},
     pure_calibration=True,
+    title="Any (ε, δ)-DP mechanism",
+    next_query=None,
 )

@@ -23,6 +23,7 @@ from app.accounting.kinds._spec import (
     RDP_EVAL_MARGIN,
     KindSpec,
     Mechanism,
+    NextQuery,
     Translate,
     event_number,
     param,
@@ -95,4 +96,6 @@ SPEC = KindSpec(
     calibration={"epsilon": "max"},
     dp_events={"DiscreteLaplaceDpEvent": _from_discrete_laplace_event},
     pure_calibration=True,
+    title="Discrete Laplace",
+    next_query=NextQuery({"sensitivity": 1}, "sensitivity 1"),
 )

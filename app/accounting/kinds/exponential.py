@@ -9,7 +9,14 @@ import numpy as np
 
 from app.accounting.closed_forms import bounded_range_rdp, bounded_range_rho, rr_rdp
 from app.accounting.curve import PrivacyCurve
-from app.accounting.kinds._spec import MAX_EPSILON, MIN_EPSILON, KindSpec, Mechanism, param
+from app.accounting.kinds._spec import (
+    MAX_EPSILON,
+    MIN_EPSILON,
+    KindSpec,
+    Mechanism,
+    NextQuery,
+    param,
+)
 from app.accounting.orders import ORDERS
 
 
@@ -57,4 +64,6 @@ SPEC = KindSpec(
     pld="exponential",
     calibration={"epsilon": "max"},
     pure_calibration=True,
+    title="Exponential mechanism",
+    next_query=NextQuery({}, "one selection"),
 )

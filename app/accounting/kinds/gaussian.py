@@ -17,6 +17,7 @@ from app.accounting.kinds._spec import (
     Affine,
     KindSpec,
     Mechanism,
+    NextQuery,
     Translate,
     column,
     event_number,
@@ -80,4 +81,6 @@ SPEC = KindSpec(
     pld="gaussian",
     calibration={"sigma": "min"},
     dp_events={"GaussianDpEvent": _from_gaussian_event},
+    title="Gaussian",
+    next_query=NextQuery({"sensitivity": 1}, "sensitivity 1"),
 )

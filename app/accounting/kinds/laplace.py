@@ -14,6 +14,7 @@ from app.accounting.kinds._spec import (
     MIN_SCALE,
     KindSpec,
     Mechanism,
+    NextQuery,
     Param,
     Translate,
     UnitCurves,
@@ -113,4 +114,6 @@ SPEC = KindSpec(
     one_of=(("epsilon",), ("scale", "sensitivity")),
     extra_params=(SCALE, SENSITIVITY),
     pure_calibration=True,
+    title="Laplace",
+    next_query=NextQuery({}, "any sensitivity (scale = sensitivity / ε)"),
 )

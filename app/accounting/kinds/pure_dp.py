@@ -15,6 +15,7 @@ from app.accounting.kinds._spec import (
     MIN_EPSILON,
     KindSpec,
     Mechanism,
+    NextQuery,
     UnitCurves,
     param,
 )
@@ -60,4 +61,6 @@ SPEC = KindSpec(
     pld="pure_dp",
     calibration={"epsilon": "max"},
     pure_calibration=True,
+    title="Any ε-DP mechanism",
+    next_query=NextQuery({}, "one invocation"),
 )

@@ -17,6 +17,7 @@ from app.accounting.kinds._spec import (
     MIN_EPSILON,
     KindSpec,
     Mechanism,
+    NextQuery,
     Translate,
     UnitCurves,
     event_number,
@@ -90,4 +91,6 @@ SPEC = KindSpec(
     calibration={"epsilon": "max"},
     dp_events={"RandomizedResponseDpEvent": _from_rr_event},
     pure_calibration=True,
+    title="Randomized response",
+    next_query=NextQuery({"k": 2}, "k = 2 answers"),
 )

@@ -14,6 +14,7 @@ from app.accounting.kinds._spec import (
     MIN_EPSILON,
     KindSpec,
     Mechanism,
+    NextQuery,
     UnitCurves,
     param,
 )
@@ -52,4 +53,6 @@ SPEC = KindSpec(
     pld="rappor",
     calibration={"epsilon": "max"},
     pure_calibration=True,
+    title="RAPPOR",
+    next_query=NextQuery({}, "one report"),
 )

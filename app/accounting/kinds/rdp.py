@@ -85,4 +85,6 @@ SPEC = KindSpec(
     pld=None,
     no_pld="states only a divergence bound, from which no privacy loss distribution follows",
     steep_curve=True,
+    title="RDP guarantee",
+    next_query=None,
 )

@@ -16,6 +16,7 @@ from app.accounting.kinds._spec import (
     MIN_SCALE,
     KindSpec,
     Mechanism,
+    NextQuery,
     Translate,
     UnitCurves,
     check_event_fields,
@@ -191,4 +192,8 @@ SPEC = KindSpec(
     calibration={"sigma": "min", "steps": "max"},
     dp_events={"PoissonSampledDpEvent": _from_poisson_event},
     steep_curve=True,
+    title="DP-SGD (subsampled Gaussian)",
+    next_query=NextQuery(
+        {"parameter": "steps", "sample_rate": 0.01, "sigma": 1}, "sampling rate 0.01, σ = 1"
+    ),
 )

@@ -13,6 +13,7 @@ from app.accounting.kinds._spec import (
     Affine,
     KindSpec,
     Mechanism,
+    NextQuery,
     Translate,
     column,
     event_number,
@@ -73,4 +74,6 @@ SPEC = KindSpec(
     no_pld="states only a divergence bound, from which no privacy loss distribution follows",
     calibration={"rho": "max"},
     dp_events={"ZCDpEvent": _from_zcdp_event},
+    title="zCDP guarantee",
+    next_query=NextQuery({}, "ξ = 0, no δ of its own"),
 )

@@ -75,15 +75,24 @@
     for (let digits = 5; x < cap && Number(text) >= cap && digits <= 17; digits++) text = fmtUp(x, digits);
     return text;
   }
-  const kindName = (k) => ({
-    gaussian: "Gaussian",
-    laplace: "Laplace",
-    randomized_response: "Randomized response",
-    rappor: "RAPPOR",
-    subsampled_gaussian: "DP-SGD (subsampled Gaussian)",
-    discrete_laplace: "Discrete Laplace",
-  })[k] || k;
-  const KINDS = ["gaussian", "laplace", "randomized_response", "rappor", "subsampled_gaussian", "discrete_laplace"];
+  // the mechanism kinds, their names for people, descriptions and calibrations: the registry as
+  // GET /v1/mechanisms serves it, read once (again after a failure)
+  let KIND_INFO = {};
+  let kindsRead = null;
+  function readKinds() {
+    if (!kindsRead) {
+      kindsRead = api("/v1/mechanisms").then((cat) => {
+        KIND_INFO = Object.fromEntries(cat.mechanisms.map((k) => [k.name, k]));
+      }).catch((err) => {
+        kindsRead = null;
+        throw err;
+      });
+    }
+    return kindsRead;
+  }
+  const kindName = (k) => (KIND_INFO[k] && KIND_INFO[k].title) || k;
+  const kindTip = (k) => (KIND_INFO[k] ? { title: KIND_INFO[k].description } : {});
+  const allKinds = () => Object.keys(KIND_INFO);
 
   // what each accounting rule guarantees, in plain words; the technical name and the docs beside
   const DOCS = "/static/accounting.html";
@@ -337,25 +346,28 @@
     if (d.archived) summaryRow(dl, "Archived", "Yes: the ledger is read-only, charges are refused");
   }
 
-  // "what can the next query be": one calibration per kind the dataset allows. The fixed
-  // parameters are stated in each row (sensitivity 1, k = 2, DP-SGD at rate 0.01 and σ = 1).
-  // A Laplace ε holds for any sensitivity (scale = sensitivity / ε): /calibrate refuses a
-  // sensitivity with it (it answered ε and dropped the sensitivity)
-  const CALIBRATE = {
-    gaussian: { q: "sensitivity=1", fixed: "sensitivity 1" },
-    laplace: { q: "", fixed: "any sensitivity (scale = sensitivity / ε)" },
-    discrete_laplace: { q: "sensitivity=1", fixed: "sensitivity 1" },
-    randomized_response: { q: "k=2", fixed: "k = 2 answers" },
-    rappor: { q: "", fixed: "one report" },
-    subsampled_gaussian: { q: "parameter=steps&sample_rate=0.01&sigma=1", fixed: "sampling rate 0.01, σ = 1" },
-  };
-  // a calibrated value is typed back in: strictly on its safe side (fmtStrict)
-  const PARAM_WORDS = { sigma: (v) => `noise σ ≥ ${fmtStrict(v, 1)}`, epsilon: (v) => `ε ≤ ${fmtStrict(v, -1)}`, steps: (v) => `up to ${Math.floor(v)} training steps` };
+  // "what can the next query be": one calibration per kind the dataset allows, with the fixed
+  // parameters each kind declares for it (its next_query, stated in the row)
+  // a calibrated value is typed back in: strictly on its safe side (fmtStrict), by the answer's
+  // direction: a least value that fits (noise: σ, a scale) up, a largest one (ε, ρ, steps) down
+  const PARAM_NAMES = { sigma: "noise σ", epsilon: "ε", rho: "ρ", scale: "noise scale" };
+  function calibratedWords(c) {
+    const info = KIND_INFO[c.mechanism && c.mechanism.mechanism] || {};
+    const direction = c.direction || (info.calibration || {})[c.parameter];
+    const least = direction === "min";
+    const field = (info.fields || []).find((f) => f.name === c.parameter);
+    if (field && field.type === "int") {
+      const n = least ? Math.ceil(c.value) : Math.floor(c.value);
+      return c.parameter === "steps" && !least ? `up to ${n} training steps` : `${c.parameter} ${least ? "≥" : "≤"} ${n}`;
+    }
+    return `${PARAM_NAMES[c.parameter] || c.parameter} ${least ? "≥" : "≤"} ${fmtStrict(c.value, least ? 1 : -1)}`;
+  }
 
   async function renderCalibration(d) {
     const box = $("calibration");
     box.replaceChildren(html("h3", { id: "calibration-title" }, "What can the next query be?"));
-    const kinds = d.allowed_mechanisms && d.allowed_mechanisms.length ? d.allowed_mechanisms : KINDS;
+    const offered = (k) => KIND_INFO[k] && KIND_INFO[k].next_query && Object.keys(KIND_INFO[k].calibration).length;
+    const kinds = (d.allowed_mechanisms && d.allowed_mechanisms.length ? d.allowed_mechanisms : allKinds()).filter(offered);
     if (stateOf(d) === "exhausted") {
       box.appendChild(html("p", { "data-testid": "calibration-exhausted" }, "None: the budget is exhausted, so every further charge is refused whatever its noise."));
       return;
@@ -367,13 +379,13 @@
       return;
     }
     const rows = await Promise.all(kinds.map(async (k) => {
-      const spec = CALIBRATE[k] || { q: "", fixed: "" };
+      const next = KIND_INFO[k].next_query;
+      const query = new URLSearchParams({ mechanism: k, ...next.fixed });
       try {
-        const c = await api(`/v1/datasets/${encodeURIComponent(d.id)}/calibrate?mechanism=${encodeURIComponent(k)}${spec.q ? `&${spec.q}` : ""}`);
-        const words = (PARAM_WORDS[c.parameter] || ((v) => `${c.parameter} = ${fmt(v)}`))(c.value);
-        return { k, spec, c, words };
+        const c = await api(`/v1/datasets/${encodeURIComponent(d.id)}/calibrate?${query}`);
+        return { k, next, c, words: calibratedWords(c) };
       } catch (err) {
-        if (err instanceof ApiError && (err.status === 409 || err.status === 422)) return { k, spec, c: null, words: "nothing fits the remaining budget" };
+        if (err instanceof ApiError && (err.status === 409 || err.status === 422)) return { k, next, c: null, words: "nothing fits the remaining budget" };
         throw err;
       }
     }));
@@ -386,8 +398,8 @@
     const body = html("tbody");
     for (const row of rows) {
       const tr = html("tr", { "data-kind": row.k });
-      tr.appendChild(html("th", { scope: "row" }, kindName(row.k)));
-      tr.appendChild(html("td", {}, row.spec.fixed));
+      tr.appendChild(html("th", { scope: "row", ...kindTip(row.k) }, kindName(row.k)));
+      tr.appendChild(html("td", {}, row.next.words));
       const td = html("td", {});
       const strong = html("strong", row.c ? { "data-testid": `calibrate-${row.k}`, "data-value": row.c.value, "data-parameter": row.c.parameter } : {}, row.words);
       td.appendChild(strong);
@@ -932,7 +944,7 @@
     // read first: the page's dataset (and the pagers' and filters' target) changes only once
     // the new one could be read
     const [d, s, c, b] = await Promise.all([api(base), api(`${base}/series?points=400`), api(`${base}/curves`),
-      api(`${base}/budget`).catch(() => null)]);
+      api(`${base}/budget`).catch(() => null), readKinds()]);
     if (b && b.blocks) d.topBlock = b.blocks.most_spent;
     if (detailId !== id) {
       detailId = id;
@@ -944,11 +956,11 @@
     renderSeries(d, s);
     renderBreakdown(d);
     renderCurves(d, c);
-    const kinds = d.allowed_mechanisms && d.allowed_mechanisms.length ? d.allowed_mechanisms : KINDS;
+    const kinds = d.allowed_mechanisms && d.allowed_mechanisms.length ? d.allowed_mechanisms : allKinds();
     const sel = $("f-kind");
     const chosen = sel.value;
     sel.replaceChildren(html("option", { value: "" }, "any kind"));
-    for (const k of kinds) sel.appendChild(html("option", { value: k }, kindName(k)));
+    for (const k of kinds) sel.appendChild(html("option", { value: k, ...kindTip(k) }, kindName(k)));
     sel.value = kinds.includes(chosen) ? chosen : "";
     await Promise.all([loadEntries(), loadRejections(), renderHolds(d), renderCsvLink(), renderTeams(d), renderBlocks(d, b)]);
     show("detail");
