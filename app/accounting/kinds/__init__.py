@@ -2,7 +2,9 @@
 
 Every module here whose name does not start with ``_`` defines ``SPEC: KindSpec`` (its value
 object, fields, curve, calibration parameters, DpEvent translations and description). Adding a
-kind is adding one module (and its tests); everything else is derived from ``KINDS``.
+kind is adding one module (and its tests); everything else is derived from ``KINDS``. What a
+``KindSpec`` declares and which tests a new kind adds: docs/accounting.md, "Adding a mechanism
+kind".
 """
 
 from __future__ import annotations
