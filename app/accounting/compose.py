@@ -47,11 +47,11 @@ U = 2.0**-53
 def _raise(total: Vector, terms: int | npt.NDArray[np.int64]) -> Vector:
     """``total`` (a float sum of ``terms`` non-negative products, or sums of as many, each
     broadcast with its sum) raised above the exact sum; a sum of zeros stays exactly 0 (every
-    term was 0)."""
+    term was 0), and ``terms`` = 0 marks a sum known to be exact (one term times 1.0)."""
     gamma = (terms + 1) * U / (1.0 - (terms + 1) * U)
     with np.errstate(over="ignore"):
         raised = np.nextafter(total * (1.0 + 2.0 * gamma), np.inf)
-    return np.where(total == 0.0, 0.0, raised)
+    return np.where((total == 0.0) | (terms == 0), total, raised)
 
 
 CHUNK = 128
@@ -253,6 +253,9 @@ def _chunk_sums(curves: UnitCurves, weights: Vector, chunk: int = CHUNK) -> Unit
             pure[c] = _dot(w, curves.pure_eps[j : j + chunk])
             delta[c] = _dot(w, curves.delta[j : j + chunk])
     terms = np.minimum(chunk, n - starts)
+    # a chunk of one curve taken once is that curve itself, exactly: not raised (a single
+    # Laplace of epsilon 0.5 composed to 0.5000000000000003)
+    terms = np.where((terms == 1) & (weights[starts] == 1.0), 0, terms)
     gaussian = np.logical_and.reduceat(curves.gaussian_only, starts)
     return UnitCurves(
         rho=_raise(rho, terms),

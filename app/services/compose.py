@@ -6,7 +6,7 @@ import math
 
 from app import responses as r
 from app.accounting import pld_mechanisms
-from app.accounting.curve import PrivacyCurve
+from app.accounting.compose import compose_many
 from app.accounting.filters import FilterKind, pure_spend, spend
 from app.accounting.kinds.subsampled_gaussian import too_many_runs
 from app.accounting.mechanisms import Mechanism
@@ -35,9 +35,9 @@ def compose(
     if (why := too_many_runs(mechanisms)) is not None:
         raise Unprocessable(why)
     try:
-        total = PrivacyCurve.zero()
-        for m in mechanisms:
-            total = total + m.curve()
+        # identical parameter sets grouped, each kind's distinct curves computed together
+        # (one by one, 10,000 distinct k-ary randomized responses took 8.5 s of CPU)
+        total = compose_many(mechanisms)
         if delta == 0.0:  # the pure-DP sum, whatever the accounting
             sp = pure_spend(total)
             if not math.isfinite(sp.epsilon):

@@ -208,6 +208,8 @@ def _chunk_sum(curves: UnitCurves, weights: np.ndarray) -> PrivacyCurve:
     from app.accounting import compose as c
 
     n = weights.size
+    if n == 1 and weights[0] == 1.0:
+        n = 0  # one curve taken once: exact, not raised
     with np.errstate(over="ignore"):
         rdp = c._dot(weights, curves.rdp)
         rho = float(c._dot(weights, curves.rho))

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from app.accounting.closed_forms import (
-    binary_rr_rho,
+    binary_rr_rho_array,
     discrete_laplace_kl,
     discrete_laplace_rdp,
-    rho_from_curve,
+    rho_from_curves,
     rr_rdp,
 )
-from app.accounting.curve import PrivacyCurve, Vector
+from app.accounting.curve import Vector
 from app.accounting.kinds._spec import (
     MAX_EPSILON,
     MAX_K,
@@ -25,6 +25,7 @@ from app.accounting.kinds._spec import (
     Mechanism,
     NextQuery,
     Translate,
+    UnitCurves,
     event_number,
     param,
 )
@@ -54,26 +55,35 @@ class DiscreteLaplace(Mechanism):
         default=1, help="Integer L1 sensitivity of the query.", minimum=1, maximum=MAX_K
     )
 
-    def _unit_curve(self) -> PrivacyCurve:
-        eps, delta_1 = self.epsilon, self.sensitivity
-        kl = discrete_laplace_kl(eps, delta_1)
-        if delta_1 == 1:
-            rho = binary_rr_rho(eps)
-        else:
+    @classmethod
+    def _raw_curves(cls, units: Sequence[DiscreteLaplace]) -> UnitCurves:
+        """Every unit's curve at once (rows; the same numbers as one by one)."""
+        eps = np.array([u.epsilon for u in units], dtype=np.float64)
+        sens = np.array([u.sensitivity for u in units], dtype=np.float64)
+        worst = binary_rr_rho_array(eps)  # binary RR: the worst eps-DP mechanism
+        rho = worst.copy()  # sensitivity 1 is binary RR itself
+        wide = np.flatnonzero(sens > 1)
+        rdp = rr_rdp(ORDERS, eps[:, None], 2)
+        if wide.size:
+            e, d = eps[wide, None], sens[wide, None]
+            pairs = zip(e[:, 0], d[:, 0], strict=True)
+            kl = np.array([discrete_laplace_kl(float(x), int(y)) for x, y in pairs])
+
             # the formula loses precision as alpha -> 1 (absolute 1e-16 / (alpha - 1)), so the
             # scan starts at alpha = 1 + 1e-4, where f is within 1e-4 relative of the KL limit
             def curve(a: Vector) -> Vector:
-                return discrete_laplace_rdp(a, eps, delta_1, margin=False)
+                return discrete_laplace_rdp(a, e, d, margin=False)
 
             # an eps-DP mechanism is never above the worst one, binary RR (``pure_dp``): where
             # eps is small the scan's rounding noise (about 1e-16 / (alpha - 1) in eps(alpha))
             # exceeds the divergence itself, and alone it gave up to 10^6 times eps^2 / 2
-            rho = min(rho_from_curve(curve, kl, eps, 1e-4), binary_rr_rho(eps))
-        # likewise the closed form's rounding margin (8e-16 / (alpha - 1) or more) against RR's
-        rdp = np.minimum(discrete_laplace_rdp(ORDERS, eps, delta_1), rr_rdp(ORDERS, eps, 2))
+            rho[wide] = np.minimum(rho_from_curves(curve, kl, e[:, 0], 1e-4), worst[wide])
+            # likewise the closed form's rounding margin (8e-16 / (alpha - 1) or more) against
+            # RR's
+            rdp[wide] = np.minimum(discrete_laplace_rdp(ORDERS[None, :], e, d), rdp[wide])
         # eps(alpha) <= eps for an eps-DP mechanism; the cap keeps the margin from exceeding it
         cap = eps / (1.0 + RDP_EVAL_MARGIN)
-        return PrivacyCurve(rho=rho, rdp=np.minimum(rdp, cap), pure_eps=eps, gaussian_only=False)
+        return UnitCurves.of(rho, np.minimum(rdp, cap[:, None]), eps)
 
 
 def _from_discrete_laplace_event(event: Mapping[str, Any], translate: Translate) -> list[Mechanism]:

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from app.accounting.closed_forms import binary_rr_rho, rho_from_curve, rr_kl, rr_rdp
+from app.accounting.closed_forms import binary_rr_rho_array, rho_from_curves, rr_kl, rr_rdp
 from app.accounting.curve import Vector
 from app.accounting.kinds._spec import (
     MAX_EPSILON,
@@ -50,23 +50,31 @@ class RandomizedResponse(Mechanism):
 
     def rho(self) -> float:
         """The tight (k <= 6) or numerically located (k >= 7) zCDP parameter."""
-        eps, k = self.epsilon, self.k
-        if k == 2:
-            return binary_rr_rho(eps)
-        if k <= 6:
-            return rr_kl(eps, k)
-
-        def curve(a: Vector) -> Vector:
-            return rr_rdp(a, eps, k)
-
-        return rho_from_curve(curve, rr_kl(eps, k), eps)
+        return float(_rho(np.array([self.epsilon]), np.array([self.k]))[0])
 
     @classmethod
     def _raw_curves(cls, units: Sequence[RandomizedResponse]) -> UnitCurves:
         eps = np.array([u.epsilon for u in units])
         k = np.array([u.k for u in units], dtype=np.float64)
-        rho = np.array([u.rho() for u in units])
-        return UnitCurves.of(rho, rr_rdp(ORDERS, eps[:, None], k[:, None]), eps)
+        return UnitCurves.of(_rho(eps, k), rr_rdp(ORDERS, eps[:, None], k[:, None]), eps)
+
+
+def _rho(eps: Vector, k: Vector) -> Vector:
+    """``RandomizedResponse.rho`` of each (eps, k), the numerical suprema (k >= 7) located
+    together (``rho_from_curves``: the same numbers as one by one)."""
+    out = binary_rr_rho_array(eps)  # k = 2
+    for j in np.flatnonzero((k > 2) & (k <= 6)):
+        out[j] = rr_kl(float(eps[j]), int(k[j]))
+    big = np.flatnonzero(k >= 7)
+    if big.size:
+        e, kk = eps[big, None], k[big, None]
+        kl = np.array([rr_kl(float(x), int(y)) for x, y in zip(e[:, 0], kk[:, 0], strict=True)])
+
+        def curve(a: Vector) -> Vector:
+            return rr_rdp(a, e, kk)
+
+        out[big] = rho_from_curves(curve, kl, e[:, 0])
+    return out
 
 
 def _from_rr_event(event: Mapping[str, Any], translate: Translate) -> list[Mechanism]:
