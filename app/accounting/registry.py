@@ -6,8 +6,10 @@
 * ``calibration_parameters()``: kind -> {parameter: "min" | "max"};
 * ``mechanisms_from_dp_event``: a dp_accounting ``DpEvent`` described as a plain JSON dict ->
   mechanisms. Composite events are handled here; each kind module translates its own leaf
-  events. dp_accounting is not imported: a client serialises any event generically
-  (``{"type": class name, **fields}``, nested events as dicts) and the server translates.
+  events, and ``dp_event_check`` gives the check a kind declares beside a translation (run by
+  ``dp_events.prepared`` over the whole tree first). dp_accounting is not imported: a client
+  serialises any event generically (``{"type": class name, **fields}``, nested events as
+  dicts) and the server translates.
 """
 
 from __future__ import annotations
@@ -18,8 +20,17 @@ from types import MappingProxyType
 from typing import Any
 
 from app.accounting.kinds import KINDS
+from app.accounting.kinds._events import (
+    COMPOSED,
+    COMPOSITE_FIELDS,
+    MAX_EVENT_COUNT,
+    MAX_EVENT_DEPTH,
+    NO_OP,
+    SELF_COMPOSED,
+)
 from app.accounting.kinds._spec import (
     Direction,
+    DpEventCheck,
     DpEventTranslator,
     KindSpec,
     Mechanism,
@@ -99,37 +110,41 @@ def leaf_translators(kinds: Iterable[KindSpec]) -> dict[str, DpEventTranslator]:
     return leaves
 
 
-_LEAVES: dict[str, DpEventTranslator] = leaf_translators(KINDS.values())
+def leaf_checks(kinds: Iterable[KindSpec]) -> dict[str, DpEventCheck]:
+    """dp_accounting event type -> the check its kind declares beside its translation
+    (``KindSpec.dp_event_checks``; a kind checks only types it translates, and a type belongs to
+    one kind: ``leaf_translators``)."""
+    return {t: check for s in kinds for t, check in s.dp_event_checks.items()}
 
-MAX_EVENT_DEPTH = 32
-MAX_EVENT_COUNT = 1_000_000_000
+
+_LEAVES: dict[str, DpEventTranslator] = leaf_translators(KINDS.values())
+_CHECKS: dict[str, DpEventCheck] = leaf_checks(KINDS.values())
+
+
+def dp_event_check(event_type: object) -> DpEventCheck | None:
+    """The check of events of type ``event_type`` its kind declares (None: none, or no kind
+    translates it)."""
+    return _CHECKS.get(event_type) if isinstance(event_type, str) else None
 
 
 def dp_event_types() -> list[str]:
     """Every dp_accounting event type that has a translation."""
-    return sorted([*_LEAVES, "ComposedDpEvent", "SelfComposedDpEvent", "NoOpDpEvent"])
+    return sorted([*_LEAVES, *COMPOSITE_FIELDS])
 
 
 def mechanisms_from_dp_event(event: Mapping[str, Any]) -> list[Mechanism]:
     """The mechanisms whose composition is the dp_accounting event ``event``, a JSON dict
     ``{"type": "<DpEvent class name>", **its fields}``:
 
-    * ``ComposedDpEvent``: ``{"events": [...]}``, the concatenation;
-    * ``SelfComposedDpEvent``: ``{"event": {...}, "count": n}``, each repeated n times;
-    * ``NoOpDpEvent``: nothing; leaf types: the kind modules' translations (Gaussian, Laplace,
-      RandomizedResponse, DiscreteLaplace, PoissonSampled over Gaussian, EpsilonDelta, ZCDp).
+    * ``COMPOSED``: ``{"events": [...]}``, the concatenation;
+    * ``SELF_COMPOSED``: ``{"event": {...}, "count": n}``, each repeated n times;
+    * ``NO_OP``: nothing; leaf types: the translations the kind modules declare
+      (``KindSpec.dp_events``).
 
-    Any other type (``NonPrivateDpEvent``, ``UnsupportedDpEvent``, sampling schemes without a
-    formula here, ...) raises ``ValueError`` naming it.
+    Any other type (dp_accounting's non-private and unsupported events, sampling schemes
+    without a formula here, ...) raises ``ValueError`` naming it.
     """
     return _translate(event, 0)
-
-
-_COMPOSITE_FIELDS = {
-    "ComposedDpEvent": frozenset({"events"}),
-    "SelfComposedDpEvent": frozenset({"event", "count"}),
-    "NoOpDpEvent": frozenset(),
-}
 
 
 class _Reads(Mapping[str, Any]):
@@ -154,30 +169,30 @@ class _Reads(Mapping[str, Any]):
 
 
 def _translate(event: Mapping[str, Any], depth: int) -> list[Mechanism]:
-    """An event's mechanisms; ValueError for a field no translation reads (a
-    ``GaussianDpEvent`` with a ``sensitivity`` of 10 was charged at sensitivity 1)."""
+    """An event's mechanisms; ValueError for a field no translation reads (an event with a
+    ``sensitivity`` its translation ignores was charged at sensitivity 1)."""
     if not isinstance(event, Mapping):
         raise ValueError(f"a DpEvent must be a JSON object with a 'type', got {event!r}")
     if depth > MAX_EVENT_DEPTH:
         raise ValueError(f"DpEvent nested deeper than {MAX_EVENT_DEPTH} levels")
     kind = event.get("type")
-    allowed = _COMPOSITE_FIELDS.get(kind) if isinstance(kind, str) else None
+    allowed = COMPOSITE_FIELDS.get(kind) if isinstance(kind, str) else None
     if allowed is not None:
         check_event_fields(event, allowed)
-    if kind == "ComposedDpEvent":
+    if kind == COMPOSED:
         events = event.get("events")
         if not isinstance(events, list):
-            raise ValueError("ComposedDpEvent needs a list 'events'")
+            raise ValueError(f"{COMPOSED} needs a list 'events'")
         return [m for e in events for m in _translate(e, depth + 1)]
-    if kind == "SelfComposedDpEvent":
+    if kind == SELF_COMPOSED:
         count = event.get("count")
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ValueError(f"SelfComposedDpEvent: count must be an integer >= 0, got {count!r}")
+            raise ValueError(f"{SELF_COMPOSED}: count must be an integer >= 0, got {count!r}")
         if count > MAX_EVENT_COUNT:
-            raise ValueError(f"SelfComposedDpEvent: count must be <= {MAX_EVENT_COUNT}")
+            raise ValueError(f"{SELF_COMPOSED}: count must be <= {MAX_EVENT_COUNT}")
         inner = _translate(event.get("event"), depth + 1)  # type: ignore[arg-type]
         return [] if count == 0 else [m.repeated(count) for m in inner]
-    if kind == "NoOpDpEvent":
+    if kind == NO_OP:
         return []
     translate = _LEAVES.get(kind) if isinstance(kind, str) else None
     if translate is None:
@@ -192,9 +207,13 @@ def _translate(event: Mapping[str, Any], depth: int) -> list[Mechanism]:
 __all__ = [
     "KINDS",
     "MECHANISMS",
+    "MAX_EVENT_COUNT",
+    "MAX_EVENT_DEPTH",
     "calibration_parameters",
+    "dp_event_check",
     "dp_event_types",
     "kind_names",
+    "leaf_checks",
     "leaf_translators",
     "mechanism_from_dict",
     "merge_counts",

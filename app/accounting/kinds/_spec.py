@@ -478,6 +478,12 @@ the generic translator for nested events."""
 
 Translate = Callable[[Mapping[str, Any]], list[Mechanism]]
 
+DpEventCheck = Callable[[Mapping[str, Any], str, int], Any]
+"""Checks one dp_accounting event of a kind's before anything is translated: gets the event, its
+path in the tree (``events[2].event``, ``""`` at the root) and its depth; raises
+``kinds._events.DpEventError`` naming the event, its own field and value and the path; returns
+the event to translate (itself, or one rewritten by the kind's rule)."""
+
 
 def event_number(event: Mapping[str, Any], name: str) -> float:
     """A numeric field of a DpEvent dict (ValueError naming the event type and the field)."""
@@ -522,7 +528,9 @@ class KindSpec:
     ``description``: one line for people (dashboard, CLI help); ``neighbours``: the
     neighbouring relation and parameter convention; ``calibration``: parameter -> ``"min"``
     (least value that fits: noise) or ``"max"`` (largest: epsilon, steps); ``dp_events``:
-    dp_accounting event type -> translator; ``one_of``: alternative groups of fields of which
+    dp_accounting event type -> translator; ``dp_event_checks``: event type (one of
+    ``dp_events``) -> its ``DpEventCheck``, run over the whole event tree before any part is
+    translated (``dp_events.prepared``); ``one_of``: alternative groups of fields of which
     exactly one is given (Laplace: epsilon, or scale + sensitivity); ``extra_params``: fields of
     an alternative form that the value object does not store.
 
@@ -550,6 +558,7 @@ class KindSpec:
     no_pld: str = ""
     calibration: Mapping[str, Direction] = field(default_factory=dict)
     dp_events: Mapping[str, DpEventTranslator] = field(default_factory=dict)
+    dp_event_checks: Mapping[str, DpEventCheck] = field(default_factory=dict)
     one_of: tuple[tuple[str, ...], ...] = ()
     extra_params: tuple[Param, ...] = ()
     steep_curve: bool = False
@@ -560,6 +569,11 @@ class KindSpec:
     def __post_init__(self) -> None:
         if not self.title:
             object.__setattr__(self, "title", self.name.replace("_", " ").capitalize())
+        if stray := sorted(set(self.dp_event_checks) - set(self.dp_events)):
+            raise TypeError(
+                f"kind {self.name!r} checks {', '.join(stray)} but does not translate it: a "
+                "check belongs with its translator"
+            )
         if (self.pld is None) == bool(self.no_pld):
             return
         if self.pld is None:
@@ -613,6 +627,7 @@ __all__ = [
     "REQUIRED",
     "Direction",
     "Affine",
+    "DpEventCheck",
     "DpEventTranslator",
     "KindSpec",
     "Mechanism",

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from app.accounting.kinds._events import at, direct, number
 from app.accounting.kinds._spec import (
     MAX_EPSILON,
     KindSpec,
@@ -60,6 +61,18 @@ def _from_epsilon_delta_event(event: Mapping[str, Any], translate: Translate) ->
     return [ApproxDP(epsilon=event_number(event, "epsilon"), delta=event_number(event, "delta"))]
 
 
+def _check_epsilon_delta_event(
+    event: Mapping[str, Any], path: str, depth: int
+) -> Mapping[str, Any]:
+    """epsilon and delta are the ledger's own fields: in their ranges."""
+    where = at("EpsilonDeltaDpEvent", path)
+    for name in ("epsilon", "delta"):
+        value = number(event, name)
+        if value is not None:
+            direct(where, name, value, SPEC.param(name), path)
+    return event
+
+
 SPEC = KindSpec(
     mechanism=ApproxDP,
     description="Any (epsilon, delta)-DP mechanism; its delta is added to the ledger's.",
@@ -67,6 +80,7 @@ SPEC = KindSpec(
     pld="approx_dp",
     calibration={"epsilon": "max"},
     dp_events={"EpsilonDeltaDpEvent": _from_epsilon_delta_event},
+    dp_event_checks={"EpsilonDeltaDpEvent": _check_epsilon_delta_event},
     pure_calibration=True,
     title="Any (ε, δ)-DP mechanism",
     next_query=None,

@@ -16,6 +16,15 @@ from app.accounting.closed_forms import (
     rr_rdp,
 )
 from app.accounting.curve import Vector
+from app.accounting.kinds._events import (
+    NO_NOISE,
+    DpEventError,
+    at,
+    epsilon_in_range,
+    number,
+    outside,
+    sign,
+)
 from app.accounting.kinds._spec import (
     MAX_EPSILON,
     MAX_K,
@@ -98,6 +107,31 @@ def _from_discrete_laplace_event(event: Mapping[str, Any], translate: Translate)
     return [DiscreteLaplace(epsilon=a * sens, sensitivity=int(sens))]
 
 
+def _check_discrete_laplace_event(
+    event: Mapping[str, Any], path: str, depth: int
+) -> Mapping[str, Any]:
+    """An integer sensitivity in its range, and epsilon = a * sensitivity in epsilon's."""
+    where = at("DiscreteLaplaceDpEvent", path)
+    a, sens = number(event, "noise_parameter"), number(event, "sensitivity")
+    if a is None or sens is None:
+        return event
+    sign(where, "noise_parameter", a, path, zero=NO_NOISE)
+    sign(where, "sensitivity", sens, path)
+    if sens < 1 or not sens.is_integer():
+        raise DpEventError(f"{where}: sensitivity {sens!r} must be an integer >= 1", path)
+    why = outside(SPEC.param("sensitivity"), sens)
+    if why is not None:
+        raise DpEventError(f"{where}: sensitivity {sens!r} is {why}", path)
+    epsilon_in_range(
+        where,
+        f"noise_parameter {a!r} with sensitivity {sens:g}",
+        SPEC.param("epsilon"),
+        a * sens,
+        path,
+    )
+    return event
+
+
 SPEC = KindSpec(
     mechanism=DiscreteLaplace,
     description="Discrete Laplace (two-sided geometric) noise on an integer-valued query.",
@@ -105,6 +139,7 @@ SPEC = KindSpec(
     pld="discrete_laplace",
     calibration={"epsilon": "max"},
     dp_events={"DiscreteLaplaceDpEvent": _from_discrete_laplace_event},
+    dp_event_checks={"DiscreteLaplaceDpEvent": _check_discrete_laplace_event},
     pure_calibration=True,
     title="Discrete Laplace",
     next_query=NextQuery({"sensitivity": 1}, "sensitivity 1"),

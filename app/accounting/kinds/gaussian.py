@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from app.accounting.kinds._events import NO_NOISE, DpEventError, at, number, outside, sign
 from app.accounting.kinds._spec import (
     MAX_RATIO,
     MAX_SCALE,
@@ -74,6 +75,22 @@ def _from_gaussian_event(event: Mapping[str, Any], translate: Translate) -> list
     return [Gaussian(sigma=nm)]
 
 
+def _check_gaussian_event(event: Mapping[str, Any], path: str, depth: int) -> Mapping[str, Any]:
+    """Its noise multiplier is the sigma of a Gaussian of sensitivity 1: in sigma's range."""
+    where = at("GaussianDpEvent", path)
+    nm = number(event, "noise_multiplier")
+    if nm is None:
+        return event
+    sign(where, "noise_multiplier", nm, path, zero=NO_NOISE)
+    why = outside(SPEC.param("sigma"), nm)
+    if why is not None:
+        raise DpEventError(
+            f"{where}: noise_multiplier {nm!r} (the Gaussian's sigma at sensitivity 1) is {why}",
+            path,
+        )
+    return event
+
+
 SPEC = KindSpec(
     mechanism=Gaussian,
     description="Gaussian noise added to a query of bounded L2 sensitivity.",
@@ -81,6 +98,7 @@ SPEC = KindSpec(
     pld="gaussian",
     calibration={"sigma": "min"},
     dp_events={"GaussianDpEvent": _from_gaussian_event},
+    dp_event_checks={"GaussianDpEvent": _check_gaussian_event},
     title="Gaussian",
     next_query=NextQuery({"sensitivity": 1}, "sensitivity 1"),
 )

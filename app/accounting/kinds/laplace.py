@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from app.accounting.closed_forms import laplace_rdp, laplace_rho_array
+from app.accounting.kinds._events import NO_NOISE, at, epsilon_in_range, number, sign
 from app.accounting.kinds._spec import (
     MAX_EPSILON,
     MAX_SCALE,
@@ -104,6 +105,17 @@ def _from_laplace_event(event: Mapping[str, Any], translate: Translate) -> list[
     return [Laplace(epsilon=1.0 / nm)]
 
 
+def _check_laplace_event(event: Mapping[str, Any], path: str, depth: int) -> Mapping[str, Any]:
+    """1 / its noise multiplier in epsilon's range."""
+    where = at("LaplaceDpEvent", path)
+    nm = number(event, "noise_multiplier")
+    if nm is None:
+        return event
+    sign(where, "noise_multiplier", nm, path, zero=NO_NOISE)
+    epsilon_in_range(where, f"noise_multiplier {nm!r}", SPEC.param("epsilon"), 1.0 / nm, path)
+    return event
+
+
 SPEC = KindSpec(
     mechanism=Laplace,
     description="Laplace noise added to a query of bounded L1 sensitivity (epsilon-DP).",
@@ -111,6 +123,7 @@ SPEC = KindSpec(
     pld="laplace_fields",
     calibration={"epsilon": "max", "scale": "min"},
     dp_events={"LaplaceDpEvent": _from_laplace_event},
+    dp_event_checks={"LaplaceDpEvent": _check_laplace_event},
     one_of=(("epsilon",), ("scale", "sensitivity")),
     extra_params=(SCALE, SENSITIVITY),
     pure_calibration=True,

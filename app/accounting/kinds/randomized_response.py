@@ -11,6 +11,7 @@ import numpy as np
 
 from app.accounting.closed_forms import binary_rr_rho_array, rho_from_curves, rr_kl, rr_rdp
 from app.accounting.curve import Vector
+from app.accounting.kinds._events import DpEventError, at, epsilon_in_range, number, outside, sign
 from app.accounting.kinds._spec import (
     MAX_EPSILON,
     MAX_K,
@@ -91,6 +92,36 @@ def _from_rr_event(event: Mapping[str, Any], translate: Translate) -> list[Mecha
     return [RandomizedResponse(epsilon=math.log(k / p - k + 1), k=int(k))]
 
 
+def _check_rr_event(event: Mapping[str, Any], path: str, depth: int) -> Mapping[str, Any]:
+    """p a probability, k an integer >= 2 in k's range, and the epsilon they give in its."""
+    where = at("RandomizedResponseDpEvent", path)
+    p, k = number(event, "noise_parameter"), number(event, "num_buckets")
+    if p is None or k is None:
+        return event
+    sign(where, "noise_parameter", p, path, zero="never answers uniformly: not private")
+    if p > 1:
+        raise DpEventError(
+            f"{where}: noise_parameter {p!r} is above 1 (it is the probability of a uniform "
+            "answer)",
+            path,
+        )
+    sign(where, "num_buckets", k, path)
+    if k < 2 or not k.is_integer():
+        raise DpEventError(f"{where}: num_buckets {k!r} must be an integer >= 2", path)
+    if p < 1:  # (1: a uniform answer, charged as nothing)
+        why = outside(SPEC.param("k"), k)
+        if why is not None:
+            raise DpEventError(f"{where}: num_buckets {k!r} is {why}", path)
+        epsilon_in_range(
+            where,
+            f"noise_parameter {p!r} with num_buckets {k:g}",
+            SPEC.param("epsilon"),
+            math.log(k / p - k + 1),
+            path,
+        )
+    return event
+
+
 SPEC = KindSpec(
     mechanism=RandomizedResponse,
     description="k-ary randomized response: each user reports a randomized version of a value.",
@@ -98,6 +129,7 @@ SPEC = KindSpec(
     pld="randomized_response",
     calibration={"epsilon": "max"},
     dp_events={"RandomizedResponseDpEvent": _from_rr_event},
+    dp_event_checks={"RandomizedResponseDpEvent": _check_rr_event},
     pure_calibration=True,
     title="Randomized response",
     next_query=NextQuery({"k": 2}, "k = 2 answers"),

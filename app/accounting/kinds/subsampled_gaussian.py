@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from app.accounting.curve import PrivacyCurve, Vector
+from app.accounting.kinds._events import (
+    COMPOSED,
+    MAX_EVENT_COUNT,
+    MAX_EVENT_DEPTH,
+    SELF_COMPOSED,
+    DpEventError,
+    at,
+    join,
+    number,
+    only,
+)
 from app.accounting.kinds._spec import (
     MAX_COUNT,
     MAX_SCALE,
@@ -184,6 +195,152 @@ def _from_poisson_event(event: Mapping[str, Any], translate: Translate) -> list[
     return [SubsampledGaussian(sigma=nm, sample_rate=q, steps=1)]
 
 
+# --- Poisson sampling over a composition of Gaussians ------------------------------------------
+
+EFFECTIVE_NM_MARGIN = 4e-15
+"""The effective noise multiplier of a composition is lowered by this fraction: its float
+evaluation is within a few ulps of the exact value, and a smaller noise multiplier can only
+charge more (an upper bound stays one)."""
+
+
+def _check_poisson_event(event: Mapping[str, Any], path: str, depth: int) -> Any:
+    """A probability, and a Poisson-sampled Gaussian's noise multiplier in the range this kind
+    accepts, named on the event. Poisson sampling over a composition of Gaussians
+    (``ComposedDpEvent`` / ``SelfComposedDpEvent`` trees whose leaves are all
+    ``GaussianDpEvent``) becomes Poisson sampling over one Gaussian of the effective noise
+    multiplier ``(sum_i 1 / sigma_i^2)^(-1/2)``: k Gaussian queries of one sample are one
+    Gaussian query of the concatenated (L2) answer, noise rescaled (Mironov, Talwar and Zhang
+    2019, "Renyi differential privacy of the sampled Gaussian mechanism", arXiv:1908.10530, and
+    section 3 of arXiv:1812.06210). dp_accounting's RDP accountant does exactly this
+    (``rdp_privacy_accountant._effective_gaussian_noise_multiplier``); any other leaf under the
+    sampling is refused, as there."""
+    where = at("PoissonSampledDpEvent", path)
+    q = number(event, "sampling_probability")
+    if q is not None:
+        if not math.isfinite(q):
+            raise DpEventError(f"{where}: sampling_probability {q} is not finite", path)
+        if q < 0:
+            raise DpEventError(f"{where}: sampling_probability {q!r} is negative", path)
+        if q > 1:
+            raise DpEventError(
+                f"{where}: sampling_probability {q!r} is above 1 (it is a probability)", path
+            )
+    inner = event.get("event")
+    inner_path = join(path, "event")
+    if not isinstance(inner, Mapping):
+        return event
+    if inner.get("type") in (COMPOSED, SELF_COMPOSED):
+        nm = _effective_noise_multiplier(inner, inner_path, depth + 1, where)
+        what = (
+            f"the effective noise multiplier {nm!r} ((sum 1/sigma_i^2)^(-1/2)) of its "
+            f"{inner.get('type')} of GaussianDpEvents"
+        )
+        if q != 0:
+            _check_noise(nm, what, where, path)
+        return {**event, "event": {"type": "GaussianDpEvent", "noise_multiplier": nm}}
+    if inner.get("type") == "GaussianDpEvent" and q != 0:
+        given = number(inner, "noise_multiplier")
+        if given is not None:
+            _check_noise(given, f"its GaussianDpEvent's noise_multiplier {given!r}", where, path)
+    return event
+
+
+def _check_noise(nm: float, what: str, where: str, path: str) -> None:
+    """A Poisson-sampled Gaussian's noise multiplier in the range the ledger accepts."""
+    if not math.isfinite(nm):
+        raise DpEventError(f"{where}: {what} is not finite", path)
+    if nm < 0:
+        raise DpEventError(f"{where}: {what} is negative", path)
+    if nm == 0:
+        raise DpEventError(f"{where}: {what} adds no noise: not differentially private", path)
+    if nm < MIN_NOISE_MULTIPLIER:
+        raise DpEventError(
+            f"{where}: {what} is below the smallest accepted {MIN_NOISE_MULTIPLIER:g}", path
+        )
+    if nm > MAX_NOISE_MULTIPLIER:
+        raise DpEventError(
+            f"{where}: {what} is above the largest accepted {MAX_NOISE_MULTIPLIER:g}", path
+        )
+
+
+def _gaussians(event: Any, path: str, depth: int, where: str) -> Iterator[tuple[float, float]]:
+    """(noise multiplier, repetitions) of every Gaussian leaf of a composition under Poisson
+    sampling; ``DpEventError`` for anything else there."""
+    if depth > MAX_EVENT_DEPTH:
+        raise DpEventError(f"DpEvent nested deeper than {MAX_EVENT_DEPTH} levels", path)
+    kind = event.get("type") if isinstance(event, Mapping) else type(event).__name__
+    if kind == "GaussianDpEvent":
+        assert isinstance(event, Mapping)
+        only(event, ("noise_multiplier",), path)
+        nm = number(event, "noise_multiplier")
+        if nm is None:
+            raise DpEventError(
+                f"{at('GaussianDpEvent', path)}: noise_multiplier must be a number, got "
+                f"{event.get('noise_multiplier')!r}",
+                path,
+            )
+        gauss = at("GaussianDpEvent", path)
+        if not math.isfinite(nm):
+            raise DpEventError(f"{gauss}: noise_multiplier {nm} is not finite", path)
+        if nm < 0:
+            raise DpEventError(f"{gauss}: noise_multiplier {nm!r} is negative", path)
+        if nm == 0:
+            raise DpEventError(
+                f"{gauss}: noise_multiplier 0 adds no noise: not differentially private", path
+            )
+        yield nm, 1.0
+        return
+    if kind == COMPOSED:
+        assert isinstance(event, Mapping)
+        only(event, ("events",), path)
+        events = event.get("events")
+        if not isinstance(events, list):
+            raise DpEventError(f"{at(COMPOSED, path)} needs a list 'events'", path)
+        for i, e in enumerate(events):
+            yield from _gaussians(e, join(path, f"events[{i}]"), depth + 1, where)
+        return
+    if kind == SELF_COMPOSED:
+        assert isinstance(event, Mapping)
+        only(event, ("event", "count"), path)
+        count = event.get("count")
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count:
+            raise DpEventError(
+                f"{at(SELF_COMPOSED, path)}: count must be an integer >= 0, got {count!r}",
+                path,
+            )
+        if count > MAX_EVENT_COUNT:
+            raise DpEventError(
+                f"{at(SELF_COMPOSED, path)}: count must be <= {MAX_EVENT_COUNT}", path
+            )
+        for nm, n in _gaussians(event.get("event"), join(path, "event"), depth + 1, where):
+            yield nm, n * count
+        return
+    raise DpEventError(
+        f"{where} over a composition holding {kind} (at {path}) has no translation: under "
+        "Poisson sampling only GaussianDpEvents, composed or self-composed, have one (as in "
+        "dp_accounting's RDP accountant)",
+        path,
+    )
+
+
+def _effective_noise_multiplier(
+    inner: Mapping[str, Any], path: str, depth: int, where: str
+) -> float:
+    """(sum of n_i / sigma_i^2)^(-1/2) over the Gaussians (sigma_i, repeated n_i times) of
+    ``inner``, computed scale-free (relative to the smallest sigma, so that neither 1e-200 nor
+    1e200 over- or underflows) and lowered by ``EFFECTIVE_NM_MARGIN``."""
+    parts = [(nm, n) for nm, n in _gaussians(inner, path, depth, where) if n > 0]
+    if not parts:
+        raise DpEventError(
+            f"{where} over a {inner.get('type')} holding no GaussianDpEvent (empty or count 0): "
+            "nothing is sampled, and dp_accounting has no translation for it either",
+            path,
+        )
+    least = min(nm for nm, _ in parts)
+    total = math.fsum(n * (least / nm) ** 2 for nm, n in parts)
+    return least / math.sqrt(total) * (1.0 - EFFECTIVE_NM_MARGIN)
+
+
 SPEC = KindSpec(
     mechanism=SubsampledGaussian,
     description="DP-SGD: Poisson-subsampled Gaussian steps (per-example clipping plus noise).",
@@ -191,6 +348,7 @@ SPEC = KindSpec(
     pld="subsampled_gaussian",
     calibration={"sigma": "min", "steps": "max"},
     dp_events={"PoissonSampledDpEvent": _from_poisson_event},
+    dp_event_checks={"PoissonSampledDpEvent": _check_poisson_event},
     steep_curve=True,
     title="DP-SGD (subsampled Gaussian)",
     next_query=NextQuery(

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from app.accounting.kinds._events import at, direct, number
 from app.accounting.kinds._spec import (
     Affine,
     KindSpec,
@@ -66,6 +67,16 @@ def _from_zcdp_event(event: Mapping[str, Any], translate: Translate) -> list[Mec
     return [ZCDP(rho=event_number(event, "rho"), xi=xi)]
 
 
+def _check_zcdp_event(event: Mapping[str, Any], path: str, depth: int) -> Mapping[str, Any]:
+    """rho and xi are the ledger's own fields: in their ranges."""
+    where = at("ZCDpEvent", path)
+    for name in ("rho", "xi"):
+        value = number(event, name)
+        if value is not None:
+            direct(where, name, value, SPEC.param(name), path)
+    return event
+
+
 SPEC = KindSpec(
     mechanism=ZCDP,
     description="A mechanism known by its zCDP guarantee rho (optionally xi and delta).",
@@ -74,6 +85,7 @@ SPEC = KindSpec(
     no_pld="states only a divergence bound, from which no privacy loss distribution follows",
     calibration={"rho": "max"},
     dp_events={"ZCDpEvent": _from_zcdp_event},
+    dp_event_checks={"ZCDpEvent": _check_zcdp_event},
     title="zCDP guarantee",
     next_query=NextQuery({}, "ξ = 0, no δ of its own"),
 )
