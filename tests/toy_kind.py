@@ -1,8 +1,11 @@
 """A test-only mechanism kind, registered for one test and removed after it (``register``).
 
-``toy_geometric {scale, sensitivity: int = 1}``: the two-sided geometric mechanism charged as
-``pure_dp`` at epsilon = sensitivity / scale. It declares no PLD builder (``pld=None``), like a
+``toy_geometric {scale, sensitivity: int = 1, contributions: int = 1}``: the two-sided geometric
+mechanism on counts one record changes ``contributions`` of, charged as ``pure_dp`` at epsilon =
+contributions * sensitivity / scale. It declares no PLD builder (``pld=None``), like a
 contributor's first version of a new kind: the tests check what the service then says about it.
+``contributions`` is a field no other kind has (what GET /calibrate must read without a route
+edit).
 """
 
 from __future__ import annotations
@@ -26,17 +29,22 @@ NAME = "toy_geometric"
 
 @dataclass(frozen=True, slots=True)
 class ToyGeometric(Mechanism):
-    """Two-sided geometric noise of scale b on an integer query: (sensitivity / b)-DP."""
+    """Two-sided geometric noise of scale b on integer counts, a record changing
+    ``contributions`` of them by at most ``sensitivity`` each: (contributions * sensitivity /
+    b)-DP."""
 
     kind: ClassVar[str] = NAME
     scale: float = field_param(help="Scale b of the noise.", minimum=MIN_SCALE, maximum=MAX_SCALE)
     sensitivity: int = field_param(
         default=1, help="Integer L1 sensitivity.", minimum=1, maximum=MAX_K
     )
+    contributions: int = field_param(
+        default=1, help="Counts one record changes.", minimum=1, maximum=MAX_K
+    )
 
     @classmethod
     def _raw_curves(cls, units: Sequence[ToyGeometric]) -> UnitCurves:
-        return pure_dp_curves(np.array([u.sensitivity / u.scale for u in units]))
+        return pure_dp_curves(np.array([u.contributions * u.sensitivity / u.scale for u in units]))
 
 
 SPEC = KindSpec(

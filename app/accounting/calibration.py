@@ -11,7 +11,7 @@ relative step of ``REL_TOL`` further in the costly direction does not fit.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,11 +38,27 @@ class Fits(Protocol):
 
 REL_TOL = 1e-9
 
-PARAMETERS: dict[str, dict[str, str]] = {
-    kind: dict(params) for kind, params in registry.calibration_parameters().items()
-}
+
+class _Parameters(Mapping[str, dict[str, str]]):
+    """The kinds' calibration parameters, read from the registry when asked."""
+
+    def __getitem__(self, kind: str) -> dict[str, str]:
+        kinds = registry.KINDS
+        if kind not in kinds:
+            raise KeyError(kind)
+        return dict(kinds[kind].calibration)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(registry.KINDS)
+
+    def __len__(self) -> int:
+        return len(registry.KINDS)
+
+
+PARAMETERS: Mapping[str, dict[str, str]] = _Parameters()
 """kind -> {parameter: direction}; "min" = least value that fits, "max" = largest; the first
-parameter is the default. Derived from the kinds' declarations."""
+parameter is the default. Derived from the kinds' declarations (read when asked, so a kind
+registered later, a test's, is calibrated too)."""
 
 LEAST_POSITIVE = 1e-12
 """Lower end of the search for a parameter whose declared range starts at 0 (the search is

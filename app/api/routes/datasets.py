@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
@@ -11,8 +11,8 @@ from pydantic import AfterValidator
 
 from app import responses as r
 from app.accounting.filters import MAX_BUDGET_EPSILON, MIN_BUDGET_DELTA
-from app.accounting.registry import calibration_parameters
 from app.api.answer import send
+from app.api.calibrate_query import KindQuery, late_fields, query_names, with_fixed_fields
 from app.api.dataset_names import NAME_MAX_LENGTH
 from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer, db_of
 from app.api.direct import DirectRoute
@@ -25,7 +25,6 @@ from app.api.schemas import (
     DatasetIn,
     DatasetPatch,
     DpEventChargeIn,
-    SampleRate,
     zero_or_at_least,
 )
 from app.db.models import MAX_BIGINT
@@ -35,11 +34,6 @@ from app.services import charges, datasets, ledger
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"], route_class=DirectRoute)
 
-if TYPE_CHECKING:
-    CalibratedKind = str
-else:  # the kinds with a parameter to calibrate, from the registry
-    CalibratedKind = Literal[tuple(k for k, p in calibration_parameters().items() if p)]
-KindQuery = Annotated[CalibratedKind, Query(description="Mechanism kind to calibrate.")]
 IdemKey = IdempotencyKey
 _CHARGE_RESPONSES: dict[int | str, dict[str, Any]] = {  # both charge routes (200: dry run)
     200: {"model": r.DryRun, "description": "dry run: it would be admitted (nothing recorded)"},
@@ -348,6 +342,7 @@ def spend(
     responses=responses(404, 409),
     summary="Least noise (or largest epsilon / most steps) a next invocation may use and fit",
 )
+@with_fixed_fields(after="parameter")
 def calibrate(
     dataset_id: str,
     request: Request,
@@ -355,16 +350,6 @@ def calibrate(
     caller: Viewer,
     mechanism: KindQuery,
     parameter: Annotated[str | None, Query(max_length=32)] = None,
-    sensitivity: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
-    sample_rate: Annotated[SampleRate | None, Query()] = None,
-    steps: Annotated[int | None, Query(ge=1)] = None,
-    sigma: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
-    k: Annotated[int | None, Query(ge=2)] = None,
-    count: Annotated[int | None, Query(ge=1)] = None,
-    delta: Annotated[
-        float | None, Query(ge=0, lt=1, allow_inf_nan=False, description="approx_dp, zcdp")
-    ] = None,
-    xi: Annotated[float | None, Query(ge=0, allow_inf_nan=False, description="zcdp")] = None,
     allocation: Annotated[
         str | None,
         Query(
@@ -386,34 +371,28 @@ def calibrate(
         str | None,
         Query(min_length=1, max_length=16, description="The last block read (inclusive)."),
     ] = None,
+    **fields: Any,
 ) -> Response:
-    """The other parameters of the invocation are fixed by the query. Nothing given is
+    """The other parameters of the invocation are fixed by the query: each field of the
+    mechanism object has a query parameter of its name (`sensitivity`, `sample_rate`, `steps`,
+    `k`, `count`, `delta`, ...; the kinds' fields, from the registry). Nothing given is
     ignored: the parameter solved for, a parameter the kind does not have, one of another
     form of the mechanism object (a Laplace calibrated by `epsilon` takes no `sensitivity`:
     `parameter=scale` answers with it) and any query parameter not listed here are a 422
     naming it."""
     if (block_from is None) != (block_to is None):
         raise Unprocessable("give both block_from and block_to (an inclusive range), or neither")
-    fixed = {
-        "sensitivity": sensitivity,
-        "sample_rate": sample_rate,
-        "steps": steps,
-        "sigma": sigma,
-        "k": k,
-        "count": count,
-        "delta": delta,
-        "xi": xi,
-    }
+    fixed = {n: v for n, v in fields.items() if v is not None} | late_fields(request)
     answer = calibrate_service.calibrate_next(
         db,
         caller,
         dataset_id,
         mechanism,
         parameter,
-        {n: v for n, v in fixed.items() if v is not None},
+        fixed,
         allocation=allocation,
         blocks=(block_from, block_to) if block_from is not None and block_to is not None else None,
-        unread=sorted(set(request.query_params) - _CALIBRATE_QUERY),
+        unread=sorted(set(request.query_params) - _CALIBRATE_QUERY - query_names()),
     )
     return send(answer)
 
@@ -424,4 +403,5 @@ _CALIBRATE_QUERY = frozenset(inspect.signature(calibrate).parameters) - {
     "db",
     "caller",
 }
-"""The query parameters ``calibrate`` reads (any other is refused, not dropped)."""
+"""The query parameters ``calibrate`` reads (any other is refused, not dropped); with the
+fields of kinds registered after import (``query_names``)."""
