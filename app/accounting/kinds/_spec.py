@@ -522,6 +522,31 @@ class NextQuery:
 
 
 @dataclass(frozen=True)
+class Examples:
+    """Parameters of a kind that the tests shared by every kind run with (they read them through
+    the registry, so a new kind is in those tests by declaring these: no test table to edit).
+
+    Each is a wire description without its ``"mechanism"``. ``valid``: representative valid
+    descriptions, the first the kind's typical one (round trips, repetition, range checks), the
+    others further values and forms (each is also charged through the CLI's flags);
+    ``edges``: valid descriptions at the extremes of its ranges (conversions at the least delta);
+    ``calibration``: for each calibration parameter, the other parameters a caller gives, extremes
+    included (each must answer on an empty ledger); a parameter left out is asked with none.
+    """
+
+    valid: tuple[Mapping[str, Any], ...]
+    edges: tuple[Mapping[str, Any], ...] = ()
+    calibration: Mapping[str, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.valid:
+            raise TypeError("Examples needs at least one valid description")
+
+
+_Examples = Examples
+
+
+@dataclass(frozen=True)
 class KindSpec:
     """A mechanism kind in the registry.
 
@@ -544,12 +569,18 @@ class KindSpec:
     ``next_query``: the calibration the dashboard shows for it (None: not offered there, e.g. a
     kind whose delta is the pipeline's own).
 
+    ``examples``: parameters the tests shared by every kind run with (``Examples``); a kind
+    without them fails those tests, naming it.
+
     ``pld`` (required, so that every kind decides it): the name of the function in
     ``app.accounting.pld_mechanisms`` that builds this kind's privacy loss distribution from its
     wire fields and ``interval`` (named, not imported: that module imports the registry, and
     checks every name at import), or None when the kind has none; then ``no_pld`` says why, as
     the rest of the sentence "a '<kind>' entry ..." that refuses it on a pld dataset.
     """
+
+    Examples: ClassVar[type[_Examples]] = _Examples
+    """So that a kind module writes ``examples=KindSpec.Examples(...)``, no further import."""
 
     mechanism: type[Mechanism]
     description: str
@@ -565,6 +596,7 @@ class KindSpec:
     pure_calibration: bool = False
     title: str = ""
     next_query: NextQuery | None = NextQuery()
+    examples: _Examples | None = None
 
     def __post_init__(self) -> None:
         if not self.title:
@@ -628,6 +660,7 @@ __all__ = [
     "Direction",
     "Affine",
     "DpEventCheck",
+    "Examples",
     "DpEventTranslator",
     "KindSpec",
     "Mechanism",

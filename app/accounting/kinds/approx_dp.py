@@ -84,4 +84,12 @@ SPEC = KindSpec(
     pure_calibration=True,
     title="Any (ε, δ)-DP mechanism",
     next_query=None,
+    examples=KindSpec.Examples(
+        valid=(
+            {"epsilon": 0.5, "delta": 1e-7},
+            {"epsilon": 0.5, "delta": 1e-9},
+            {"epsilon": 0.05, "delta": 1e-9},
+        ),
+        calibration={"epsilon": ({"delta": 1e-8, "count": 2}, {"delta": 1e-9})},
+    ),
 )

@@ -143,4 +143,15 @@ SPEC = KindSpec(
     pure_calibration=True,
     title="Discrete Laplace",
     next_query=NextQuery({"sensitivity": 1}, "sensitivity 1"),
+    examples=KindSpec.Examples(
+        valid=(
+            {"epsilon": 1.0, "sensitivity": 3},
+            {"epsilon": 1.0, "sensitivity": 2},
+            {"epsilon": 0.1, "sensitivity": 1},
+        ),
+        edges=({"epsilon": 1e-4, "sensitivity": 1}, {"epsilon": 0.05, "sensitivity": 40}),
+        calibration={
+            "epsilon": ({"sensitivity": 3, "count": 2}, {"sensitivity": 1}, {"sensitivity": 10**6})
+        },
+    ),
 )

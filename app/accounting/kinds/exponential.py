@@ -70,4 +70,9 @@ SPEC = KindSpec(
     pure_calibration=True,
     title="Exponential mechanism",
     next_query=NextQuery({}, "one selection"),
+    examples=KindSpec.Examples(
+        valid=({"epsilon": 0.8}, {"epsilon": 1.0}, {"epsilon": 0.05}),
+        edges=({"epsilon": 1e-6}, {"epsilon": 30.0}),
+        calibration={"epsilon": ({"count": 2}, {})},
+    ),
 )

@@ -101,4 +101,24 @@ SPEC = KindSpec(
     dp_event_checks={"GaussianDpEvent": _check_gaussian_event},
     title="Gaussian",
     next_query=NextQuery({"sensitivity": 1}, "sensitivity 1"),
+    examples=KindSpec.Examples(
+        valid=(
+            {"sigma": 4.0, "sensitivity": 2.0},
+            {"sigma": 3.0},
+            {"sigma": 20.0, "sensitivity": 1.0},
+        ),
+        edges=(
+            {"sigma": 1e-6},
+            {"sigma": 1e6, "count": 1000},
+            {"sigma": 1e-3, "sensitivity": 1e-3},
+        ),
+        calibration={
+            "sigma": (
+                {"sensitivity": 2.0, "count": 3},
+                {"sensitivity": 1.0},
+                {"sensitivity": 1e-6},
+                {"sensitivity": 1e12},
+            )
+        },
+    ),
 )

@@ -129,4 +129,22 @@ SPEC = KindSpec(
     pure_calibration=True,
     title="Laplace",
     next_query=NextQuery({}, "any sensitivity (scale = sensitivity / ε)"),
+    examples=KindSpec.Examples(
+        valid=(
+            {"epsilon": 0.3},
+            {"epsilon": 0.5},
+            {"scale": 2.0, "sensitivity": 1.0},
+            {"scale": 40.0, "sensitivity": 2.0},
+        ),
+        edges=({"epsilon": 100.0, "count": 1000}, {"epsilon": 1e-9}),
+        calibration={
+            "epsilon": ({},),
+            "scale": (
+                {"sensitivity": 2.0, "count": 2},
+                {"sensitivity": 1.0},
+                {"sensitivity": 1e-6},
+                {"sensitivity": 1e12},
+            ),
+        },
+    ),
 )

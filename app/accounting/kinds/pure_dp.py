@@ -63,4 +63,9 @@ SPEC = KindSpec(
     pure_calibration=True,
     title="Any ε-DP mechanism",
     next_query=NextQuery({}, "one invocation"),
+    examples=KindSpec.Examples(
+        valid=({"epsilon": 0.7}, {"epsilon": 0.5}, {"epsilon": 0.05}),
+        edges=({"epsilon": 1e-6}, {"epsilon": 20.0}),
+        calibration={"epsilon": ({"count": 2}, {})},
+    ),
 )

@@ -133,4 +133,9 @@ SPEC = KindSpec(
     pure_calibration=True,
     title="Randomized response",
     next_query=NextQuery({"k": 2}, "k = 2 answers"),
+    examples=KindSpec.Examples(
+        valid=({"epsilon": 1.0, "k": 4}, {"epsilon": 0.1, "k": 3}),
+        edges=({"epsilon": 1e-6, "k": 2}, {"epsilon": 8.0, "k": 100}),
+        calibration={"epsilon": ({"k": 5, "count": 2}, {"k": 2}, {"k": 10**6})},
+    ),
 )

@@ -55,4 +55,9 @@ SPEC = KindSpec(
     pure_calibration=True,
     title="RAPPOR",
     next_query=NextQuery({}, "one report"),
+    examples=KindSpec.Examples(
+        valid=({"epsilon": 2.0}, {"epsilon": 0.1}),
+        edges=({"epsilon": 1e-4}, {"epsilon": 10.0}),
+        calibration={"epsilon": ({"count": 2}, {})},
+    ),
 )

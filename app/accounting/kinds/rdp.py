@@ -87,4 +87,12 @@ SPEC = KindSpec(
     steep_curve=True,
     title="RDP guarantee",
     next_query=None,
+    examples=KindSpec.Examples(
+        valid=(
+            {"orders": [2.0, 8.0, 64.0], "epsilons": [0.1, 0.3, 2.0]},
+            {"orders": [2.0, 8.0, 64.0, 1e5], "epsilons": [0.1, 0.3, 2.0, 9.0]},
+            {"orders": [2.0, 4.0, 8.0, 16.0], "epsilons": [0.001, 0.002, 0.004, 0.01]},
+        ),
+        edges=({"orders": [1.5, 32.0], "epsilons": [0.01, 1.5], "delta": 1e-9},),
+    ),
 )

@@ -354,4 +354,25 @@ SPEC = KindSpec(
     next_query=NextQuery(
         {"parameter": "steps", "sample_rate": 0.01, "sigma": 1}, "sampling rate 0.01, σ = 1"
     ),
+    examples=KindSpec.Examples(
+        valid=(
+            {"sigma": 2.0, "sample_rate": 0.01, "steps": 10, "sensitivity": 2.0},
+            {"sigma": 1.1, "sample_rate": 0.01, "steps": 1000},
+            {"sigma": 2.0, "sample_rate": 0.001, "steps": 10},
+        ),
+        edges=(
+            {"sigma": 1e-3, "sample_rate": 5e-324, "steps": 1},
+            {"sigma": 1e6, "sample_rate": 5e-324, "steps": 1},
+            {"sigma": 1.0, "sample_rate": 1 - 1e-12, "steps": 1},
+            {"sigma": 1000.0, "sample_rate": 0.5, "steps": 1},
+        ),
+        calibration={
+            "sigma": (
+                {"sample_rate": 0.01, "steps": 100},
+                {"sample_rate": 0.01, "steps": 20, "sensitivity": 2.0},
+                {"sample_rate": 0.01, "steps": 1000},
+            ),
+            "steps": ({"sample_rate": 0.01, "sigma": 1.5}, {"sample_rate": 0.01, "sigma": 1.0}),
+        },
+    ),
 )

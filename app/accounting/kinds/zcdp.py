@@ -88,4 +88,9 @@ SPEC = KindSpec(
     dp_event_checks={"ZCDpEvent": _check_zcdp_event},
     title="zCDP guarantee",
     next_query=NextQuery({}, "ξ = 0, no δ of its own"),
+    examples=KindSpec.Examples(
+        valid=({"rho": 0.02}, {"rho": 0.1}, {"rho": 1e-4}),
+        edges=({"rho": 1e-9}, {"rho": 3.0}, {"rho": 0.01, "delta": 1e-8}),
+        calibration={"rho": ({"xi": 0.01, "count": 2}, {})},
+    ),
 )
