@@ -245,6 +245,14 @@ def toy_kind(monkeypatch: pytest.MonkeyPatch) -> KindSpec:
     return toy_kind_module.register(monkeypatch)
 
 
+@pytest.fixture(autouse=True)
+def _toy_kind_for_its_cases(request: pytest.FixtureRequest) -> None:
+    """A test case marked ``toy_kind`` (the toy kind's case of a test run over every kind,
+    ``tests.kind_examples.each_kind``) runs with the toy kind registered."""
+    if request.node.get_closest_marker("toy_kind") is not None:
+        request.getfixturevalue("toy_kind")
+
+
 @pytest.fixture
 def sqlite_client(sqlite_url: str) -> Iterator[TestClient]:
     """TestClient on a fresh SQLite database only (for large matrices that need no PG copy)."""

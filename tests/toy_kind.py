@@ -18,7 +18,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from app.accounting import registry
+from app.accounting import calibration, registry
 from app.accounting.kinds import KINDS
 from app.accounting.kinds._spec import MAX_K, MAX_SCALE, MIN_SCALE, KindSpec, Mechanism, UnitCurves
 from app.accounting.kinds._spec import param as field_param
@@ -31,7 +31,7 @@ NAME = "toy_geometric"
 class ToyGeometric(Mechanism):
     """Two-sided geometric noise of scale b on integer counts, a record changing
     ``contributions`` of them by at most ``sensitivity`` each: (contributions * sensitivity /
-    b)-DP."""
+    b)-DP [GRS12]."""
 
     kind: ClassVar[str] = NAME
     scale: float = field_param(help="Scale b of the noise.", minimum=MIN_SCALE, maximum=MAX_SCALE)
@@ -54,12 +54,19 @@ SPEC = KindSpec(
     pld=None,
     no_pld="has no privacy loss distribution in this test",
     calibration={"scale": "min"},
+    examples=KindSpec.Examples(
+        valid=({"scale": 20.0, "sensitivity": 2}, {"scale": 5.0}),
+        edges=({"scale": MIN_SCALE}, {"scale": MAX_SCALE, "sensitivity": MAX_K, "count": 1000}),
+        calibration={"scale": ({"sensitivity": 1}, {"sensitivity": MAX_K})},
+    ),
 )
 
 
 def register(monkeypatch: pytest.MonkeyPatch) -> KindSpec:
     """``SPEC`` in the registry (``registry.spec``, ``kind_names``, ``mechanism_from_dict``
-    and what reads them at call time) until ``monkeypatch`` undoes it; the API's models, built
-    at import, do not see it. The ``toy_kind`` fixture (tests/conftest.py)."""
+    and what reads them at call time) and in calibration's table (``calibration.PARAMETERS``)
+    until ``monkeypatch`` undoes it; the API's models, built at import, do not see it. The
+    ``toy_kind`` fixture, and any test case marked ``toy_kind`` (tests/conftest.py)."""
     monkeypatch.setattr(registry, "KINDS", MappingProxyType({**KINDS, NAME: SPEC}))
+    monkeypatch.setitem(calibration.PARAMETERS, NAME, dict(SPEC.calibration))
     return SPEC

@@ -15,15 +15,17 @@ from app.accounting.compose import _groups, _is_affine, compose_arrays, compose_
 from app.accounting.curve import PrivacyCurve, compose
 from app.accounting.kinds import KINDS
 from app.accounting.kinds._spec import UnitCurves, Units, column, unit_curve
-from app.accounting.registry import mechanism_from_dict
-from tests.unit.test_registry import EXAMPLES
+from app.accounting.registry import kind_names, mechanism_from_dict
+from tests.kind_examples import each_kind, example
 
 RNG = np.random.default_rng(5)
 
 
 def _ledger() -> list:
+    """Four parameter sets of every registered kind's typical example, each three times."""
     out = []
-    for kind, params in EXAMPLES.items():
+    for kind in kind_names():
+        params = {k: v for k, v in example(kind).items() if k != "mechanism"}
         for j in range(4):
             p = dict(params)
             for name, value in params.items():
@@ -95,7 +97,7 @@ def test_identical_mechanisms_are_computed_once_per_kind(monkeypatch) -> None:
     np.testing.assert_allclose(total.rdp, compose([m.curve() for m in runs]).rdp, rtol=1e-12)
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind", each_kind())
 def test_batched_unit_curves_are_the_single_ones(kind: str) -> None:
     units = []
     for j in range(6):
@@ -105,9 +107,9 @@ def test_batched_unit_curves_are_the_single_ones(kind: str) -> None:
                 if isinstance(v, float) and k not in ("delta", "sample_rate")
                 else v
             )
-            for k, v in EXAMPLES[kind].items()
+            for k, v in example(kind).items()
         }
-        units.append(mechanism_from_dict({"mechanism": kind, **p}).unit())
+        units.append(mechanism_from_dict(p).unit())
     batch = type(units[0]).unit_curves(units)
     for i, u in enumerate(units):
         single = unit_curve(u)
@@ -141,7 +143,7 @@ def test_a_curve_that_overflows_is_a_value_error() -> None:
         compose_many([too_many])
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind", each_kind())
 def test_grouped_units_keep_their_own_parameters(kind: str) -> None:
     """The columns ``_groups`` keeps (so that curves do not read the objects again) are the
     units' own parameters, and the weights add up to every repetition. Kinds affine in the
@@ -289,7 +291,7 @@ def test_slotted_mechanisms_copy_pickle_and_compare_as_before() -> None:
     """Mechanisms are slotted dataclasses (fields read without an instance dict, which makes a
     100,000-entry compose cheaper): each kind still copies, pickles, compares, hashes and takes
     a unit of one repetition."""
-    for m in _ledger()[: len(EXAMPLES) * 4]:
+    for m in _ledger()[: len(kind_names()) * 4]:
         assert not hasattr(m, "__dict__")
         assert pickle.loads(pickle.dumps(m)) == m and hash(copy.copy(m)) == hash(m)
         unit = m.unit()

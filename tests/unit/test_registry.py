@@ -17,38 +17,27 @@ from app.accounting.kinds import KINDS
 from app.accounting.kinds._spec import REQUIRED, Mechanism
 from app.accounting.mechanisms import MECHANISMS, mechanism_from_dict
 from tests import toy_kind as toy
+from tests.kind_examples import calibrations, each_kind, edges, example, valid
 
-# one valid description per kind (a new kind adds its own here, with its other tests)
-EXAMPLES: dict[str, dict] = {
-    "approx_dp": {"epsilon": 0.5, "delta": 1e-7},
-    "discrete_laplace": {"epsilon": 1.0, "sensitivity": 3},
-    "exponential": {"epsilon": 0.8},
-    "gaussian": {"sigma": 4.0, "sensitivity": 2.0},
-    "laplace": {"epsilon": 0.3},
-    "pure_dp": {"epsilon": 0.7},
-    "randomized_response": {"epsilon": 1.0, "k": 4},
-    "rappor": {"epsilon": 2.0},
-    "rdp": {"orders": [2.0, 8.0, 64.0], "epsilons": [0.1, 0.3, 2.0]},
-    "subsampled_gaussian": {"sigma": 2.0, "sample_rate": 0.01, "steps": 10, "sensitivity": 2.0},
-    "zcdp": {"rho": 0.02},
-}
 
 
 def _example(kind: str, **changes) -> Mechanism:
-    return mechanism_from_dict({"mechanism": kind, **EXAMPLES[kind], **changes})
+    """The kind's typical description (``KindSpec.examples``), through the registry."""
+    return mechanism_from_dict(example(kind, **changes))
 
 
-def test_every_kind_has_an_example_and_a_module_of_its_name() -> None:
-    assert sorted(EXAMPLES) == list(KINDS) == registry.kind_names()
+def test_every_kind_declares_examples_and_has_a_module_of_its_name() -> None:
+    assert list(KINDS) == registry.kind_names()
+    assert not [k for k, s in KINDS.items() if s.examples is None], "declare examples= in SPEC"
     assert dict(MECHANISMS) == {k: s.mechanism for k, s in KINDS.items()}
     for name, spec in KINDS.items():
         assert spec.name == name == spec.mechanism.kind
         assert spec.mechanism.__module__ == f"app.accounting.kinds.{name}"
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind", each_kind())
 def test_declaration_is_complete(kind: str) -> None:
-    spec = KINDS[kind]
+    spec = registry.spec(kind)
     assert spec.description.endswith(".") and "\n" not in spec.description
     assert spec.neighbours.endswith(".") and "\n" not in spec.neighbours
     assert spec.mechanism.__doc__ and "[" in spec.mechanism.__doc__  # cites its source
@@ -64,6 +53,10 @@ def test_declaration_is_complete(kind: str) -> None:
     for parameter, direction in spec.calibration.items():
         assert direction in ("min", "max")
         assert spec.param(parameter).type in ("float", "int")
+    for wire in (*valid(kind), *edges(kind)):  # every example is a valid description
+        assert mechanism_from_dict(wire).kind == kind
+    for parameter, fixed in calibrations(kind):
+        assert parameter not in fixed and set(fixed) <= set(names), (parameter, fixed)
 
 
 def test_the_kind_attributes_other_modules_read_are_declared_by_the_kinds() -> None:
@@ -92,7 +85,7 @@ def test_calibration_table_is_derived_from_the_registry() -> None:
     assert registry.calibration_parameters() == PARAMETERS
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind", each_kind())
 def test_round_trip_through_the_wire_form(kind: str) -> None:
     m = _example(kind, count=3)
     data = m.to_dict()
@@ -102,7 +95,7 @@ def test_round_trip_through_the_wire_form(kind: str) -> None:
     assert again.curve() == m.curve()
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind", each_kind())
 def test_count_is_repetition_and_composition_adds(kind: str) -> None:
     once = _example(kind).curve()
     thrice = _example(kind, count=3).curve()
@@ -114,15 +107,15 @@ def test_count_is_repetition_and_composition_adds(kind: str) -> None:
     assert _example(kind).repeated(5).curve() == _example(kind, count=5).curve()
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind", each_kind())
 def test_unknown_and_missing_fields_are_named(kind: str) -> None:
     with pytest.raises(ValueError, match="bogus"):
-        mechanism_from_dict({"mechanism": kind, **EXAMPLES[kind], "bogus": 1})
-    for p in KINDS[kind].params:
+        mechanism_from_dict(example(kind, bogus=1))
+    for p in registry.spec(kind).params:
         if p.required:
-            data = {k: v for k, v in EXAMPLES[kind].items() if k != p.name}
+            data = {k: v for k, v in example(kind).items() if k != p.name}
             with pytest.raises(ValueError, match=p.name):
-                mechanism_from_dict({"mechanism": kind, **data})
+                mechanism_from_dict(data)
 
 
 def _bad_values(p) -> list:
@@ -140,37 +133,34 @@ def _bad_values(p) -> list:
     return bad
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind", each_kind())
 def test_every_parameter_is_range_checked_naming_it(kind: str) -> None:
-    for p in KINDS[kind].params:
-        if p.name in EXAMPLES[kind] or p.name == "count":
+    for p in registry.spec(kind).params:
+        if p.name in example(kind) or p.name == "count":
             for bad in _bad_values(p):
                 with pytest.raises(ValueError, match=p.name):
-                    mechanism_from_dict({"mechanism": kind, **EXAMPLES[kind], p.name: bad})
+                    mechanism_from_dict(example(kind, **{p.name: bad}))
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind", each_kind())
 def test_defaults_match_the_declaration(kind: str) -> None:
     m = _example(kind)
     for f in dataclasses.fields(m):
-        p = next(p for p in KINDS[kind].params if p.name == f.name)
-        if p.default is not REQUIRED and f.name not in EXAMPLES[kind]:
+        p = next(p for p in registry.spec(kind).params if p.name == f.name)
+        if p.default is not REQUIRED and f.name not in example(kind):
             assert getattr(m, f.name) == p.default
 
 
-@pytest.mark.parametrize("kind", [k for k in KINDS if KINDS[k].calibration])
+@pytest.mark.parametrize("kind", each_kind(lambda spec: bool(spec.calibration)))
 def test_calibration_directions_are_the_direction_of_cost(kind: str) -> None:
-    """ "min" parameters (noise) cost less as they grow, "max" parameters cost more."""
-    for parameter, direction in KINDS[kind].calibration.items():
-        base = EXAMPLES[kind].get(parameter)
-        if base is None:  # an alternative form (Laplace scale)
-            data = {"scale": 2.0, "sensitivity": 1.0}
-            smaller = mechanism_from_dict({"mechanism": kind, **data}).curve()
-            larger = mechanism_from_dict({"mechanism": kind, **data, "scale": 4.0}).curve()
-        else:
-            grown = base * 2 if isinstance(base, float) else base + 3
-            smaller = _example(kind).curve()
-            larger = _example(kind, **{parameter: grown}).curve()
+    """ "min" parameters (noise) cost less as they grow, "max" parameters cost more (from the
+    first valid example that gives the parameter: Laplace's scale is in its other form)."""
+    for parameter, direction in registry.spec(kind).calibration.items():
+        data = next(wire for wire in valid(kind) if parameter in wire)
+        base = data[parameter]
+        grown = base * 2 if isinstance(base, float) else base + 3
+        smaller = mechanism_from_dict(data).curve()
+        larger = mechanism_from_dict({**data, parameter: grown}).curve()
         lo, hi = (larger, smaller) if direction == "min" else (smaller, larger)
         assert (lo.rdp <= hi.rdp).all() and lo.rho <= hi.rho, (kind, parameter)
         assert not np.array_equal(lo.rdp, hi.rdp)
