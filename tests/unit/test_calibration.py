@@ -18,7 +18,9 @@ from app.accounting.calibration import (
 )
 from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import Budget, Filter, FilterKind, filter_bound
+from app.accounting.kinds import KINDS
 from app.accounting.mechanisms import Gaussian, Laplace, mechanism_from_dict
+from tests.kind_examples import ALL, calibrations, case
 
 BUDGET = Budget(1.0, 1e-6)
 
@@ -346,35 +348,21 @@ def test_dp_sgd_noise_under_several_limits_is_the_binding_limits_answer() -> Non
     assert not both(mechanism_from_dict({"mechanism": "subsampled_gaussian", **less}).curve())
 
 
-# Every (kind, parameter) calibration, with the other parameters a caller must give, including
-# extremes of those (a large sensitivity, a tiny one): on an empty ledger some value fits.
-FIXED: dict[tuple[str, str], list[dict]] = {
-    ("approx_dp", "epsilon"): [{"delta": 1e-9}],
-    ("discrete_laplace", "epsilon"): [{"sensitivity": 1}, {"sensitivity": 10**6}],
-    ("exponential", "epsilon"): [{}],
-    ("gaussian", "sigma"): [{"sensitivity": 1.0}, {"sensitivity": 1e-6}, {"sensitivity": 1e12}],
-    ("laplace", "epsilon"): [{}],
-    ("laplace", "scale"): [{"sensitivity": 1.0}, {"sensitivity": 1e-6}, {"sensitivity": 1e12}],
-    ("pure_dp", "epsilon"): [{}],
-    ("randomized_response", "epsilon"): [{"k": 2}, {"k": 10**6}],
-    ("rappor", "epsilon"): [{}],
-    ("subsampled_gaussian", "sigma"): [{"sample_rate": 0.01, "steps": 1000}],
-    ("subsampled_gaussian", "steps"): [{"sample_rate": 0.01, "sigma": 1.0}],
-    ("zcdp", "rho"): [{}],
-}
-
-
-def test_the_table_covers_every_calibration() -> None:
+def test_every_calibration_has_its_cases() -> None:
+    """Every (kind, parameter) calibration is asked below, with the other parameters each kind
+    declares for it (``KindSpec.examples``), including extremes of those (a large sensitivity,
+    a tiny one)."""
     every = {(k, p) for k, params in PARAMETERS.items() for p in params}
-    assert set(FIXED) == every
+    asked = {(m, p) for m in KINDS for p, _ in calibrations(m)}
+    assert asked == every
 
 
 # (an entry with its own delta, approx_dp, is refused by the adaptive filters: their own tests)
 EMPTY_LEDGER_CASES = [
-    (kind, m, p, params)
+    case(m, kind, m, p, params, id=f"{kind.value}-{m}-{p}-{params}")
     for kind in (FilterKind.RDP, FilterKind.ZCDP_FILTER, FilterKind.RDP_FIXED_ORDERS)
-    for (m, p), cases in FIXED.items()
-    for params in cases
+    for m in ALL
+    for p, params in calibrations(m)
     if m != "approx_dp" or kind is FilterKind.RDP
 ]
 
@@ -383,9 +371,11 @@ EMPTY_LEDGER_CASES = [
 def test_every_calibration_answers_on_an_empty_ledger(
     kind: FilterKind, mech: str, parameter: str, params: dict
 ) -> None:
-    """A Laplace ``scale`` was 409 on any empty dataset: the cheap end of the scale's own range
-    (1e10 x sensitivity) is an epsilon below the least one accepted, no mechanism at all, and the
-    search read it as a value that does not fit. It now searches where the mechanism is valid."""
+    """On an empty ledger some value fits, for every calibration of every kind and the other
+    parameters it declares. A Laplace ``scale`` was 409 on any empty dataset: the cheap end of
+    the scale's own range (1e10 x sensitivity) is an epsilon below the least one accepted, no
+    mechanism at all, and the search read it as a value that does not fit. It now searches
+    where the mechanism is valid."""
     budget = Budget(8.5, 7e-7)
     fits = fits_under(Filter.create(kind, budget), PrivacyCurve.zero())
     result = calibrate(mech, params, parameter, fits)

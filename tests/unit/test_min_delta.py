@@ -24,38 +24,10 @@ from app.accounting.filters import (
     Filter,
     FilterKind,
 )
-from app.accounting.mechanisms import MECHANISMS, mechanism_from_dict
+from app.accounting.mechanisms import mechanism_from_dict
+from tests.kind_examples import each_kind, edges, valid
 
-MECHANISM_CASES = {
-    "gaussian": {"mechanism": "gaussian", "sigma": 3.0},
-    "gaussian_little_noise": {"mechanism": "gaussian", "sigma": 1e-6},
-    "gaussian_much_noise": {"mechanism": "gaussian", "sigma": 1e6, "count": 1000},
-    "laplace": {"mechanism": "laplace", "epsilon": 0.5},
-    "laplace_largest": {"mechanism": "laplace", "epsilon": 100.0, "count": 1000},
-    "laplace_smallest": {"mechanism": "laplace", "epsilon": 1e-9},
-    "randomized_response": {"mechanism": "randomized_response", "epsilon": 1.0, "k": 4},
-    "rappor": {"mechanism": "rappor", "epsilon": 2.0},
-    "subsampled_gaussian": {
-        "mechanism": "subsampled_gaussian",
-        "sigma": 1.1,
-        "sample_rate": 0.01,
-        "steps": 1000,
-    },
-    "discrete_laplace": {"mechanism": "discrete_laplace", "epsilon": 1.0, "sensitivity": 2},
-    "pure_dp": {"mechanism": "pure_dp", "epsilon": 0.5},
-    "exponential": {"mechanism": "exponential", "epsilon": 1.0},
-    "zcdp": {"mechanism": "zcdp", "rho": 0.1},
-    "rdp": {"mechanism": "rdp", "orders": [2.0, 8.0, 64.0, 1e5], "epsilons": [0.1, 0.3, 2.0, 9.0]},
-    # its own delta exceeds the target delta: no epsilon is left at the minimum, only refusal
-    "approx_dp": {"mechanism": "approx_dp", "epsilon": 0.5, "delta": 1e-9},
-}
-OWN_DELTA = {"approx_dp"}
-NO_FINITE_RHO = {"rdp"}  # known by a few RDP orders only: the rho filters can only refuse it
 BUDGETS = [0.1, 1.0, 1e3]
-
-
-def test_every_mechanism_kind_is_covered() -> None:
-    assert {m["mechanism"] for m in MECHANISM_CASES.values()} == set(MECHANISMS)
 
 
 def test_the_minimum_is_the_smallest_normal_float() -> None:
@@ -63,15 +35,17 @@ def test_the_minimum_is_the_smallest_normal_float() -> None:
     assert math.isfinite(1.0 / MIN_BUDGET_DELTA)
 
 
-def _cases(kind: FilterKind) -> list[str]:
-    if kind is FilterKind.GDP:
-        return [n for n, m in MECHANISM_CASES.items() if m["mechanism"] == "gaussian"]
-    return sorted(MECHANISM_CASES)
-
-
+@pytest.mark.parametrize("mech", each_kind())
 @pytest.mark.parametrize("eps_budget", BUDGETS)
 @pytest.mark.parametrize("kind", list(FilterKind))
-def test_conversions_stay_finite_at_the_minimum(kind: FilterKind, eps_budget: float) -> None:
+def test_conversions_stay_finite_at_the_minimum(
+    kind: FilterKind, eps_budget: float, mech: str
+) -> None:
+    """Every valid and extreme example each kind declares (``KindSpec.examples``). Refused,
+    without a NaN: an entry with its own delta (it exceeds the least one: no epsilon is left),
+    under the rho filters one without a finite rho (an ``rdp`` entry, known by a few orders),
+    and under fixed orders one whose curve is infinite at the order fixed (past its last). The
+    gdp filter takes Gaussians only."""
     budget = Budget(eps_budget, MIN_BUDGET_DELTA)
     f = Filter.create(kind, budget)
     bound = f.bound
@@ -79,9 +53,21 @@ def test_conversions_stay_finite_at_the_minimum(kind: FilterKind, eps_budget: fl
         assert bound is not None and math.isfinite(bound) and bound > 0
     assert f.spend_at(PrivacyCurve.zero(), MIN_BUDGET_DELTA).epsilon == 0.0
     assert f.spend(PrivacyCurve.zero()).epsilon == 0.0
-    for name in _cases(kind):
-        curve = mechanism_from_dict(MECHANISM_CASES[name]).curve()
-        if name in OWN_DELTA or (kind in RHO_FILTERS and name in NO_FINITE_RHO):
+    for wire in (*valid(mech), *edges(mech)):
+        name = str(wire)
+        curve = mechanism_from_dict(wire).curve()
+        if kind is FilterKind.GDP and not curve.gaussian_only:
+            continue
+        reaches_no_order = (
+            kind is FilterKind.RDP_FIXED_ORDERS
+            and not np.isfinite(curve.rdp).all()
+            and math.isinf(f.spend_at(curve, MIN_BUDGET_DELTA).epsilon)
+        )
+        if (
+            curve.delta > 0
+            or (kind in RHO_FILTERS and not math.isfinite(curve.rho))
+            or reaches_no_order
+        ):
             at_min = f.spend_at(curve, MIN_BUDGET_DELTA)
             assert not math.isnan(at_min.epsilon) and at_min.epsilon >= 0, (name, at_min)
             assert not f.admits(curve)

@@ -20,7 +20,6 @@ from tests import toy_kind as toy
 from tests.kind_examples import calibrations, each_kind, edges, example, valid
 
 
-
 def _example(kind: str, **changes) -> Mechanism:
     """The kind's typical description (``KindSpec.examples``), through the registry."""
     return mechanism_from_dict(example(kind, **changes))
