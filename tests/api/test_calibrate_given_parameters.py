@@ -19,21 +19,18 @@ from privacy_ledger_client import InvalidRequest, LedgerClient
 
 from app.accounting.registry import calibration_parameters, kind_names, spec
 from tests.conftest import ADMIN_KEY, new_dataset
+from tests.kind_examples import calibrations
 
 BUDGET = {"epsilon": 2.0, "delta": 1e-6}
-
-NEEDS: dict[str, dict[str, Any]] = {
-    "approx_dp": {"delta": 1e-8},
-    "subsampled_gaussian": {"sample_rate": 0.01},
-}
-"""What a calibration of each kind needs besides the parameter it solves for."""
 
 SOLVED = [(kind, p) for kind, params in calibration_parameters().items() for p in params]
 
 
 def _needs(kind: str, parameter: str) -> dict[str, Any]:
-    other = {"steps": {"sigma": 1.5}, "sigma": {"steps": 100}}.get(parameter, {})
-    return {**NEEDS.get(kind, {}), **(other if kind == "subsampled_gaussian" else {})}
+    """What a calibration of ``kind`` for ``parameter`` needs besides it: the required fields of
+    the first case the kind declares for it (``KindSpec.examples``)."""
+    fixed = next(f for p, f in calibrations(kind) if p == parameter)
+    return {k: v for k, v in fixed.items() if spec(kind).param(k).required}
 
 
 def _value(parameter: str) -> Any:
@@ -157,27 +154,21 @@ def test_a_parameter_the_kind_does_not_have_is_refused(
         assert detail == f"{kind} has no parameter {name!r} (its parameters: {', '.join(fields)})"
 
 
-FIXED: dict[str, tuple[str, dict[str, Any]]] = {
-    "gaussian": ("sigma", {"sensitivity": 2.0, "count": 3}),
-    "laplace": ("scale", {"sensitivity": 2.0, "count": 2}),
-    "discrete_laplace": ("epsilon", {"sensitivity": 3, "count": 2}),
-    "randomized_response": ("epsilon", {"k": 5, "count": 2}),
-    "rappor": ("epsilon", {"count": 2}),
-    "exponential": ("epsilon", {"count": 2}),
-    "pure_dp": ("epsilon", {"count": 2}),
-    "approx_dp": ("epsilon", {"delta": 1e-8, "count": 2}),
-    "zcdp": ("rho", {"xi": 0.01, "count": 2}),
-    "subsampled_gaussian": ("sigma", {"sample_rate": 0.01, "steps": 20, "sensitivity": 2.0}),
-}
+FIXED = [(kind, parameter, fixed) for kind in CALIBRATED for parameter, fixed in calibrations(kind)]
+"""Every calibration of every kind with the other parameters it declares for it (extremes and
+a count included)."""
 
 
-def test_the_table_of_fixed_parameters_covers_every_kind() -> None:
-    assert sorted(FIXED) == sorted(CALIBRATED)
-
-
-@pytest.mark.parametrize("kind", sorted(FIXED))
-def test_every_parameter_given_is_in_the_answer(client: TestClient, ds: str, kind: str) -> None:
-    parameter, fixed = FIXED[kind]
+@pytest.mark.parametrize(
+    ("kind", "parameter", "fixed"), FIXED, ids=[f"{k}-{p}-{f}" for k, p, f in FIXED]
+)
+def test_every_parameter_given_is_in_the_answer(
+    client: TestClient, kind: str, parameter: str, fixed: dict[str, Any]
+) -> None:
+    """(On the budget of tests/unit/test_calibration.py's empty-ledger cases, which every
+    declared case answers: a Gaussian of sensitivity 1e12 needs more than epsilon 2.)"""
+    made = new_dataset(client, budget={"epsilon": 8.5, "delta": 7e-7}, adaptive=False)
+    ds = str(made["id"])
     r = _calibrate(client, ds, mechanism=kind, parameter=parameter, **fixed)
     assert r.status_code == 200, r.text
     answer = r.json()
