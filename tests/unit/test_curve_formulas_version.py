@@ -7,7 +7,8 @@ corrected a value below the exact one, with totals below what the ledger's mecha
 
 This is a change detector, not an oracle: ``tests/golden/curve_formulas.json`` holds the curves
 this code gave for a fixed set of mechanisms (every kind, extremes of its ranges), written by
-``python -m tests.unit.test_curve_formulas_version --write`` under the version it names. The
+``python -m tests.unit.test_curve_formulas_version --write`` under the version it names (a new
+kind's rows, appended to ``MECHANISMS``, are recorded with ``--add``, which keeps the others). The
 test recomputes them and applies ``verify``'s own staleness rule (``verification._stale_curves``:
 relative 1e-12, where a different CPU's last-ulp differences stay far below it, or twice the
 spread a kind declares where they do not: the file was written on an AVX-512 machine, and on
@@ -20,13 +21,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
+import pytest
 
 from app.accounting.mechanisms import mechanism_from_dict
 from app.accounting.orders import CURVE_FORMULAS_VERSION, ORDERS
 from app.services.verification import _close, _stale_curves
+from tests.kind_examples import edges, valid
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "curve_formulas.json"
 
@@ -125,17 +129,54 @@ def test_curves_match_the_version_they_were_recorded_under() -> None:
 
 
 def test_the_set_covers_every_kind() -> None:
+    """A change detector on purpose: the set is recorded, not derived, so a new kind adds
+    itself here (the message says how) and records its curves without touching the others'."""
     from app.accounting.kinds import KINDS
 
+    missing = [kind for kind in KINDS if kind not in {m["mechanism"] for m in MECHANISMS}]
+    rows = "".join(
+        f"    {wire!r},\n"
+        for kind in missing
+        for wire in (*valid(kind), *edges(kind))  # the examples it declares
+    )
+    assert not missing, (
+        f"kind(s) {missing} have no curve in the recorded set: append these rows (its declared "
+        f"examples; keep or trim them) to MECHANISMS in tests/unit/test_curve_formulas_version.py"
+        f"\n{rows}then record their curves with "
+        "`python -m tests.unit.test_curve_formulas_version --add` (the recorded curves of the "
+        "other kinds stay as they are)"
+    )
     assert {m["mechanism"] for m in MECHANISMS} == set(KINDS)
 
 
-if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
+def test_a_new_kind_is_told_the_rows_to_add(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.accounting import kinds
+    from tests import toy_kind as toy
+
+    monkeypatch.setattr(kinds, "KINDS", MappingProxyType({**kinds.KINDS, toy.NAME: toy.SPEC}))
+    with pytest.raises(AssertionError) as failed:
+        test_the_set_covers_every_kind()
+    assert "{'mechanism': 'toy_geometric', 'scale': 20.0, 'sensitivity': 2},\n" in str(failed.value)
+    assert "to MECHANISMS in tests/unit/test_curve_formulas_version.py" in str(failed.value)
+    assert "test_curve_formulas_version --add`" in str(failed.value)
+
+
+def _added() -> list[dict[str, Any]]:
+    """The recorded rows, and the curves of ``MECHANISMS`` appended since (``--add``)."""
+    stored = json.loads(GOLDEN.read_text())["curves"]
+    kept = [row["mechanism"] for row in stored]
+    if MECHANISMS[: len(kept)] != kept:
+        raise SystemExit("--add appends rows: the recorded ones must stay first, unchanged")
+    fresh = _curves()
+    return [*stored, *fresh[len(kept) :]]
+
+
+if __name__ == "__main__" and sys.argv[1:] in (["--write"], ["--add"]):
     GOLDEN.parent.mkdir(exist_ok=True)
     document = {
         "curve_formulas_version": CURVE_FORMULAS_VERSION,
         "orders": ORDERS.tolist(),
-        "curves": _curves(),
+        "curves": _curves() if sys.argv[1:] == ["--write"] else _added(),
     }
     curves = ",\n".join(json.dumps(c) for c in document.pop("curves"))  # one curve per line
     head = json.dumps(document)[:-1]
