@@ -41,7 +41,13 @@ def test_ledger_within_one_percent_of_dp_accounting_and_never_below_optimistic(n
 
 
 def test_every_kind_is_covered() -> None:
+    """Not derived: each ledger is checked against the kind's own dp_accounting reference, an
+    oracle that only its author can write."""
     kinds = {e["mechanism"] for _, entries in L.LEDGERS.values() for e in entries}
+    assert kinds >= pm.PLD_KINDS, (
+        f"kind(s) {sorted(pm.PLD_KINDS - kinds)} have a PLD builder but no ledger: add one to "
+        "LEDGERS in tests/unit/pld_ledgers.py and its dp_accounting reference to _unit there"
+    )
     assert kinds == pm.PLD_KINDS
     assert len(L.LEDGERS) >= 20
 
