@@ -18,7 +18,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from app.accounting import calibration, registry
+from app.accounting import registry
 from app.accounting.kinds import KINDS
 from app.accounting.kinds._spec import MAX_K, MAX_SCALE, MIN_SCALE, KindSpec, Mechanism, UnitCurves
 from app.accounting.kinds._spec import param as field_param
@@ -64,9 +64,8 @@ SPEC = KindSpec(
 
 def register(monkeypatch: pytest.MonkeyPatch) -> KindSpec:
     """``SPEC`` in the registry (``registry.spec``, ``kind_names``, ``mechanism_from_dict``
-    and what reads them at call time) and in calibration's table (``calibration.PARAMETERS``)
-    until ``monkeypatch`` undoes it; the API's models, built at import, do not see it. The
+    and what reads them at call time, calibration's table ``calibration.PARAMETERS`` among
+    them) until ``monkeypatch`` undoes it; the API's models, built at import, do not see it. The
     ``toy_kind`` fixture, and any test case marked ``toy_kind`` (tests/conftest.py)."""
     monkeypatch.setattr(registry, "KINDS", MappingProxyType({**KINDS, NAME: SPEC}))
-    monkeypatch.setitem(calibration.PARAMETERS, NAME, dict(SPEC.calibration))
     return SPEC
