@@ -26,6 +26,18 @@ such a kind, naming the accountings that accept it (``KindSpec.accountings``).
 
 Constructions are cached per (kind, parameters, count, interval) in a byte-bounded LRU, so a
 ledger of 1,000 entries with 20 distinct parameter sets costs 20 constructions.
+
+**Work is counted, not timed** (``PldWork``). ``for_mechanism`` and ``compose_all`` take a
+request's meter (``work``); every construction step is priced before it runs (dp_accounting's
+constructions per grid point and direction, ``CONSTRUCTION_WEIGHT``; the discrete Laplace's per
+unit of sensitivity, ``SENSITIVITY_WEIGHT``; atoms, ``ATOM_WEIGHT``; the bounded-range grid,
+``BOUNDED_RANGE_WEIGHT``) and so is every convolution of ``count``'s self-composition
+(``Pld.composition_work``), and the step that would pass the meter's limit raises
+``PldWorkExceeded`` instead of running. A cached construction charges the work it took when
+built, so whether a request fits does not depend on what the cache holds; a construction
+refused for its work is remembered with the work it was shown to need, so a retry (the
+charge's locked path after ``warm_pld``) is refused without redoing it. The services give
+each request ``PLD_WORK_LIMIT``.
 """
 
 from __future__ import annotations
@@ -33,7 +45,9 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, cast
@@ -45,7 +59,14 @@ from dp_accounting.pld import privacy_loss_mechanism as plm
 
 from app.accounting import registry
 from app.accounting.kinds import KINDS, KindSpec
-from app.accounting.pld import BASE_INTERVAL, MAX_SUPPORT, Pld, PldPmf
+from app.accounting.pld import (
+    BASE_INTERVAL,
+    MAX_SUPPORT,
+    Pld,
+    PldPmf,
+    PldWork,
+    PldWorkExceeded,
+)
 from app.accounting.rounding import up
 
 _U = 2.0**-53
@@ -160,6 +181,66 @@ def _atoms_pmf(
     return PldPmf(lower, probs * (1.0 + 32 * _U), up(infinity_mass))
 
 
+# --- work -------------------------------------------------------------------------------
+
+PLD_WORK_LIMIT = 7_500_000
+"""Most ``PldWork`` units one request may spend building privacy loss distributions (a
+compose with ``accounting: "pld"``, a charge, dry run, dp_event or reservation on a ``pld``
+dataset, a calibration on one): about 0.45 s of CPU on a loaded 2-core machine at the worst
+accepted case (``bench/pld.py work``), a 2x margin under the 1 s a request may take. Before,
+nothing bounded ``count`` or DP-SGD steps here: one Laplace entry with count 10^9 took 4.5 s
+(about 60 FFT convolutions of up to 2^20 points). The composition of one entry into a
+dataset's stored state is outside it: at most one convolution per direction, bounded by
+``MAX_SUPPORT``."""
+
+CONSTRUCTION_WEIGHT = 12
+"""Work units per grid point and direction of a dp_accounting construction (Gaussian, Laplace,
+Poisson-subsampled Gaussian, discrete Laplace above ``MAX_ATOMS``): it evaluates the hockey
+stick at each point, about 750 ns, against 65 ns per point of a double-precision FFT."""
+
+SENSITIVITY_WEIGHT = 7
+"""Work units per unit of sensitivity of dp_accounting's discrete Laplace construction (linear in
+it: 0.44 s at 10^6, a calibration's candidates 4.6 s in all before they were counted)."""
+
+ATOM_WEIGHT = 12
+"""Work units per loss atom split onto the grid (a Python loop, about 0.7 us per atom)."""
+
+BOUNDED_RANGE_WEIGHT = 4
+"""Work units per grid point of the exponential mechanism's bounded-range construction (numpy
+and dp_accounting's connect-the-dots, about 250 ns per point)."""
+
+REFUSED_KEPT = 4096
+"""Constructions refused for their work remembered (most recent), with the work they need."""
+
+_METER: ContextVar[PldWork | None] = ContextVar("pld_work", default=None)
+
+
+def _charge(units: float) -> None:
+    """Count ``units`` of construction work on the request's meter (if any), before doing it."""
+    meter = _METER.get()
+    if meter is not None:
+        meter.charge(units)
+
+
+@contextmanager
+def _metered(work: PldWork | None) -> Iterator[None]:
+    """Constructions inside charge ``work`` (the meter already in force when None)."""
+    if work is None:
+        yield
+        return
+    token = _METER.set(work)
+    try:
+        yield
+    finally:
+        _METER.reset(token)
+
+
+def _grid_points(span: float, interval: float) -> int:
+    """Grid points of a construction spanning ``span`` nats on ``interval`` (as dp_accounting
+    lays them out, plus its end points)."""
+    return int(min(span / interval + 3.0, float(UNIT_MAX_SUPPORT) + 3.0))
+
+
 # --- cache -------------------------------------------------------------------------------
 
 CACHE_BYTES = 256 * 2**20
@@ -177,25 +258,50 @@ class CacheInfo:
 class _Cache:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._data: OrderedDict[tuple[Any, ...], Pld] = OrderedDict()
+        self._data: OrderedDict[tuple[Any, ...], tuple[Pld, float]] = OrderedDict()
+        self._refused: OrderedDict[tuple[Any, ...], float] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
     def get_or_build(self, key: tuple[Any, ...], build: Callable[[], Pld]) -> Pld:
+        """The cached value of ``key``, or ``build()``'s. Either way the request's meter is
+        charged the work the construction takes from nothing (a hit: what it took when built),
+        and a construction known to need more than the meter has left is refused at once."""
+        meter = _METER.get()
         with self._lock:
             hit = self._data.get(key)
             if hit is not None:
                 self._data.move_to_end(key)
+            needs = self._refused.get(key)
+        if hit is not None:
+            if meter is not None:
+                meter.charge(hit[1])
+            with self._lock:
                 self.hits += 1
-                return hit
+            return hit[0]
+        if meter is not None and needs is not None and needs > meter.remaining:
+            raise PldWorkExceeded(meter.spent + needs, meter.limit)
+        with self._lock:
             self.misses += 1
-        value = build()  # outside the lock: constructions may take a while
+        own = meter if meter is not None else PldWork()  # counted even with no limit
+        start = own.spent
+        try:
+            with _metered(own if meter is None else None):
+                value = build()  # outside the lock: constructions may take a while
+        except PldWorkExceeded as exc:
+            with self._lock:
+                self._refused[key] = max(self._refused.get(key, 0.0), exc.needed - start)
+                self._refused.move_to_end(key)
+                while len(self._refused) > REFUSED_KEPT:
+                    self._refused.popitem(last=False)
+            raise
+        work = own.spent - start
         size = 8 * value.size
         with self._lock:
             if key not in self._data and size <= self.max_bytes:
-                self._data[key] = value
+                self._data[key] = (value, work)
                 self._bytes += size
                 self._evict()
         return value
@@ -203,6 +309,7 @@ class _Cache:
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+            self._refused.clear()
             self._bytes = 0
             self.hits = self.misses = 0
 
@@ -214,7 +321,7 @@ class _Cache:
     def _evict(self) -> None:
         """Drop the least recently used entries until the cache fits (the lock held)."""
         while self._bytes > self.max_bytes:
-            _, old = self._data.popitem(last=False)
+            _, (old, _work) = self._data.popitem(last=False)
             self._bytes -= 8 * old.size
 
     def info(self) -> CacheInfo:
@@ -248,7 +355,8 @@ def _cached(key: tuple[Any, ...], count: int, unit: Callable[[], Pld]) -> Pld:
     if count == 1:
         return _CACHE.get_or_build(key + (1,), unit)
     return _CACHE.get_or_build(
-        key + (count,), lambda: _CACHE.get_or_build(key + (1,), unit).self_compose(count)
+        key + (count,),
+        lambda: _CACHE.get_or_build(key + (1,), unit).self_compose(count, _METER.get()),
     )
 
 
@@ -280,7 +388,10 @@ def gaussian(
     bounds = plm.GaussianPrivacyLoss(sigma, sensitivity=sens_total).connect_dots_bounds()
     d = _unit_interval(float(bounds.epsilon_upper - bounds.epsilon_lower), interval)
 
+    span = float(bounds.epsilon_upper - bounds.epsilon_lower)
+
     def build() -> Pld:
+        _charge(CONSTRUCTION_WEIGHT * _grid_points(span, d))
         return _from_dp_accounting(
             dpl.from_gaussian_mechanism(sigma, sens_total, value_discretization_interval=d), d
         )
@@ -316,6 +427,7 @@ def subsampled_gaussian(
     d = _unit_interval(span, interval)
 
     def unit() -> Pld:
+        _charge(2 * CONSTRUCTION_WEIGHT * _grid_points(span, d))  # both directions
         return _from_dp_accounting(
             dpl.from_gaussian_mechanism(
                 sigma, sens, value_discretization_interval=d, sampling_prob=q
@@ -335,6 +447,7 @@ def laplace(epsilon: float, count: int = 1, *, interval: float = BASE_INTERVAL) 
     d = _unit_interval(2.0 / scale, interval)
 
     def unit() -> Pld:
+        _charge(CONSTRUCTION_WEIGHT * _grid_points(2.0 / scale, d))
         return _from_dp_accounting(
             dpl.from_laplace_mechanism(scale, 1.0, value_discretization_interval=d), d
         )
@@ -376,6 +489,10 @@ def discrete_laplace(
         d = _unit_interval(2.0 * t * sensitivity, interval)
 
         def unit() -> Pld:
+            _charge(
+                SENSITIVITY_WEIGHT * sensitivity
+                + CONSTRUCTION_WEIGHT * _grid_points(2.0 * t * sensitivity, d)
+            )
             return _from_dp_accounting(
                 dpl.from_discrete_laplace_mechanism(
                     t, sensitivity, value_discretization_interval=d, use_connect_dots=True
@@ -384,6 +501,8 @@ def discrete_laplace(
             )
 
         return _cached(("discrete_laplace", t, sensitivity, d), count, unit)
+    # the atoms are listed before the cache is asked: priced here (about 10 ms at MAX_ATOMS)
+    _charge(ATOM_WEIGHT * (sensitivity + 1))
     inner = np.arange(1, sensitivity, dtype=np.float64)
     losses = [t * sensitivity, *(t * (sensitivity - 2.0 * inner)).tolist(), -t * sensitivity]
     tail = 1.0 / (1.0 + math.exp(-t))
@@ -408,11 +527,12 @@ def _atoms_pld(
 ) -> Pld:
     span = max(losses) - min(losses)
     d = _unit_interval(span, interval)
-    return _cached(
-        key + (d,),
-        count,
-        lambda: Pld(d, _atoms_pmf(losses, masses, infinity_mass, d)),
-    )
+
+    def unit() -> Pld:
+        _charge(ATOM_WEIGHT * len(losses))
+        return Pld(d, _atoms_pmf(losses, masses, infinity_mass, d))
+
+    return _cached(key + (d,), count, unit)
 
 
 def randomized_response(
@@ -518,6 +638,7 @@ def exponential(epsilon: float, count: int = 1, *, interval: float = BASE_INTERV
     d = _unit_interval(2.0 * eta, interval)
 
     def unit() -> Pld:
+        _charge(BOUNDED_RANGE_WEIGHT * _grid_points(2.0 * eta, d))
         lo, hi = math.floor(-eta / d) - 1, math.ceil(eta / d) + 1
         grid = np.arange(lo, hi + 1, dtype=np.float64) * d
         deltas = np.minimum(1.0, bounded_range_delta(eta, grid) * (1.0 + 64 * _U))
@@ -596,17 +717,33 @@ def builder(kind: str) -> Callable[..., Pld]:
     return found
 
 
-def for_mechanism(data: Mapping[str, Any], *, interval: float = BASE_INTERVAL) -> Pld:
+def describe(data: Mapping[str, Any]) -> str:
+    """A mechanism object as an error names it: its kind, and its count and steps if above 1."""
+    parts = [repr(data.get("mechanism"))]
+    for name in ("count", "steps"):
+        value = data.get(name, 1)
+        if value != 1:
+            parts.append(f"{name} {value}")
+    return "entry " + ", ".join(parts)
+
+
+def for_mechanism(
+    data: Mapping[str, Any], *, interval: float = BASE_INTERVAL, work: PldWork | None = None
+) -> Pld:
     """The PLD of a mechanism object as on the wire (``{"mechanism": kind, ...params,
     "count": n}``; a ``"v"`` version field is ignored). ``NoPldError`` for a kind without one
     (zcdp, rdp), ``ValueError`` for unknown kinds or fields, and for parameters whose loss
-    overflows."""
+    overflows; ``PldWorkExceeded`` (naming the entry) when building it would take ``work`` (a
+    request's meter; None: counted, not limited) past its limit, before that step runs."""
     params = dict(data)
     params.pop("v", None)
     kind = params.pop("mechanism", None)
     build = builder(_spec(kind).name)
     try:
-        return build(**params, interval=interval)
+        with _metered(work):
+            return build(**params, interval=interval)
+    except PldWorkExceeded as exc:
+        raise PldWorkExceeded(exc.needed, exc.limit, describe(data)) from None
     except TypeError as exc:
         raise ValueError(f"{kind}: {exc}") from None
     except ArithmeticError as exc:  # a construction's float overflow: a 422, never a 500
@@ -663,11 +800,18 @@ def check_kinds(entries: Sequence[Mapping[str, Any]]) -> None:
             raise _no_pld(s)
 
 
-def compose_all(entries: Sequence[Mapping[str, Any]], *, interval: float = BASE_INTERVAL) -> Pld:
+def compose_all(
+    entries: Sequence[Mapping[str, Any]],
+    *,
+    interval: float = BASE_INTERVAL,
+    work: PldWork | None = None,
+) -> Pld:
     """The PLD of a fixed list of mechanism objects (the stateless compose endpoint): identical
     mechanisms (every field but ``count``) composed once with their counts added (repeated
     squaring, not one convolution per entry: 1,000 equal Gaussians took 5 s), in the order of
-    their first appearance; at most ``MAX_DISTINCT`` distinct ones (ValueError)."""
+    their first appearance; at most ``MAX_DISTINCT`` distinct ones (ValueError). ``work``: the
+    request's meter, charged for every construction and composition (``PldWorkExceeded``
+    before the step that would pass its limit)."""
     for entry in entries:
         _check_count(entry.get("count", 1))
     groups = registry.merge_counts(entries)
@@ -676,13 +820,21 @@ def compose_all(entries: Sequence[Mapping[str, Any]], *, interval: float = BASE_
     check_kinds(groups)
     total = Pld.identity(interval)
     for entry in groups:
-        total = total.compose(for_mechanism(entry, interval=total.interval))
+        total = total.compose(for_mechanism(entry, interval=total.interval, work=work), work)
     return total
 
 
 __all__ = [
+    "ATOM_WEIGHT",
+    "BOUNDED_RANGE_WEIGHT",
     "CACHE_BYTES",
+    "CONSTRUCTION_WEIGHT",
     "MAX_DISTINCT",
+    "PLD_WORK_LIMIT",
+    "SENSITIVITY_WEIGHT",
+    "PldWork",
+    "PldWorkExceeded",
+    "describe",
     "NO_PLD_KINDS",
     "PLD_KINDS",
     "SUBSAMPLED_WEIGHT",
