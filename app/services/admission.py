@@ -38,7 +38,7 @@ from app.accounting import pld_mechanisms
 from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import RHO_FILTERS, DryRun, Filter, Spend
 from app.accounting.mechanisms import Mechanism
-from app.accounting.pld import Pld
+from app.accounting.pld import Pld, PldWork, PldWorkExceeded
 from app.accounting.pld_filter import PldFilter
 from app.db.codec import curve_columns, curve_of
 from app.db.engine import Database
@@ -363,16 +363,34 @@ def warm_pld(ref: str, wires: Sequence[Mapping[str, Any]]) -> None:
         interval = _PLD_GRIDS.get(ref)
     if interval is None or pld_mechanisms.too_many_distinct(wires) is not None:
         return
-    try:
+    work = request_work()  # the locked path counts the same again: constructions refused
+    try:  # for their work are remembered and refused there without being redone
         pld_mechanisms.check_kinds(wires)
         for wire in wires:
-            pld_mechanisms.for_mechanism(wire, interval=interval)
+            pld_mechanisms.for_mechanism(wire, interval=interval, work=work)
     except ValueError:
         return
 
 
-def entry_pld(st: DatasetState, wire: dict[str, Any]) -> Pld:
-    """The PLD of a mechanism on a ``pld`` dataset's grid; 422 for a kind without one."""
+class PldWorkRefused(Unprocessable):
+    """422: building an entry's PLD would take a request past ``PLD_WORK_LIMIT`` (nothing
+    recorded). Refused rather than bounded more loosely: the dataset's stored distribution must
+    compose every entry, and the only cheap stand-ins (all mass at +infinity, or the entry's
+    pure-DP sum) would leave every later answer of the dataset at its curve rule or worse."""
+
+
+def request_work() -> PldWork:
+    """A fresh meter of the PLD work one request may do (``pld_mechanisms.PLD_WORK_LIMIT``)."""
+    return PldWork(pld_mechanisms.PLD_WORK_LIMIT)
+
+
+def entry_pld(st: DatasetState, wire: dict[str, Any], work: PldWork | None = None) -> Pld:
+    """The PLD of a mechanism on a ``pld`` dataset's grid; 422 for a kind without one.
+
+    ``work``: the request's meter (``request_work``), where a new entry is asked for: 422
+    ``PldWorkRefused`` when its construction would take the request past its limit, naming the
+    entry, its count and the limit, before that work is done. None (counted, not limited) for
+    entries already admitted: a hold being committed, the holds recomposed, a ledger verified."""
     assert st.pld is not None
     with _PLD_GRIDS_LOCK:
         for ref in (st.id, st.name):
@@ -381,18 +399,29 @@ def entry_pld(st: DatasetState, wire: dict[str, Any]) -> Pld:
         while len(_PLD_GRIDS) > PLD_GRIDS_KEPT:
             _PLD_GRIDS.popitem(last=False)
     try:
-        return pld_mechanisms.for_mechanism(wire, interval=st.pld.interval)
+        return pld_mechanisms.for_mechanism(wire, interval=st.pld.interval, work=work)
+    except PldWorkExceeded as exc:
+        raise PldWorkRefused(
+            f"{exc}. Dataset {st.name!r} composes every entry into its privacy loss "
+            "distribution; charge this one in parts with a smaller count (or fewer steps), "
+            "or to a dataset with accounting 'rdp'",
+            pld_work_limit=exc.limit,
+            accepted_accountings=["rdp"],
+        ) from None
     except pld_mechanisms.NoPldError as exc:
         raise Unprocessable(str(exc), accepted_accountings=exc.accepted) from None
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
 
 
-def pld_after(st: DatasetState, wire: dict[str, Any], after: PrivacyCurve) -> tuple[Pld, Spend]:
+def pld_after(
+    st: DatasetState, wire: dict[str, Any], after: PrivacyCurve, work: PldWork | None = None
+) -> tuple[Pld, Spend]:
     """On a ``pld`` dataset, its PLD with one more entry of mechanism ``wire`` (holds not
-    counted) and its spend, ``after`` being the composed curve with that entry."""
+    counted) and its spend, ``after`` being the composed curve with that entry (``work``: as
+    ``entry_pld``)."""
     assert st.pld is not None
-    state = st.pld.compose(entry_pld(st, wire))
+    state = st.pld.compose(entry_pld(st, wire, work))
     return state, PldFilter(st.filter).spend(state, after)
 
 
@@ -411,7 +440,7 @@ def _decide_dataset(st: DatasetState, ask: Ask) -> Decision:
         dry = st.filter.dry_run(st.committed, st.held_curve, ask.curve, st.held.count + 1)
         return Decision(dry.admitted, dry.after, dry.spend_after)
     assert st.pld is not None
-    new = entry_pld(st, ask.wire)
+    new = entry_pld(st, ask.wire, request_work())
     p = PldFilter(st.filter).dry_run(
         (st.pld, st.committed), (st.pld_held, st.held_curve), (new, ask.curve), st.held.count + 1
     )
@@ -816,7 +845,9 @@ __all__ = [
     "check_allowed",
     "check_not_archived",
     "decide",
+    "PldWorkRefused",
     "entry_pld",
+    "request_work",
     "warm_pld",
     "pld_after",
     "hold",

@@ -26,6 +26,7 @@ from app.accounting.calibration import (
 )
 from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import Budget, Filter
+from app.accounting.pld import PldWork, PldWorkExceeded
 from app.accounting.pld_filter import PldFilter, with_new_entry
 from app.db.engine import Database
 from app.errors import BudgetExceeded, Forbidden, Unprocessable
@@ -48,11 +49,15 @@ PLD_EVALUATIONS = 10
 """Most PLD admissions one calibration on a ``pld`` dataset tries beyond the curve rule's
 answer (each: one construction, one or two compositions with the stored distribution)."""
 
-PLD_WORK = 2**17
-"""Grid points of candidate distributions one calibration may build (their construction is
-most of the work: about 0.6-1.2 us per point, dp_accounting's); the search stops when they are
-spent, so a calibration on a ``pld`` dataset adds about 0.02-0.2 s (the last candidate built may
-go past it by one construction)."""
+PLD_WORK = 3_000_000
+"""Work (``PldWork`` units, about 65 ns of CPU each) the PLD search of one calibration may spend
+beyond the curve rule's answer's own distribution: every candidate's construction as
+``pld_mechanisms`` prices it (a discrete Laplace's is linear in its sensitivity: 7 million
+units, 0.44 s, at 10^6) and its compositions with the stored distribution, each counted before
+it runs. When the next would pass it, the search stops and answers the best admitted candidate
+found, as after ``PLD_EVALUATIONS`` checks (ten discrete Laplace candidates at sensitivity 10^6
+took 4.6 s when only grid points were counted, after they were built). With the answer's own
+distribution the whole calibration stays within ``PLD_WORK_LIMIT``."""
 
 PLD_MAX_COUNT = 1_000
 """Repetitions above which the PLD is not searched: a candidate's construction composes it
@@ -77,11 +82,12 @@ def _answer_mechanism(
 
 
 def _further_by_pld(
-    st: DatasetState, kind: str, fixed: dict[str, Any], result: Calibration
+    st: DatasetState, kind: str, fixed: dict[str, Any], result: Calibration, work: PldWork
 ) -> Calibration:
     """On a ``pld`` dataset, which admits by its PLD or by its curve rule: the curve rule's
     answer moved as far as the PLD admits, in at most ``PLD_EVALUATIONS`` admission checks
-    building at most ``PLD_WORK`` grid points, each check the one a charge of that mechanism
+    and ``PLD_WORK`` units of counted work (``work``, the request's meter: constructions and
+    compositions, priced before they run), each check the one a charge of that mechanism
     meets (``PldFilter.admits``, as ``admission.decide``). Not for DP-SGD (a candidate's
     construction is up to seconds), more than ``PLD_MAX_COUNT`` repetitions, or a Gaussian on
     a Gaussian ledger with Gaussian holds (its curve rule is the exact conversion already; one
@@ -97,19 +103,22 @@ def _further_by_pld(
     ):
         return result
 
-    built = 0
+    search = PldWork(min(work.limit, work.spent + PLD_WORK))  # this search's share
+    search.spent = work.spent
 
     def admits(m: Any, value: float) -> bool | None:
-        nonlocal built
-        if built >= PLD_WORK:
-            return None
         wire = _answer_mechanism(kind, fixed, result.parameter, value, m)
         try:
             ask = admission.Ask.of(m, wire)
-            new = admission.entry_pld(st, ask.wire)
+            new = admission.entry_pld(st, ask.wire, search)
+            # the compositions admission runs: with the ledger, then with the holds
+            search.charge(committed.composition_work(new))
+            if st.pld_held is not None:
+                search.charge(committed.composition_work(new) + st.pld_held.size)
+        except (admission.PldWorkRefused, PldWorkExceeded):
+            return None  # the work is spent: the best admitted candidate so far stands
         except (Unprocessable, ValueError):
             return False
-        built += new.remove.size + (new.add.size if new.add is not None else 0)
         return PldFilter(st.filter).admits(
             (committed, st.committed),
             (st.pld_held, st.held_curve),
@@ -118,20 +127,26 @@ def _further_by_pld(
         )
 
     if kind == "gaussian" and result.parameter == "sigma":
-        guess, after = _gaussian_guess(st, fixed, result), GUESS_MARGIN
+        guess, after = _gaussian_guess(st, fixed, result, search), GUESS_MARGIN
     else:
-        guess, after = _guess(st, kind, fixed, result), None
-    return further(kind, fixed, result, admits, PLD_EVALUATIONS, guess, after_guess=after)
+        guess, after = _guess(st, kind, fixed, result, search), None
+    try:
+        return further(kind, fixed, result, admits, PLD_EVALUATIONS, guess, after_guess=after)
+    finally:
+        work.spent = search.spent
 
 
 def _pld_epsilon_with(
-    st: DatasetState, kind: str, fixed: dict[str, Any], result: Calibration
+    st: DatasetState, kind: str, fixed: dict[str, Any], result: Calibration, work: PldWork
 ) -> float:
     """The PLD's epsilon at the budget delta of the ledger (active holds included) with
-    ``result``'s answer charged: one construction and composition. ``st.pld`` is set."""
+    ``result``'s answer charged: one construction and composition, charged to ``work``
+    (``PldWorkRefused`` / ``PldWorkExceeded`` past it). ``st.pld`` is set."""
     assert st.pld is not None
     wire = _answer_mechanism(kind, fixed, result.parameter, result.value, result.mechanism)
-    _, everything = with_new_entry(st.pld, st.pld_held, admission.entry_pld(st, wire))
+    new = admission.entry_pld(st, wire, work)
+    work.charge(st.pld.composition_work(new))
+    _, everything = with_new_entry(st.pld, st.pld_held, new)
     epsilon: float = everything.epsilon(st.budget.delta)
     return epsilon
 
@@ -141,7 +156,9 @@ GUESS_MARGIN = 2e-3
 (in log sigma) tried after it when it fits."""
 
 
-def _gaussian_guess(st: DatasetState, fixed: dict[str, Any], result: Calibration) -> float | None:
+def _gaussian_guess(
+    st: DatasetState, fixed: dict[str, Any], result: Calibration, work: PldWork
+) -> float | None:
     """Where the PLD search of a Gaussian's sigma tries first: kappa = eps_PLD / eps_B, the
     ledger's PLD epsilon with the curve rule's answer charged over the budget's epsilon (the
     rule's edge), taken as constant near the answer, so the PLD reaches eps_B about where the
@@ -154,7 +171,7 @@ def _gaussian_guess(st: DatasetState, fixed: dict[str, Any], result: Calibration
     if st.pld is None:
         return None
     try:
-        eps_pld = _pld_epsilon_with(st, "gaussian", fixed, result)
+        eps_pld = _pld_epsilon_with(st, "gaussian", fixed, result, work)
     except (Unprocessable, ValueError):
         return None
     budget = st.budget
@@ -180,19 +197,24 @@ def _gaussian_guess(st: DatasetState, fixed: dict[str, Any], result: Calibration
     return None if found is None else found.value
 
 
-def _guess(st: DatasetState, kind: str, fixed: dict[str, Any], result: Calibration) -> float | None:
+def _guess(
+    st: DatasetState, kind: str, fixed: dict[str, Any], result: Calibration, work: PldWork
+) -> float | None:
     """Where the PLD search tries first, for the epsilon of an epsilon-DP kind (or a Laplace
     scale): the answer's epsilon plus the room the PLD leaves with it, eps_B - eps_PLD, per
     repetition (the ledger's epsilon grows by about the entry's own increase). A first try only:
     the admission checks decide. One more construction and composition, and an epsilon search;
-    None where the PLD leaves no room."""
+    None where the PLD leaves no room, or no work for it is left."""
     if (
         st.pld is None
         or result.parameter not in ("epsilon", "scale")
         or not registry.spec(kind).pure_calibration
     ):
         return None
-    room = st.budget.epsilon - _pld_epsilon_with(st, kind, fixed, result)
+    try:
+        room = st.budget.epsilon - _pld_epsilon_with(st, kind, fixed, result, work)
+    except (admission.PldWorkRefused, PldWorkExceeded):
+        return None
     if not room > 0:
         return None
     if result.parameter == "scale":
@@ -441,8 +463,13 @@ def calibrate_next(
         result = calibrate(kind, fixed, parameter, fits)
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
-    if result is not None and st.is_pld:
-        result = _further_by_pld(st, kind, fixed, result)
+    work = admission.request_work()
+    if result is not None and st.pld is not None:
+        # the curve rule's answer's own distribution first, on the request's meter: a 422 (as
+        # its charge would get) when it alone is past the limit; then the search, on what is left
+        answer = _answer_mechanism(kind, fixed, parameter, result.value, result.mechanism)
+        admission.entry_pld(st, answer, work)
+        result = _further_by_pld(st, kind, fixed, result, work)
     if not exact:
         result = _further_by_admission(st, prepared, kind, fixed, parameter, result)
     if result is None:
@@ -451,7 +478,7 @@ def calibrate_next(
     mechanism = _answer_mechanism(kind, fixed, parameter, result.value, result.mechanism)
     after = st.committed + result.curve
     # the spend the charge would report (a pld dataset: its PLD's or its curve's, the least)
-    if st.pld is not None:
+    if st.pld is not None:  # built above, within the request's work (a cache hit)
         _, spent_after = admission.pld_after(st, mechanism, after)
     else:
         spent_after = admission.totals_filter_spend(st, after)

@@ -164,7 +164,8 @@ def _whole(st: DatasetState, asks: list[admission.Ask], whole: admission.Ask) ->
         dry = st.filter.dry_run(st.committed, st.held_curve, whole.curve, st.held.count + len(asks))
         return admission.Decision(dry.admitted, dry.after, dry.spend_after)
     assert st.pld is not None
-    new = functools.reduce(Pld.compose, [admission.entry_pld(st, a.wire) for a in asks])
+    work = admission.request_work()  # one meter for all the parts
+    new = functools.reduce(Pld.compose, [admission.entry_pld(st, a.wire, work) for a in asks])
     p = PldFilter(st.filter).dry_run(
         (st.pld, st.committed),
         (st.pld_held, st.held_curve),

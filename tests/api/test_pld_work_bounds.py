@@ -78,9 +78,9 @@ def test_a_pld_charge_builds_its_distribution_before_taking_the_lock(
     built_under_lock: list[int] = []
     real = admission.entry_pld
 
-    def counted(st: Any, wire: dict[str, Any]) -> Any:
+    def counted(st: Any, wire: dict[str, Any], *work: Any) -> Any:
         before = pm.cache_info().misses
-        out = real(st, wire)
+        out = real(st, wire, *work)
         built_under_lock.append(pm.cache_info().misses - before)
         return out
 
