@@ -186,17 +186,27 @@ def _atoms_pmf(
 PLD_WORK_LIMIT = 7_500_000
 """Most ``PldWork`` units one request may spend building privacy loss distributions (a
 compose with ``accounting: "pld"``, a charge, dry run, dp_event or reservation on a ``pld``
-dataset, a calibration on one): about 0.45 s of CPU on a loaded 2-core machine at the worst
+dataset, a calibration on one): 0.4-0.58 s of CPU on a loaded 2-core machine at the worst
 accepted case (``bench/pld.py work``), a 2x margin under the 1 s a request may take. Before,
 nothing bounded ``count`` or DP-SGD steps here: one Laplace entry with count 10^9 took 4.5 s
 (about 60 FFT convolutions of up to 2^20 points). The composition of one entry into a
 dataset's stored state is outside it: at most one convolution per direction, bounded by
 ``MAX_SUPPORT``."""
 
-CONSTRUCTION_WEIGHT = 12
+CONSTRUCTION_WEIGHT = 16
 """Work units per grid point and direction of a dp_accounting construction (Gaussian, Laplace,
 Poisson-subsampled Gaussian, discrete Laplace above ``MAX_ATOMS``): it evaluates the hockey
-stick at each point, about 750 ns, against 65 ns per point of a double-precision FFT."""
+stick at each point, 750 ns to 1 us (the subsampled Gaussian's, both directions on 2^18 points,
+0.4-0.5 s), against 65 ns per point of a double-precision FFT. At 12 the worst accepted case,
+12 steps of sigma 0.999 and sample rate 0.5, took 0.67 s."""
+
+SUBSAMPLED_CONSTRUCTION_WEIGHT = 24
+"""``CONSTRUCTION_WEIGHT`` for the Poisson-subsampled Gaussian, whose privacy loss at each point
+is a log-sum of two Gaussians: 1.25-2 us per point and direction (at 16, 7 steps of sigma
+0.999 and sample rate 0.5 were accepted at 6.4 million units and took 0.59 s; at 24, 5 steps
+at 7.5 million took 0.58 s, the worst accepted case; at 32, 3 steps took 0.51 s, but 100 steps
+of sigma 1 and sample rate 0.01, which a dataset's PLD admits where its RDP bound does not,
+were refused)."""
 
 SENSITIVITY_WEIGHT = 7
 """Work units per unit of sensitivity of dp_accounting's discrete Laplace construction (linear in
@@ -292,6 +302,7 @@ class _Cache:
                 value = build()  # outside the lock: constructions may take a while
         except PldWorkExceeded as exc:
             with self._lock:
+                self.misses -= 1  # refused before it was built: no construction
                 self._refused[key] = max(self._refused.get(key, 0.0), exc.needed - start)
                 self._refused.move_to_end(key)
                 while len(self._refused) > REFUSED_KEPT:
@@ -427,7 +438,7 @@ def subsampled_gaussian(
     d = _unit_interval(span, interval)
 
     def unit() -> Pld:
-        _charge(2 * CONSTRUCTION_WEIGHT * _grid_points(span, d))  # both directions
+        _charge(2 * SUBSAMPLED_CONSTRUCTION_WEIGHT * _grid_points(span, d))  # both directions
         return _from_dp_accounting(
             dpl.from_gaussian_mechanism(
                 sigma, sens, value_discretization_interval=d, sampling_prob=q
@@ -832,6 +843,7 @@ __all__ = [
     "MAX_DISTINCT",
     "PLD_WORK_LIMIT",
     "SENSITIVITY_WEIGHT",
+    "SUBSAMPLED_CONSTRUCTION_WEIGHT",
     "PldWork",
     "PldWorkExceeded",
     "describe",

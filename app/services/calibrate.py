@@ -49,7 +49,7 @@ PLD_EVALUATIONS = 10
 """Most PLD admissions one calibration on a ``pld`` dataset tries beyond the curve rule's
 answer (each: one construction, one or two compositions with the stored distribution)."""
 
-PLD_WORK = 3_000_000
+PLD_WORK = 5_000_000
 """Work (``PldWork`` units, about 65 ns of CPU each) the PLD search of one calibration may spend
 beyond the curve rule's answer's own distribution: every candidate's construction as
 ``pld_mechanisms`` prices it (a discrete Laplace's is linear in its sensitivity: 7 million
