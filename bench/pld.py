@@ -16,6 +16,11 @@ Run from the repository root: ``.venv/bin/python bench/pld.py`` (prints JSON, ab
 (c) Tightness: our epsilon at delta = 1e-6 on the 25 fixed-parameter ledgers of
     tests/unit/pld_ledgers.py against dp_accounting's pessimistic and optimistic PLDs at 1e-4,
     and the worst ratio per category.
+(d) ``work`` (alone: ``.venv/bin/python bench/pld.py work``): the worst accepted case of the
+    per-request work limit (``pld_mechanisms.PLD_WORK_LIMIT``). Per family, the largest count
+    (or DP-SGD steps) whose construction fits the limit, found by doubling then bisection on
+    the counted work, then built once from an empty cache: its counted work and process CPU
+    time; and the CPU a refused construction (count 10^9) spends before it stops.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.accounting import pld_mechanisms as pm  # noqa: E402
-from app.accounting.pld import Pld, state_for_budget  # noqa: E402
+from app.accounting.pld import Pld, PldWork, PldWorkExceeded, state_for_budget  # noqa: E402
 from tests.unit import pld_ledgers as L  # noqa: E402
 
 DELTA = 1e-6
@@ -162,11 +167,90 @@ def tightness() -> dict[str, Any]:
     return {"ledgers": rows, "worst_ratio_per_category": worst}
 
 
+WORK_FAMILIES: dict[str, tuple[dict[str, Any], str]] = {
+    "laplace eps 0.1": ({"mechanism": "laplace", "epsilon": 0.1}, "count"),
+    "exponential eps 1": ({"mechanism": "exponential", "epsilon": 1.0}, "count"),
+    "randomized_response eps 1, k 7": (
+        {"mechanism": "randomized_response", "epsilon": 1.0, "k": 7},
+        "count",
+    ),
+    "discrete_laplace eps 1, sensitivity 10^4": (
+        {"mechanism": "discrete_laplace", "epsilon": 1.0, "sensitivity": 10_000},
+        "count",
+    ),
+    "discrete_laplace eps 1, sensitivity 999,986": (
+        {"mechanism": "discrete_laplace", "epsilon": 1.0, "sensitivity": 999_986},
+        "count",
+    ),
+    "subsampled_gaussian sigma 2, q 0.01": (
+        {"mechanism": "subsampled_gaussian", "sigma": 2.0, "sample_rate": 0.01},
+        "steps",
+    ),
+    "subsampled_gaussian sigma 0.999, q 0.5": (
+        {"mechanism": "subsampled_gaussian", "sigma": 0.999, "sample_rate": 0.5},
+        "steps",
+    ),
+}
+
+
+def _fits(entry: dict[str, Any]) -> bool:
+    try:
+        pm.for_mechanism(entry, work=PldWork(pm.PLD_WORK_LIMIT))
+    except PldWorkExceeded:
+        return False
+    return True
+
+
+def _largest_fitting(base: dict[str, Any], field: str) -> int | None:
+    lo, hi = 0, 1
+    while hi <= 10**9 and _fits({**base, field: hi}):
+        lo, hi = hi, hi * 2
+    if lo == 0:
+        return None
+    hi = min(hi, 10**9 + 1)
+    while hi - lo > max(1, lo // 64):  # within 1.6 %
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _fits({**base, field: mid}) else (lo, mid)
+    return lo
+
+
+def work() -> dict[str, Any]:
+    rows = {}
+    for name, (base, field) in WORK_FAMILIES.items():
+        n = _largest_fitting(base, field)
+        row: dict[str, Any] = {field: n}
+        if n is not None:
+            pm.clear_cache()
+            meter = PldWork()
+            t = time.process_time()
+            pm.for_mechanism({**base, field: n}, work=meter)
+            row |= {"work": meter.spent, "cpu_s": round(time.process_time() - t, 3)}
+        pm.clear_cache()
+        t = time.process_time()
+        try:
+            pm.for_mechanism({**base, field: 10**9}, work=PldWork(pm.PLD_WORK_LIMIT))
+        except PldWorkExceeded:
+            row["refused_1e9_cpu_s"] = round(time.process_time() - t, 3)
+        rows[name] = row
+    accepted = [r["cpu_s"] for r in rows.values() if "cpu_s" in r]
+    return {
+        "limit": pm.PLD_WORK_LIMIT,
+        "load_average": os.getloadavg(),
+        "families": rows,
+        "worst_accepted_cpu_s": max(accepted),
+        "worst_refused_cpu_s": max(r.get("refused_1e9_cpu_s", 0.0) for r in rows.values()),
+    }
+
+
 def main() -> None:
+    if sys.argv[1:] == ["work"]:
+        print(json.dumps({"work": work()}, indent=1))
+        return
     report = {
         "per_charge": [per_charge(b) for b in BUDGETS],
         "mu_20_gaussian": big_gaussian(),
         "tightness": tightness(),
+        "work": work(),
     }
     print(json.dumps(report, indent=1))
 
