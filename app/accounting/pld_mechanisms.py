@@ -183,15 +183,16 @@ def _atoms_pmf(
 
 # --- work -------------------------------------------------------------------------------
 
-PLD_WORK_LIMIT = 7_500_000
+PLD_WORK_LIMIT = 40_000_000
 """Most ``PldWork`` units one request may spend building privacy loss distributions (a
 compose with ``accounting: "pld"``, a charge, dry run, dp_event or reservation on a ``pld``
-dataset, a calibration on one): 0.4-0.58 s of CPU on a loaded 2-core machine at the worst
-accepted case (``bench/pld.py work``), a 2x margin under the 1 s a request may take. Before,
-nothing bounded ``count`` or DP-SGD steps here: one Laplace entry with count 10^9 took 4.5 s
-(about 60 FFT convolutions of up to 2^20 points). The composition of one entry into a
-dataset's stored state is outside it: at most one convolution per direction, bounded by
-``MAX_SUPPORT``."""
+dataset, a calibration on one): 1.3-1.8 s of CPU at the worst accepted case per family
+(``bench/pld.py work``, 2-core machine). Sized to keep the DP-SGD runs ``pld`` datasets are
+recommended for (sigma 0.6 at q = 0.01 and 500 steps, 1.5 s; sigma 0.8 at q = 0.02 and 10,000
+steps, 2.0 s unmetered): 7.5e6 (0.58 s) refused them. Before, nothing bounded ``count`` or
+DP-SGD steps here: one Laplace entry with count 10^9 took 4.5 s (about 60 FFT convolutions of
+up to 2^20 points). The composition of one entry into a dataset's stored state is outside it:
+at most one convolution per direction, bounded by ``MAX_SUPPORT``."""
 
 CONSTRUCTION_WEIGHT = 16
 """Work units per grid point and direction of a dp_accounting construction (Gaussian, Laplace,
