@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,7 @@ from app.accounting.kinds._spec import (
     params_of,
 )
 from app.accounting.orders import ORDERS
-from app.accounting.rounding import add_up, rounding_upward
+from app.accounting.rounding import add_up, mul_up, rounding_upward
 
 U = 2.0**-53
 
@@ -235,6 +235,56 @@ def compose_many(mechanisms: Iterable[Mechanism]) -> PrivacyCurve:
             sums.append(_chunk_sums(curves, weights[k : k + COMPUTE_CHUNK]))
         total = compose_in_order(UnitCurves.concatenate(sums))
     return total
+
+
+def compose_sequence(mechanisms: Sequence[Mechanism]) -> PrivacyCurve:
+    """The composition of ``mechanisms`` bit for bit as adding their ``Mechanism.curve()`` one
+    by one in order (``PrivacyCurve.__add__``: what a dataset's running total of the same
+    charges holds), with each kind's distinct unit curves computed together: each entry's
+    curve is its unit's row scaled by its repetitions as ``PrivacyCurve.scaled`` does
+    (``mul_up``; exact for one), and the rows are folded by ``compose_in_order``. A compose
+    request uses it: one by one, 10,000 distinct k-ary randomized responses took 8.5 s of CPU.
+    ValueError when an entry's repetitions exceed the per-entry limit."""
+    n = len(mechanisms)
+    if n == 0:
+        return PrivacyCurve.zero()
+    reps = np.empty(n)
+    for i, m in enumerate(mechanisms):
+        reps[i] = count = m.repetitions()
+        if count > MAX_COUNT:
+            m.curve()  # raises the per-entry error
+    by_kind: dict[type[Mechanism], dict[Any, int]] = {}
+    units: dict[type[Mechanism], list[Mechanism]] = {}
+    where = np.empty(n, dtype=np.int64)
+    kind_of: list[type[Mechanism]] = []
+    for i, m in enumerate(mechanisms):
+        cls = type(m)
+        seen = by_kind.setdefault(cls, {})
+        key = m.unit_key()
+        j = seen.get(key)
+        if j is None:
+            seen[key] = j = len(seen)
+            units.setdefault(cls, []).append(m.unit())
+        where[i] = j
+        kind_of.append(cls)
+    rows = np.empty((n, ORDERS.size))
+    rho, pure, delta = np.empty(n), np.empty(n), np.empty(n)
+    gaussian = np.empty(n, dtype=bool)
+    for cls, us in units.items():
+        curves = UnitCurves.concatenate(
+            [cls.unit_curves(us[k : k + COMPUTE_CHUNK]) for k in range(0, len(us), COMPUTE_CHUNK)]
+        )
+        mine = np.flatnonzero(np.array([c is cls for c in kind_of]))
+        idx, r = where[mine], reps[mine]
+        with np.errstate(over="ignore", invalid="ignore"):
+            rows[mine] = mul_up(curves.rdp[idx], r[:, None])
+            rho[mine] = mul_up(curves.rho[idx], r)
+            pure[mine] = mul_up(curves.pure_eps[idx], r)
+            delta[mine] = np.minimum(1.0, mul_up(curves.delta[idx], r))
+        gaussian[mine] = curves.gaussian_only[idx]
+    return compose_in_order(
+        UnitCurves(rho=rho, rdp=rows, pure_eps=pure, delta=delta, gaussian_only=gaussian)
+    )
 
 
 def _chunk_sums(curves: UnitCurves, weights: Vector, chunk: int = CHUNK) -> UnitCurves:

@@ -70,11 +70,12 @@ def _split(a: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64], npt.NDA
     return hi, a - hi
 
 
-def mul_up(a: FloatOrArray, b: float) -> FloatOrArray:
-    """Smallest float >= a * b (Dekker's TwoProduct), for finite values below ~1e290."""
+def mul_up(a: FloatOrArray, b: float | npt.NDArray[np.float64]) -> FloatOrArray:
+    """Smallest float >= a * b (Dekker's TwoProduct), for finite values below ~1e290 (``b``
+    may be an array broadcast with ``a``)."""
     with np.errstate(invalid="ignore", over="ignore"):
         x = np.asarray(a, dtype=np.float64)
-        y = np.float64(b)
+        y = np.asarray(b, dtype=np.float64)
         p = x * y
         xh, xl = _split(x)
         yh, yl = _split(np.asarray(y))
