@@ -610,16 +610,6 @@ def rho_from_curves(
     return out
 
 
-def rho_from_curve(
-    rdp: Callable[[Vector], Vector],
-    kl: float,
-    pure_eps: float,
-    min_alpha_minus_1: float = 1e-13,
-) -> float:
-    """``rho_from_curves`` of one curve ``rdp(alpha_vector)``."""
-    return float(rho_from_curves(rdp, np.array([kl]), np.array([pure_eps]), min_alpha_minus_1)[0])
-
-
 __all__ = [
     "binary_rr_rho",
     "exp_or_zero",
@@ -635,7 +625,6 @@ __all__ = [
     "log_expm1",
     "rappor_rdp",
     "rappor_rho",
-    "rho_from_curve",
     "rho_from_curves",
     "rr_kl",
     "rr_rdp",

@@ -1,6 +1,8 @@
 """Composing many mechanisms, or many stored curves, at once.
 
-``compose_many`` is what a compose request or a ledger rebuild calls: identical mechanisms are
+``compose_sequence`` is what a compose request calls: each kind's distinct unit curves computed
+together, the entries' curves summed in order, bit for bit as a dataset's running total of the
+same charges. ``compose_many`` composes a whole ledger fastest: identical mechanisms are
 grouped (their repetitions added), the distinct unit curves of each kind are computed together
 by that kind's vectorised formula (``Mechanism.unit_curves``, the same numbers as one by one),
 and the weighted sum is taken as one matrix product; kinds affine in the order (Gaussian, zCDP)
@@ -249,32 +251,32 @@ def compose_sequence(mechanisms: Sequence[Mechanism]) -> PrivacyCurve:
     if n == 0:
         return PrivacyCurve.zero()
     reps = np.empty(n)
+    where = np.empty(n, dtype=np.int64)  # the entry's unit, among its kind's
+    kind_of = np.empty(n, dtype=np.int64)  # the entry's kind, its slot in ``units``
+    slots: dict[type[Mechanism], int] = {}
+    keys: list[dict[Any, int]] = []
+    units: list[list[Mechanism]] = []
     for i, m in enumerate(mechanisms):
         reps[i] = count = m.repetitions()
         if count > MAX_COUNT:
             m.curve()  # raises the per-entry error
-    by_kind: dict[type[Mechanism], dict[Any, int]] = {}
-    units: dict[type[Mechanism], list[Mechanism]] = {}
-    where = np.empty(n, dtype=np.int64)
-    kind_of: list[type[Mechanism]] = []
-    for i, m in enumerate(mechanisms):
-        cls = type(m)
-        seen = by_kind.setdefault(cls, {})
-        key = m.unit_key()
-        j = seen.get(key)
-        if j is None:
-            seen[key] = j = len(seen)
-            units.setdefault(cls, []).append(m.unit())
-        where[i] = j
-        kind_of.append(cls)
+        c = slots.setdefault(type(m), len(slots))
+        if c == len(units):
+            keys.append({})
+            units.append([])
+        j = keys[c].setdefault(m.unit_key(), len(units[c]))
+        if j == len(units[c]):
+            units[c].append(m.unit())
+        where[i], kind_of[i] = j, c
     rows = np.empty((n, ORDERS.size))
     rho, pure, delta = np.empty(n), np.empty(n), np.empty(n)
     gaussian = np.empty(n, dtype=bool)
-    for cls, us in units.items():
+    for cls, c in slots.items():
+        us = units[c]
         curves = UnitCurves.concatenate(
             [cls.unit_curves(us[k : k + COMPUTE_CHUNK]) for k in range(0, len(us), COMPUTE_CHUNK)]
         )
-        mine = np.flatnonzero(np.array([c is cls for c in kind_of]))
+        mine = np.flatnonzero(kind_of == c)
         idx, r = where[mine], reps[mine]
         with np.errstate(over="ignore", invalid="ignore"):
             rows[mine] = mul_up(curves.rdp[idx], r[:, None])

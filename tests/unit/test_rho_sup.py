@@ -68,8 +68,10 @@ def test_one_by_one_is_the_batch_row_for_row() -> None:
     kl = np.array([cf.rr_kl(float(e), int(kk)) for e, kk in zip(eps, k, strict=True)])
     batch = cf.rho_from_curves(lambda a: cf.rr_rdp(a, eps[:, None], k[:, None]), kl, eps)
     for j in range(eps.size):
-        one = cf.rho_from_curve(lambda a, j=j: cf.rr_rdp(a, eps[j], k[j]), kl[j], eps[j])
-        assert one == batch[j]
+        one = cf.rho_from_curves(
+            lambda a, j=j: cf.rr_rdp(a, eps[j], k[j]), kl[j : j + 1], eps[j : j + 1]
+        )
+        assert one[0] == batch[j]
 
 
 def test_the_work_does_not_grow_with_the_number_of_curves(monkeypatch) -> None:
