@@ -174,6 +174,14 @@ def charge(
                 )
             )
             answer, replayed = charged.raw, charged.replayed
+    print_charge_answer(answer, dry_run=dry_run, replayed=replayed, as_json=as_json)
+
+
+def print_charge_answer(
+    answer: dict[str, Any], *, dry_run: bool, replayed: bool, as_json: bool
+) -> None:
+    """A charge's answer as ``charge`` prints it: the JSON, the dry run's spend, or the entry
+    (or entries, for a batch: ``entries``) recorded and the spend."""
     if as_json:
         print_json(answer)
     elif dry_run:
@@ -188,8 +196,10 @@ def charge(
             if replayed
             else ""
         )
+        entries = answer["entries"] if "entries" in answer else [answer["entry"]]
+        ids = ", ".join(f"{e['id']} (#{e['seq']})" for e in entries)
         console.print(
-            f"recorded as entry {answer['entry']['id']} (#{answer['entry']['seq']}){again}; "
+            f"recorded as {'entry' if len(entries) == 1 else 'entries'} {ids}{again}; "
             f"spent {_spent(answer['spent'])}",
             markup=False,
         )

@@ -13,17 +13,22 @@ from typing import Annotated, Any
 import typer
 from privacy_ledger_client import opacus_dp_event
 
-from app.cli.charging import DATASET, LABEL, METADATA, _metadata, _spent, read_json_file
+from app.cli.charging import (
+    DATASET,
+    LABEL,
+    METADATA,
+    _metadata,
+    print_charge_answer,
+    read_json_file,
+)
 from app.cli.common import (
     DEFAULT_URL,
     JSON_OUT,
     KEY,
     URL,
     connect,
-    console,
     fail,
     load_json,
-    print_json,
 )
 
 DRY_RUN = Annotated[
@@ -79,27 +84,7 @@ def _charge_event(
             else:
                 charged = s.call(lambda c: c.charge_dp_event(dataset, event, **kw))
             answer, replayed = charged.raw, charged.replayed
-    if as_json:
-        print_json(answer)
-    elif dry_run:
-        console.print(
-            f"would be admitted: spend would become {_spent(answer['would_spend'])}; "
-            f"now {_spent(answer['spent'])}",
-            markup=False,
-        )
-    else:
-        again = (
-            " (a retry of this --idempotency-key: the first answer, nothing charged again)"
-            if replayed
-            else ""
-        )
-        entries = answer["entries"]
-        ids = ", ".join(f"{e['id']} (#{e['seq']})" for e in entries)
-        console.print(
-            f"recorded as {'entry' if len(entries) == 1 else 'entries'} {ids}{again}; "
-            f"spent {_spent(answer['spent'])}",
-            markup=False,
-        )
+    print_charge_answer(answer, dry_run=dry_run, replayed=replayed, as_json=as_json)
 
 
 def charge_dp_event(
