@@ -781,19 +781,61 @@ def _unhold(
 def recompose_held(session: Session, st: DatasetState, without: str | None = None) -> None:
     """A ``pld`` dataset's held PLD composed again from its active holds (``without`` one
     being resolved): a PLD cannot be subtracted, so this is O(holds) compositions; a batch of
-    expiries calls it once, not once per hold (100 due holds took 12 s under the lock)."""
+    expiries calls it once, not once per hold (100 due holds took 12 s under the lock). What it
+    costs is bounded by ``check_holds_work``, which every reservation passed."""
     if not st.is_pld:
         return
+    st.pld_held, st.pld_dirty = held_pld(session, st, without=without), True
+
+
+def held_pld(
+    session: Session,
+    st: DatasetState,
+    *,
+    without: str | None = None,
+    adding: Mapping[str, Any] | None = None,
+    work: PldWork | None = None,
+) -> Pld | None:
+    """The composed PLD of a ``pld`` dataset's active holds (``without`` one, with a new one of
+    mechanism ``adding`` last), None when there is none. ``work``: as ``entry_pld``, charged for
+    the constructions (what the cache says each took, built or not) and the compositions."""
     assert st.pld is not None
     active = (_R.dataset_id == st.id, _R.status == ReservationStatus.ACTIVE)
     q = select(_R.mechanism).where(*active).order_by(_R.created_at, _R.id)
     if without is not None:
         q = q.where(_R.id != without)
-    remaining = Pld.identity(st.pld.interval)
-    mechanisms = session.scalars(q).all()
+    mechanisms: list[Mapping[str, Any]] = [*session.scalars(q).all()]
+    if adding is not None:
+        mechanisms.append(adding)
+    composed: Pld | None = None
     for m in mechanisms:
-        remaining = remaining.compose(entry_pld(st, m))
-    st.pld_held, st.pld_dirty = (remaining if mechanisms else None), True
+        entry = entry_pld(st, dict(m), work)
+        composed = entry if composed is None else composed.compose(entry, work)
+    return composed
+
+
+def check_holds_work(session: Session, st: DatasetState, wire: Mapping[str, Any]) -> None:
+    """422 (``PldWorkRefused``, nothing held) when holding ``wire`` on a ``pld`` dataset would
+    make its active holds more than one request may compose: resolving any hold (commit,
+    release, expiry) composes the others again (``recompose_held``), building each distribution
+    the construction cache lacks (after a restart, on another worker or replica). Priced here
+    as that recomposition with the new hold, on one request's meter (``request_work``): a
+    later resolution, which composes a subset of them, stays within ``PLD_WORK_LIMIT``."""
+    work = request_work()
+    try:
+        held_pld(session, st, adding=wire, work=work)
+    except (PldWorkRefused, PldWorkExceeded) as exc:
+        holds = st.held.count
+        raise PldWorkRefused(
+            f"holding {pld_mechanisms.describe(wire)} beside the {holds} active holds of "
+            f"dataset {st.name!r} would take more than the {work.limit:,.0f} units of work one "
+            "request may spend on PLDs to compose them again when one of them is committed, "
+            "released or expires (a privacy loss distribution cannot be subtracted). Commit "
+            "or release active holds first, or charge it without a reservation",
+            pld_work_limit=work.limit,
+            active_holds=holds,
+            accepted_accountings=["rdp"],
+        ) from exc
 
 
 def settle(session: Session, st: DatasetState, now: datetime) -> int:
@@ -850,6 +892,8 @@ __all__ = [
     "request_work",
     "warm_pld",
     "pld_after",
+    "check_holds_work",
+    "held_pld",
     "hold",
     "locked",
     "release_hold",

@@ -118,6 +118,8 @@ def reserve(
         admission.check_admissible(st, asked.kind, asked.curve)
         ask = admission.prepare(s, st, asked)
         dry = admission.decide(st, ask)
+        if dry.admitted and st.is_pld:  # resolving a hold composes all the others again
+            admission.check_holds_work(s, st, ask.wire)
         outcome: r.ReservationAnswer | BudgetExceeded
         if dry.admitted:
             row = admission.hold(s, st, ask, dry, ttl_seconds, utcnow())

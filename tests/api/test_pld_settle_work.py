@@ -5,6 +5,8 @@ composed once per batch. Work is counted (compositions), not timed."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
@@ -51,10 +53,10 @@ def test_expiring_a_batch_of_pld_holds_composes_linearly(
     calls = 0
     compose = Pld.compose
 
-    def counted(self: Pld, other: Pld) -> Pld:
+    def counted(self: Pld, other: Pld, *rest: Any) -> Pld:
         nonlocal calls
         calls += 1
-        return compose(self, other)
+        return compose(self, other, *rest)
 
     monkeypatch.setattr(Pld, "compose", counted)
     r = client.post(f"{url}/charges", json={"mechanism": {"mechanism": "laplace", "epsilon": 0.01}})
