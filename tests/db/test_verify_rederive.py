@@ -18,6 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
+from app.accounting.orders import CURVE_FORMULAS_VERSION
 from app.main import create_app
 from app.principal import SYSTEM
 from app.services import verification
@@ -166,3 +167,69 @@ def test_a_start_whose_rederivation_fails_still_serves_and_says_why(
         assert ready.status_code == 503 and "migrate" in ready.json()["detail"], ready.text
     assert "privacy-ledger verify --rebuild" in caplog.text
     assert "a stored mechanism this release cannot read" in caplog.text
+
+
+def _as_a_newer_release_left_it(client: TestClient, db_url: str) -> tuple[str, float]:
+    """A dataset whose entry a release with newer formulas (``CURVE_FORMULAS_VERSION + 1``,
+    stamped) derived: its stored curve, corrected upward by that release, is above what this
+    (older) release computes for the stored mechanism. Returns the dataset id and the spend the
+    newer release reported."""
+    ds = new_dataset(client, budget={"epsilon": 50.0, "delta": 1e-6}, adaptive=False)
+    r = client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": TRUE})
+    assert r.status_code == 201, r.text
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # the mechanism as stored; this release's curve for it is lower
+        conn.execute(
+            text("UPDATE ledger_entry SET mechanism = :m WHERE dataset_id = :d"),
+            {"m": json.dumps({**STORED, "count": 1, "v": 1}), "d": ds["id"]},
+        )
+        conn.execute(
+            text("UPDATE app_setting SET value = :v WHERE key = :k"),
+            {"v": str(CURVE_FORMULAS_VERSION + 1), "k": verification.FORMULAS_SETTING},
+        )
+    engine.dispose()
+    spent = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]["epsilon"]
+    assert spent > _compose(client, [STORED])  # the case is not vacuous
+    return ds["id"], spent
+
+
+def _stamp(db_url: str) -> str:
+    engine = create_engine(db_url)
+    with engine.connect() as conn:
+        value = conn.execute(
+            text("SELECT value FROM app_setting WHERE key = :k"),
+            {"k": verification.FORMULAS_SETTING},
+        ).scalar_one()
+    engine.dispose()
+    return str(value)
+
+
+def test_an_older_release_leaves_a_newer_stamp_and_its_curves(
+    client: TestClient, db_url: str
+) -> None:
+    """A replica of the previous release restarting during a rolling upgrade (auto-migration
+    on, the default) found the stamp not equal to its own version and re-derived every stored
+    curve under its older formulas, then stamped its version: a correction upward was undone
+    (an rdp entry with decreasing epsilons written under version 1: 22.631 -> 22.146 on an
+    upgraded database) and every replica of the new release without auto-migration turned
+    unready. A stamp at or above this release's version is current: nothing is re-derived and
+    the stamp is not lowered."""
+    dataset_id, spent = _as_a_newer_release_left_it(client, db_url)
+    db = client.app.state.db  # type: ignore[attr-defined]
+    assert verification.rederive_if_formulas_changed(db) is None
+    assert _stamp(db_url) == str(CURVE_FORMULAS_VERSION + 1)
+    assert client.get(f"/v1/datasets/{dataset_id}/budget").json()["spent"]["epsilon"] == spent
+
+
+def test_an_older_release_rebuild_keeps_a_newer_release_curves(
+    client: TestClient, db_url: str
+) -> None:
+    """``verify --rebuild`` run by an older release's CLI against a database a newer release
+    stamped reports the entries its formulas disagree with, but does not rewrite them with its
+    older curves (which would lower the dataset's spend below what the newer release owes)."""
+    dataset_id, spent = _as_a_newer_release_left_it(client, db_url)
+    db = client.app.state.db  # type: ignore[attr-defined]
+    report = verification.verify(db, SYSTEM, rebuild=True).datasets[0]
+    assert len(report.entries_with_curve_mismatch) == 1
+    assert client.get(f"/v1/datasets/{dataset_id}/budget").json()["spent"]["epsilon"] == spent
+    assert _stamp(db_url) == str(CURVE_FORMULAS_VERSION + 1)
