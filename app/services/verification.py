@@ -668,6 +668,10 @@ def verify(
     Each dataset is read and (on request) rewritten in ONE write transaction that holds its
     lock, the lock every charge, reservation and budget change takes first: the sum is of the
     ledger as it stands, and no charge can slip in between reading it and writing the totals.
+
+    A rebuild re-derives stored curves from their mechanisms, unless a release with newer
+    formulas stamped the database (``FORMULAS_SETTING``): an older release's CLI then reports
+    the entries its formulas disagree with and keeps the newer release's curves.
     """
     with db.read() as s:
         principal = authenticated(db, caller, s)
@@ -679,6 +683,9 @@ def verify(
         if principal.dataset_ids is not None:
             entries = entries.where(_L.dataset_id.in_(principal.dataset_ids))
         work = 2 * int(s.scalar(entries) or 0)
+        # a newer release derived the stored curves: this one reports where its formulas
+        # differ but does not put its older curves back (they may be below what is owed)
+        keep_curves = _is_newer(_current_stamp(s))
     done = 0
 
     def tick(n: int) -> None:
@@ -695,7 +702,7 @@ def verify(
         with db.write() as s, admission.locked(s, dataset_id, principal) as st:
             active = _active_holds(s, st.id)
             holds = _held_mismatches(active)
-            rederive = rebuild and bool(mismatched or holds)
+            rederive = rebuild and bool(mismatched or holds) and not keep_curves
             if rederive:
                 _rederive(s, mismatched, holds)
             total, n, counts, held, next_expiry = _recomputed(s, st, active, tick)
@@ -801,6 +808,11 @@ def _is_current(stamp: str | None) -> bool:
     return stamp is not None and stamp.isdigit() and int(stamp) >= CURVE_FORMULAS_VERSION
 
 
+def _is_newer(stamp: str | None) -> bool:
+    """Whether the stored curves were stamped by a release with newer formulas than this one."""
+    return stamp is not None and stamp.isdigit() and int(stamp) > CURVE_FORMULAS_VERSION
+
+
 def formulas_behind(db: Database) -> str | None:
     """Why the stored curves may not be this release's, or None: the database stores curves
     (``_stores_curves``) and its ``FORMULAS_SETTING`` stamp is older than
@@ -840,12 +852,14 @@ def stamp_if_empty(db: Database) -> None:
 def rederive_if_formulas_changed(db: Database) -> r.VerifyReport | None:
     """Once per ``CURVE_FORMULAS_VERSION``: ``verify --rebuild`` over every dataset (stored
     curves that no longer match their mechanism are re-derived, totals rebuilt; audited), then
-    the version is stamped. None when the stamp is current. Called after ``migrate`` and by an
+    the version is stamped. None when the stamp is current, or newer: a replica of an older
+    release restarting during a rolling upgrade must not put its older curves back (it did, and
+    stamped its own version, undoing an upward correction). Called after ``migrate`` and by an
     auto-migrating start-up: without it, a ledger written before a formula correction kept
     reporting spends below what its mechanisms imply until an operator ran ``verify --rebuild``."""
     version = str(CURVE_FORMULAS_VERSION)
     with db.read() as s:
-        if _current_stamp(s) == version:
+        if _is_current(_current_stamp(s)):  # a newer release's stamp: its curves stand
             return None
     report = verify(db, SYSTEM, rebuild=True)
     try:
@@ -853,7 +867,7 @@ def rederive_if_formulas_changed(db: Database) -> r.VerifyReport | None:
             row = s.get(AppSetting, FORMULAS_SETTING)
             if row is None:
                 s.add(AppSetting(key=FORMULAS_SETTING, value=version))
-            else:
+            elif not _is_current(row.value):  # never lowered (a newer release stamped since)
                 row.value = version
     except IntegrityError:  # a replica starting at the same time stamped it first
         pass
