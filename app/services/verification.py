@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import ColumnElement, Text, cast, func, or_, select, update
+from sqlalchemy import ColumnElement, Text, bindparam, cast, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -118,6 +118,7 @@ def _stored_curves(chunk: Sequence[Any], first: int) -> UnitCurves:
 
 
 _CURVE_COLUMNS = (_L.rho, _L.rdp, _L.pure_eps, _L.gaussian_only, _L.delta, _L.orders_version)
+_CURVE_NAMES = tuple(c.name for c in _CURVE_COLUMNS)
 
 
 Mask = np.ndarray[Any, np.dtype[np.bool_]]
@@ -262,10 +263,16 @@ def _rederive(s: Any, entry_ids: list[int], holds: list[Reservation]) -> None:
         return fresh[key]
 
     conn = s.connection()
+    rewrite = (
+        update(LedgerEntry)
+        .where(_L.id == bindparam("entry_id"))
+        .values({name: bindparam(name) for name in _CURVE_NAMES})
+    )
     for start in range(0, len(entry_ids), READ_CHUNK):
         part = entry_ids[start : start + READ_CHUNK]
-        for entry_id, mechanism in s.execute(select(_L.id, _L.mechanism).where(_L.id.in_(part))):
-            conn.execute(update(LedgerEntry).where(_L.id == entry_id).values(**columns(mechanism)))
+        rows = s.execute(select(_L.id, _L.mechanism).where(_L.id.in_(part)))
+        # one executemany per chunk: a statement per entry took minutes on 200,000 entries
+        conn.execute(rewrite, [{"entry_id": i, **columns(m)} for i, m in rows])
     for hold in holds:
         for name, value in columns(hold.mechanism).items():
             setattr(hold, name, value)
