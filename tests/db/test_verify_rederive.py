@@ -15,11 +15,12 @@ import json
 import logging
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, event, text
 
-from app.accounting.orders import CURVE_FORMULAS_VERSION
+from app.accounting.orders import CURVE_FORMULAS_VERSION, ORDERS
 from app.main import create_app
 from app.principal import SYSTEM
 from app.services import verification
@@ -276,3 +277,53 @@ def test_rederiving_a_ledger_rewrites_its_curves_in_a_few_statements(
     assert verification.verify(db, SYSTEM).datasets[0].ok
     spent = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]["epsilon"]
     assert spent >= _compose(client, high)
+
+
+DECREASING = {
+    "mechanism": "rdp",
+    "orders": [2, 4, 8, 16, 32, 64, 128, 256],
+    "epsilons": [0.5, 0.4, 0.3, 0.25, 0.25, 0.25, 0.25, 0.25],
+}
+
+
+def _least_at_or_above(orders: list[int], epsilons: list[float]) -> list[float]:
+    """The curve the release of commit 79396bd stored for an ``rdp`` entry: each grid order took
+    the least given value at an order at or above it (+inf above the largest)."""
+    out = []
+    for alpha in ORDERS.tolist():
+        above = [e for o, e in zip(orders, epsilons, strict=True) if o >= alpha]
+        out.append(min(above) if above else float("inf"))
+    return out
+
+
+def test_a_database_stamped_2_before_the_rdp_reading_changed_is_rederived(
+    client: TestClient, db_url: str
+) -> None:
+    """Version 2 was stamped by the release of 79396bd (the exact exponential curve); the next
+    commit (c97fd72) changed how an ``rdp`` entry with decreasing epsilons is read (the next
+    given order's own value, higher than the least value above it that 79396bd stored) and
+    folded that into version 2. A database that release wrote is stamped 2 and was never
+    re-derived: an adaptive dataset upgraded from it reported 22.131 where 22.631 is owed."""
+    ds = new_dataset(client, budget={"epsilon": 50.0, "delta": 1e-5})
+    for _ in range(2):
+        r = client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": DECREASING})
+        assert r.status_code == 201, r.text
+    owed = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]["epsilon"]
+    old = _least_at_or_above(DECREASING["orders"], DECREASING["epsilons"])  # type: ignore[arg-type]
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # as that release left it: its curves, stamp 2
+        conn.execute(
+            text("UPDATE ledger_entry SET rdp = :r WHERE dataset_id = :d"),
+            {"r": np.asarray(old, dtype="<f8").tobytes(), "d": ds["id"]},
+        )
+        conn.execute(
+            text("UPDATE app_setting SET value = '2' WHERE key = :k"),
+            {"k": verification.FORMULAS_SETTING},
+        )
+    engine.dispose()
+    db = client.app.state.db  # type: ignore[attr-defined]
+    assert verification.verify(db, SYSTEM).datasets[0].entries_with_curve_mismatch
+    verification.rederive_if_formulas_changed(db)
+    assert verification.verify(db, SYSTEM).datasets[0].ok
+    spent = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]["epsilon"]
+    assert spent >= owed
