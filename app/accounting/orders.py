@@ -64,7 +64,7 @@ ORDERS_VERSION = 2
 """Bump (with a migration rebuilding totals) whenever ``ORDERS`` changes. Version 1: 234 orders;
 version 2: 243 (1.01 .. 1.09 added)."""
 
-CURVE_FORMULAS_VERSION = 2
+CURVE_FORMULAS_VERSION = 3
 """Bump whenever a mechanism's curve formula changes (a correction found below the exact value,
 or a tightening): a database written before re-derives its stored curves from their mechanisms
 and rebuilds its totals once, at the first ``migrate`` or auto-migrating start-up of the release
@@ -75,6 +75,10 @@ Version 2 (2026-11-25): the exponential mechanism's RDP is the exact bounded-ran
 (``closed_forms.bounded_range_rdp``), up to 1.5x below version 1's at some orders; an ``rdp``
 entry whose given epsilons decrease takes the next given order's own value at each grid order
 (version 1 took the least value at or above it).
+Version 3: the same formulas as version 2, which was first stamped by the release of 79396bd,
+before that ``rdp`` reading (c97fd72) joined it: a database that release wrote is stamped 2 with
+the older, lower reading of such entries, and version 3 re-derives it (once more, from any
+version-2 database: the pass rewrites only curves that differ).
 ``tests/unit/test_curve_formulas_version.py`` fails when a curve moves beyond ``verify``'s
 tolerance while this stays the same."""
 
