@@ -551,7 +551,8 @@ def rho_from_curves(
     the batch it is computed in): a scan of ``SUP_SCAN`` points over log(alpha - 1) from
     log(min_alpha_minus_1) to log(alpha_max), then ``SUP_STEPS`` golden-section steps on the two
     scan intervals around its best point. If the supremum is the alpha -> 1 limit (the usual
-    case, HM25), ``kl`` is returned; otherwise the interior maximum times (1 + SUP_MARGIN).
+    case, HM25: no value located is above ``kl``), ``kl`` is returned; otherwise the interior
+    maximum times (1 + SUP_MARGIN).
     Beyond alpha_max = 1e8 max(1, 1/eps) the bound eps(alpha)/alpha <= pure_eps / alpha_max
     <= eps min(1, eps) / 1e8 is used. Work: n (SUP_SCAN + SUP_STEPS) evaluations of the
     curve, in SUP_STEPS + 3 calls (a 10,000-entry compose of distinct k-ary randomized
@@ -605,7 +606,9 @@ def rho_from_curves(
     tail = pure / alpha_max
     raised = np.maximum(np.maximum(best, tail), kl) * (1.0 + SUP_MARGIN)
     interior = np.where(raised == 0.0, 0.0, np.nextafter(raised, np.inf))  # ``up``, row by row
-    at_one = (best <= kl * (1.0 + 1e-12)) & (tail <= kl)
+    # the KL value only where nothing located is above it: a maximum within 1e-12 of it may be
+    # a real interior one (k = 7 just below eps = 0.43675: 1.1e-13 above the limit)
+    at_one = (best <= kl) & (tail <= kl)
     out: Vector = np.where(at_one, kl, interior)
     return out
 

@@ -44,7 +44,7 @@ MECHANISMS: list[dict[str, Any]] = [
     *({"mechanism": "exponential", "epsilon": e} for e in (1e-6, 0.8, 4.0, 30.0)),
     *(
         {"mechanism": "randomized_response", "epsilon": e, "k": k}
-        for e, k in ((1e-6, 2), (1.0, 4), (3.0, 2), (8.0, 100))
+        for e, k in ((1e-6, 2), (1.0, 4), (3.0, 2), (8.0, 100), (0.43674653333437363, 7))
     ),
     *({"mechanism": "rappor", "epsilon": e} for e in (1e-4, 2.0, 10.0)),
     *(

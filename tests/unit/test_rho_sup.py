@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import mpmath as mp
 import numpy as np
 import pytest
 from scipy import optimize
@@ -109,3 +110,45 @@ def test_the_work_does_not_grow_with_the_number_of_curves(monkeypatch) -> None:
     assert len(calls) == 2 * chunks * (cf.SUP_STEPS + 3)
     assert max(shape[0] for shape in calls) <= 1024
     assert sum(shape[0] * shape[1] for shape in calls) == 4000 * (cf.SUP_SCAN + cf.SUP_STEPS + 2)
+
+
+def _rr_sup_mpmath(eps: float, k: int) -> tuple[mp.mpf, mp.mpf]:
+    """sup over alpha > 1 of D_alpha / alpha for k-ary randomized response, in 50 digits: the
+    divergence of the two categorical outputs summed directly, a 161-point scan over
+    log(alpha - 1) in [-14, 2] and 120 golden-section steps around its best point; and the KL
+    (alpha -> 1) limit, the same divergence's derivative form."""
+    with mp.workdps(50):
+        e, kk = mp.mpf(eps), mp.mpf(k)
+        p_true, p_other = mp.e**e / (mp.e**e + kk - 1), 1 / (mp.e**e + kk - 1)
+
+        def ratio(t: mp.mpf) -> mp.mpf:
+            a = 1 + mp.e**t
+            # P = (p_true, p_other, p_other, ...), Q = (p_other, p_true, p_other, ...)
+            s = p_true**a * p_other ** (1 - a) + p_other**a * p_true ** (1 - a) + (kk - 2) * p_other
+            return mp.log(s) / (a - 1) / a
+
+        ts = [mp.mpf(-14) + mp.mpf(16) * i / 160 for i in range(161)]
+        vals = [ratio(t) for t in ts]
+        i = max(range(161), key=lambda j: vals[j])
+        lo, hi, best = ts[max(i - 1, 0)], ts[min(i + 1, 160)], vals[i]
+        g = (mp.sqrt(5) - 1) / 2
+        for _ in range(120):
+            c, d = hi - g * (hi - lo), lo + g * (hi - lo)
+            fc, fd = ratio(c), ratio(d)
+            best = max(best, fc, fd)
+            lo, hi = (lo, d) if fc >= fd else (c, hi)
+        kl = (p_true - p_other) * mp.log(p_true / p_other)
+        return best, kl
+
+
+def test_a_supremum_barely_above_the_kl_limit_is_kept() -> None:
+    """k = 7 crosses from an interior supremum to the alpha -> 1 limit near eps = 0.4367475
+    (docs/formulas.md §1.5): just below it, eps(alpha) / alpha peaks at alpha = 1.00004 only
+    1.1e-13 (relative) above the KL limit. The located maximum is within 1e-12 of the KL value
+    there, which once counted as 'the supremum is the limit' and returned the KL value: below
+    the exact rho*. The returned rho must be at least the exact supremum."""
+    eps, k = 0.43674653333437363, 7
+    exact, kl_exact = _rr_sup_mpmath(eps, k)
+    assert exact > kl_exact * (1 + mp.mpf(5e-14))  # the interior maximum is really there
+    got = mechanism_from_dict({"mechanism": "randomized_response", "epsilon": eps, "k": k})
+    assert got.curve().rho >= exact, (got.curve().rho, exact, kl_exact)
