@@ -398,14 +398,22 @@ def _x_minus_log1p(u: float) -> float:
             return total + power * a / ((k + 1) * (1.0 - a))
 
 
+BR_RHO_TINY = 1e-100
+"""Below this eta, ``bounded_range_rho`` answers eta^2 / 8 (its relative excess, eta^2 / 72, is
+below 1e-201; the accepted epsilons start at 1e-9)."""
+
+
 def bounded_range_rho(eta: float) -> float:
     """Tight zCDP of an eta-bounded-range mechanism: c - 1 - log c with c = eta / (e^eta - 1)
     [HM25; docs/formulas.md §1.7], at most eta^2 / 8 [CR21 section 3]. With u = c - 1 =
     -(e^eta - 1 - eta) / (e^eta - 1) in (-1, 0), rho = u - log1p(u), both parts evaluated from
     positive series where the closed form would cancel; a relative margin of 2^-48 covers the
-    remaining rounding."""
+    remaining rounding. Below ``BR_RHO_TINY`` the bound eta^2 / 8 itself, rounded up (the
+    series' stopping rule never holds once its terms are subnormal)."""
     if eta <= 0.0:
         return 0.0
+    if eta < BR_RHO_TINY:  # rho = eta^2 / 8 (1 - eta^2 / 72 + ...): the first term is above it
+        return math.nextafter(math.nextafter(eta * eta / 8.0, math.inf), math.inf)
     if eta > 1.5:  # c < 0.45: no cancellation in c - 1 - log c, log c = log eta - log(e^eta - 1)
         log_c = math.log(eta) - (eta + math.log1p(-math.exp(-eta)))
         value = math.exp(log_c) - 1.0 - log_c

@@ -117,6 +117,21 @@ def test_exponential_curve_bounds_the_worst_bounded_range_pair(eta: float) -> No
     assert c.rho <= eta * eta / 8 and c.pure_eps == eta
 
 
+@pytest.mark.parametrize("eta", [1e-100, 1e-150, 1e-160, 1e-200, 5e-324])
+def test_bounded_range_rho_at_an_eta_whose_square_underflows(eta: float) -> None:
+    """The series behind ``bounded_range_rho`` stopped when a term fell below 1e-18 of the sum;
+    once eta^2 / 2 is subnormal, the next term and 1e-18 of the sum both round to 0 and the
+    loop never ended (eta = 1e-160 hung). The answer must end, be at least the exact
+    c - 1 - log c (mpmath, enough digits for the cancellation) and at most eta^2 / 8 [CR21]."""
+    with mp.workdps(800):
+        e = mp.mpf(eta)
+        c = e / mp.expm1(e)
+        exact = c - 1 - mp.log(c)
+    got = bounded_range_rho(eta)
+    assert mp.mpf(got) >= exact > 0
+    assert got <= math.nextafter(math.nextafter(eta * eta / 8 * (1 + 2**-50), 1), 1)
+
+
 TIGHT_ORDERS = [1.01, 1.05, 1.5, 2.0, 3.0, 7.7, 15.0, 77.0, 1024.0, float(ORDERS[-1])]
 
 
