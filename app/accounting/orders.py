@@ -78,8 +78,8 @@ entry whose given epsilons decrease takes the next given order's own value at ea
 Version 3 (2026-11-25), two reasons. First, version 2 was first stamped by the release of
 79396bd, before that ``rdp`` reading (c97fd72) joined it: a database that release wrote is
 stamped 2 with the older, lower reading of such entries, and version 3 re-derives it (the pass
-rewrites only curves that differ). Second, k-ary randomized response (k >= 7) and discrete Laplace take the KL
-value as rho only where no located value of eps(alpha) / alpha is above it
+rewrites only curves that differ). Second, k-ary randomized response (k >= 7) and discrete
+Laplace take the KL value as rho only where no located value of eps(alpha) / alpha is above it
 (``closed_forms.rho_from_curves``); version 2 took it wherever the located maximum was within
 1e-12 of it, which returned the KL value, below the exact rho*, for an interior maximum barely
 above the limit (k = 7 just below eps = 0.4367475: 1.1e-13 below). Those rhos rise by 1e-9,
