@@ -208,18 +208,30 @@ def _verify_here(database_url: str, rebuild: bool, quiet: bool) -> dict[str, Any
             MofNCompleteColumn(),
             TextColumn("ledger entries"),
         )
-        total_entries = sum(n for _, _, n in listed)
+        # verify's own units: two per ledger entry (the curve check, then the sum). A dataset's
+        # stored entry count stands in until its verify counts its ledger (stale totals are
+        # what --rebuild is for), so the bar moves as each dataset's ledger is read.
+        guesses = [2 * n for _, _, n in listed]
+        finished = 0
         with Progress(*columns, console=err_console, transient=True, disable=quiet) as bar:
             task = bar.add_task("verifying" + (" and rebuilding" if rebuild else ""), total=None)
-            bar.update(task, total=total_entries)
-            for dataset_id, name, entries in listed:
+            bar.update(task, total=sum(guesses) // 2)
+            for i, (dataset_id, name, _) in enumerate(listed):
                 bar.update(task, description=f"verifying {name}")
+                later = sum(guesses[i + 1 :])
+
+                def moved(done: int, total: int, base: int = finished, later: int = later) -> None:
+                    bar.update(
+                        task, completed=(base + done) // 2, total=(base + total + later) // 2
+                    )
+
                 scoped = Principal(
                     key_id=SYSTEM.key_id, role=SYSTEM.role, dataset_ids=(dataset_id,)
                 )
-                part = run_verify(db, scoped, rebuild=rebuild).model_dump(mode="json")
-                datasets += part["datasets"]
-                bar.advance(task, entries)
+                report = run_verify(db, scoped, rebuild=rebuild, progress=moved)
+                datasets += report.model_dump(mode="json")["datasets"]
+                finished += 2 * sum(d.entries for d in report.datasets)
+                bar.update(task, completed=finished // 2, total=(finished + later) // 2)
     finally:
         db.dispose()
     return {"ok": all(d["ok"] for d in datasets), "datasets": datasets}
