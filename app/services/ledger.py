@@ -169,9 +169,12 @@ def list_entries(
         principal = authenticated(db, caller, s)
         st = state.load(s, ref, principal)
         q = _entries(_checked(st, filters or EntryFilter()).where(st.id))
-        if before is not None:
-            q = q.where(_L.id < before)
-        rows = s.execute(q.order_by(_L.id.desc()).limit(limit + 1)).all()
+        if before is not None:  # continue below the seq of the entry the cursor names
+            at = s.scalar(select(_L.seq).where(_L.id == before, _L.dataset_id == st.id))
+            q = q.where(_L.seq < at) if at is not None else q.where(_L.id < before)
+        # newest first by ledger position, through the (dataset_id, seq) index: ordered by id,
+        # both databases read and sorted every entry of the dataset for each page
+        rows = s.execute(q.order_by(_L.seq.desc()).limit(limit + 1)).all()
         more = len(rows) > limit
         rows = rows[:limit]
         return r.LedgerPage(
