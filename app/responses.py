@@ -491,7 +491,25 @@ class VerifiedDataset(_Answer):
     entries: int
     ok: bool
     drift: list[str]
-    entries_with_curve_mismatch: list[int]
+    entries_with_curve_mismatch: list[int] = Field(
+        description="ids of entries whose stored curve is not their mechanism's, the first 100 "
+        "by ledger position (all of them: entries_with_curve_mismatch_count)"
+    )
+    entries_with_curve_mismatch_count: int = 0
+    entries_with_curve_mismatch_truncated: bool = Field(
+        default=False, description="more entries have a stale curve than are listed"
+    )
+    entries_with_curve_mismatch_seq_range: list[int] | None = Field(
+        default=None,
+        description="[first, last] ledger seq of all entries with a stale curve (not every "
+        "entry between them is one)",
+    )
+    holds_with_curve_mismatch: list[str] = Field(
+        default_factory=list,
+        description="ids of active holds whose stored curve is stale, the first 100",
+    )
+    holds_with_curve_mismatch_count: int = 0
+    holds_with_curve_mismatch_truncated: bool = False
 
 
 class VerifyReport(_Answer):

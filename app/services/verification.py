@@ -73,6 +73,12 @@ CHECK_CHUNK = 2_048
 chunk (2,048 x |ORDERS| doubles, 4 MB) stay in cache; 100,000 at once cost seconds in page
 faults alone."""
 
+LISTED_MISMATCHES = 100
+"""At most this many ids of entries (and of holds) with a stale curve are listed in a verify
+report and in the ``totals.rebuilt`` audit event, the first by ledger position; the count and
+the ledger seq range of all of them stand beside. Listing every id made one event for 100,000
+re-derived entries 689 KB, and one audit page of such events hundreds of MB."""
+
 Progress = Callable[[int, int], None]
 """``progress(done, total)``: units of verify's work done so far, out of ``total`` (each
 ledger entry counts twice: the curve check, then the sum under the lock; an entry of a ``pld``
@@ -195,8 +201,11 @@ def _fresh_curves(mechanisms: list[Mechanism]) -> tuple[Vector, Vector]:
     return rho, rdp
 
 
-def _curve_mismatches(db: Database, dataset_id: str, tick: Callable[[int], None]) -> list[int]:
-    """Ids of entries whose stored curve no longer matches the curve of their mechanism (drift
+def _curve_mismatches(
+    db: Database, dataset_id: str, tick: Callable[[int], None]
+) -> list[tuple[int, int]]:
+    """(id, seq) of entries, in ledger order, whose stored curve no longer matches the curve of
+    their mechanism (drift
     in the formulas or the order grid). Entries never change, so this runs outside the lock,
     each page of ``READ_CHUNK`` rows read in its own short read and checked before the next is
     read: progress moves with the check (the costly part: 100,000 distinct randomized responses
@@ -204,7 +213,7 @@ def _curve_mismatches(db: Database, dataset_id: str, tick: Callable[[int], None]
     and verdict per distinct (mechanism, stored curve) seen before. Rows with the same mechanism
     and stored curve are checked once."""
     verdicts: dict[bytes, bool] = {}  # digest of (mechanism, rho, rdp) -> stale
-    bad: list[int] = []
+    bad: list[tuple[int, int]] = []
     text = cast(_L.mechanism, Text)
     last = 0
     while True:
@@ -236,12 +245,12 @@ def _curve_mismatches(db: Database, dataset_id: str, tick: Callable[[int], None]
             mechanisms = [mechanism_from_dict(json.loads(row[1])) for row in part]
             stale = _stale_curves(mechanisms, stored_rho, stored_rdp)
             verdicts.update(zip(keys[start : start + CHECK_CHUNK], stale.tolist(), strict=True))
-        bad += [row[0] for d, row in zip(digests, chunk, strict=True) if verdicts[d]]
+        bad += [(row[0], row[5]) for d, row in zip(digests, chunk, strict=True) if verdicts[d]]
         tick(len(chunk))
         if len(chunk) < READ_CHUNK:
             break
         last = chunk[-1][-1]
-    return sorted(bad)
+    return bad
 
 
 def _digest(mechanism: str, rho: float, rdp: bytes) -> bytes:
@@ -250,6 +259,22 @@ def _digest(mechanism: str, rho: float, rdp: bytes) -> bytes:
     h.update(struct.pack("<d", rho))
     h.update(rdp)
     return h.digest()
+
+
+def _mismatch_summary(entries: list[tuple[int, int]], hold_ids: list[str]) -> dict[str, Any]:
+    """What a verify report and a ``totals.rebuilt`` event say of the stale curves, bounded by
+    ``LISTED_MISMATCHES``: the first ids by ledger position, how many there are, whether the
+    list is cut, and the seq range that holds all of them (not every entry in it is stale)."""
+    seqs = [seq for _, seq in entries]
+    return {
+        "entries": [entry_id for entry_id, _ in entries[:LISTED_MISMATCHES]],
+        "entries_count": len(entries),
+        "entries_truncated": len(entries) > LISTED_MISMATCHES,
+        "entries_seq_range": [min(seqs), max(seqs)] if seqs else None,
+        "holds": hold_ids[:LISTED_MISMATCHES],
+        "holds_count": len(hold_ids),
+        "holds_truncated": len(hold_ids) > LISTED_MISMATCHES,
+    }
 
 
 def _active_holds(s: Any, dataset_id: str) -> list[Reservation]:
@@ -834,7 +859,7 @@ def verify(
             holds = _held_mismatches(active)
             rederive = rebuild and bool(mismatched or holds) and not keep_curves
             if rederive:
-                _rederive(s, mismatched, holds)
+                _rederive(s, [entry_id for entry_id, _ in mismatched], holds)
             total, n, counts, held, next_expiry = _recomputed(s, st, active, tick)
             stored = st.committed
             drift = {
@@ -870,14 +895,21 @@ def verify(
             structures = _verify_structures(s, st, rebuild)  # allocations and blocks
             drift.update(dict.fromkeys(structures, True))
             drifted = [k for k, v in drift.items() if v]
+            stale = _mismatch_summary(mismatched, [h.id for h in holds])
             item: dict[str, Any] = {
                 "dataset_id": st.id,
                 "name": st.name,
                 "entries": n,
                 "ok": not drifted and not mismatched and not holds,
                 "drift": drifted,
-                "entries_with_curve_mismatch": mismatched,
-                "holds_with_curve_mismatch": [h.id for h in holds],
+                # the first LISTED_MISMATCHES of each, with their count (and the entries' seqs)
+                "entries_with_curve_mismatch": stale["entries"],
+                "entries_with_curve_mismatch_count": stale["entries_count"],
+                "entries_with_curve_mismatch_truncated": stale["entries_truncated"],
+                "entries_with_curve_mismatch_seq_range": stale["entries_seq_range"],
+                "holds_with_curve_mismatch": stale["holds"],
+                "holds_with_curve_mismatch_count": stale["holds_count"],
+                "holds_with_curve_mismatch_truncated": stale["holds_truncated"],
             }
             if drifted or rederive:
                 item["stored"] = {"rho": stored.rho, "entries": st.entry_count}
@@ -904,10 +936,7 @@ def verify(
                         "drift": drifted,
                         "recomputed": item["recomputed"],
                         "stored": item["stored"],
-                        "curves_rederived": {
-                            "entries": mismatched,
-                            "holds": item["holds_with_curve_mismatch"],
-                        },
+                        "curves_rederived": stale,
                     },
                 )
                 item["rebuilt"] = True
@@ -1006,6 +1035,7 @@ def rederive_if_formulas_changed(db: Database) -> r.VerifyReport | None:
 
 __all__ = [
     "FORMULAS_SETTING",
+    "LISTED_MISMATCHES",
     "Progress",
     "formulas_behind",
     "rederive_if_formulas_changed",

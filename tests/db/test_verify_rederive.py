@@ -380,3 +380,58 @@ def test_rederiving_many_entries_computes_their_curves_together_and_updates_in_b
     assert len(batches) <= 2 * math.ceil(n / 4), batches  # the check's and the rewrite's pages
     assert len(updates) <= math.ceil(n / 4), len(updates)
     assert verification.verify(db, SYSTEM).datasets[0].ok
+
+
+def test_a_rebuild_of_many_entries_lists_a_bounded_number_of_them(
+    client: TestClient, db_url: str
+) -> None:
+    """The ``totals.rebuilt`` event and the verify report listed every re-derived entry id: one
+    event for 100,000 entries was 689 KB, and an audit page of such events hundreds of MB. They
+    list the first ``LISTED_MISMATCHES`` by ledger position, with the count of all of them and
+    the seq range that holds them."""
+    n = verification.LISTED_MISMATCHES + 50
+    ds = new_dataset(client, budget={"epsilon": 500.0, "delta": 1e-6}, adaptive=False)
+    for i in range(n):
+        wire = {"mechanism": "laplace", "epsilon": 0.01 + 0.0001 * i}
+        r = client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": wire})
+        assert r.status_code == 201, r.text
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # curves an older release stored (1 % below), but for seq 1
+        conn.execute(
+            text("UPDATE ledger_entry SET rho = rho * 0.99 WHERE dataset_id = :d AND seq > 1"),
+            {"d": ds["id"]},
+        )
+        ids = (
+            conn.execute(
+                text("SELECT id FROM ledger_entry WHERE dataset_id = :d AND seq > 1 ORDER BY seq"),
+                {"d": ds["id"]},
+            )
+            .scalars()
+            .all()
+        )
+    engine.dispose()
+    stale = n - 1
+    listed = verification.LISTED_MISMATCHES
+
+    report = client.post("/v1/admin/verify").json()["datasets"][0]
+    assert report["entries_with_curve_mismatch"] == ids[:listed]
+    assert report["entries_with_curve_mismatch_count"] == stale
+    assert report["entries_with_curve_mismatch_truncated"] is True
+    assert report["entries_with_curve_mismatch_seq_range"] == [2, n]
+
+    rebuilt = client.post("/v1/admin/verify", params={"rebuild": True}).json()["datasets"][0]
+    assert rebuilt["rebuilt"] is True and rebuilt["entries_with_curve_mismatch_count"] == stale
+    r = client.get("/v1/audit", params={"action": "totals.rebuilt"})
+    assert r.status_code == 200, r.text
+    (event,) = r.json()["events"]
+    said = event["details"]["curves_rederived"]
+    assert said["entries"] == ids[:listed]
+    assert (said["entries_count"], said["entries_truncated"]) == (stale, True)
+    assert said["entries_seq_range"] == [2, n]
+    assert (said["holds"], said["holds_count"], said["holds_truncated"]) == ([], 0, False)
+    # bounded: the listed ids and a few fields, whatever the number of entries re-derived
+    assert len(json.dumps(event)) < 200 + 12 * listed + 1_000, len(json.dumps(event))
+    after = client.post("/v1/admin/verify").json()
+    assert after["ok"] is True
+    assert after["datasets"][0]["entries_with_curve_mismatch_count"] == 0
+    assert after["datasets"][0]["entries_with_curve_mismatch_seq_range"] is None
