@@ -258,7 +258,11 @@ class Rejection(Base):
     """A refused charge or reservation, with the spend at that moment and the reason."""
 
     __tablename__ = "rejection"
-    __table_args__ = (Index("ix_rejection_dataset_created", "dataset_id", "created_at"),)
+    __table_args__ = (
+        Index("ix_rejection_dataset_created", "dataset_id", "created_at"),
+        # a dataset's rejections newest first by id (its pages and their cursor), read in order
+        Index("ix_rejection_dataset_id_id", "dataset_id", "id"),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     dataset_id: Mapped[str] = mapped_column(
@@ -318,6 +322,8 @@ class AuditEvent(Base):
     """Append-only audit trail: who (key id) did what, when, with old and new values."""
 
     __tablename__ = "audit_event"
+    # a dataset's events newest first by id (its pages and ``before_id``), read in order
+    __table_args__ = (Index("ix_audit_event_dataset_id_id", "dataset_id", "id"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     created_at: Mapped[datetime] = mapped_column(
@@ -325,7 +331,7 @@ class AuditEvent(Base):
     )
     key_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     action: Mapped[str] = mapped_column(String(64))
-    dataset_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    dataset_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     target_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     details: Mapped[dict[str, Any]] = mapped_column(JSON)
 
