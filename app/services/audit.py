@@ -79,9 +79,14 @@ def list_events(
     does) and the key events of the keys it covers (``Principal.covers``: those it may list and
     revoke), nothing else (every event without a dataset is a key's)."""
     principal = authenticated(db, caller)
-    q = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit)
+    q = select(AuditEvent).limit(limit)
     if dataset_id is not None:
-        q = q.where(AuditEvent.dataset_id == _dataset_id(db, dataset_id, principal))
+        # one dataset, paged through its (dataset_id, id) index (as rejections are, and why:
+        # ``ledger.list_rejections``): 3,050 rows read for a 50-row page by the primary key
+        one = _dataset_id(db, dataset_id, principal)
+        q = q.where(AuditEvent.dataset_id.between(one, one))
+        q = q.order_by(AuditEvent.dataset_id.desc())
+    q = q.order_by(AuditEvent.id.desc())
     if action is not None:
         q = q.where(AuditEvent.action == action)
     if since is not None:
