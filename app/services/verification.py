@@ -936,7 +936,8 @@ def verify(
                         "drift": drifted,
                         "recomputed": item["recomputed"],
                         "stored": item["stored"],
-                        "curves_rederived": stale,
+                        # a newer release's curves are kept (keep_curves): none re-derived
+                        "curves_rederived": stale if rederive else _mismatch_summary([], []),
                     },
                 )
                 item["rebuilt"] = True

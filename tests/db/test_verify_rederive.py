@@ -238,6 +238,30 @@ def test_an_older_release_rebuild_keeps_a_newer_release_curves(
     assert _stamp(db_url) == str(CURVE_FORMULAS_VERSION + 1)
 
 
+def test_a_rebuild_that_keeps_a_newer_release_curves_does_not_say_it_rederived_them(
+    client: TestClient, db_url: str
+) -> None:
+    """When an older release's rebuild fixes drifted totals but keeps a newer release's curves,
+    its ``totals.rebuilt`` event named those entries under ``curves_rederived`` although it left
+    them as they were: the audit trail then says curves were rewritten that were not."""
+    dataset_id, _ = _as_a_newer_release_left_it(client, db_url)
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # totals that drifted from the ledger: the rebuild has work
+        conn.execute(
+            text("UPDATE dataset_total SET rho = rho * 2 WHERE dataset_id = :d"), {"d": dataset_id}
+        )
+    engine.dispose()
+    db = client.app.state.db  # type: ignore[attr-defined]
+    report = verification.verify(db, SYSTEM, rebuild=True).datasets[0]
+    assert report.rebuilt and "rho" in report.drift
+    assert len(report.entries_with_curve_mismatch) == 1  # still reported as differing
+    r = client.get("/v1/audit", params={"action": "totals.rebuilt"})
+    assert r.status_code == 200, r.text
+    (event,) = r.json()["events"]
+    said = event["details"]["curves_rederived"]
+    assert (said["entries"], said["entries_count"]) == ([], 0)
+
+
 def test_rederiving_a_ledger_rewrites_its_curves_in_a_few_statements(
     client: TestClient, db_url: str
 ) -> None:
