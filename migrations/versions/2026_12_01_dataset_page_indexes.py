@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from alembic import op
 
+from app.db.migrate import refuse_populated_downgrade
+
 revision = "0014"
 down_revision = "0013"
 branch_labels = None
@@ -36,6 +38,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # nothing is lost here, but every step down is guarded alike: a partial downgrade stops at
+    # the first step that would refuse, not one step later
+    refuse_populated_downgrade()
     with op.batch_alter_table("audit_event", schema=None) as batch_op:
         batch_op.create_index("ix_audit_event_dataset_id", ["dataset_id"], unique=False)
         batch_op.drop_index("ix_audit_event_dataset_id_id")
