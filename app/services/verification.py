@@ -128,7 +128,6 @@ def _stored_curves(chunk: Sequence[Any], first: int) -> UnitCurves:
 
 
 _CURVE_COLUMNS = (_L.rho, _L.rdp, _L.pure_eps, _L.gaussian_only, _L.delta, _L.orders_version)
-_CURVE_NAMES = tuple(c.name for c in _CURVE_COLUMNS)
 
 
 Mask = np.ndarray[Any, np.dtype[np.bool_]]

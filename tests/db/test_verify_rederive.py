@@ -262,6 +262,23 @@ def test_a_rebuild_that_keeps_a_newer_release_curves_does_not_say_it_rederived_t
     assert (said["entries"], said["entries_count"]) == ([], 0)
 
 
+def _rebuild_counting_updates(db: Any) -> tuple[Any, list[str]]:
+    """``verify --rebuild``'s report for the first dataset, and the ``UPDATE ledger_entry``
+    statements it ran (an executemany counts once)."""
+    updates: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("UPDATE LEDGER_ENTRY"):
+            updates.append(statement)
+
+    event.listen(db.write_engine, "before_cursor_execute", seen)
+    try:
+        report = verification.verify(db, SYSTEM, rebuild=True).datasets[0]
+    finally:
+        event.remove(db.write_engine, "before_cursor_execute", seen)
+    return report, updates
+
+
 def test_rederiving_a_ledger_rewrites_its_curves_in_a_few_statements(
     client: TestClient, db_url: str
 ) -> None:
@@ -286,17 +303,7 @@ def test_rederiving_a_ledger_rewrites_its_curves_in_a_few_statements(
             )
     engine.dispose()
     db = client.app.state.db  # type: ignore[attr-defined]
-    updates: list[str] = []
-
-    def statement(conn: Any, cursor: Any, sql: str, *_: Any) -> None:
-        if sql.lstrip().upper().startswith("UPDATE LEDGER_ENTRY"):
-            updates.append(sql)
-
-    event.listen(db.write_engine, "before_cursor_execute", statement)
-    try:
-        report = verification.verify(db, SYSTEM, rebuild=True).datasets[0]
-    finally:
-        event.remove(db.write_engine, "before_cursor_execute", statement)
+    report, updates = _rebuild_counting_updates(db)
     assert len(report.entries_with_curve_mismatch) == entries - entries // 5  # eps 0.1 matched
     assert len(updates) == 1, updates
     assert verification.verify(db, SYSTEM).datasets[0].ok
@@ -361,8 +368,6 @@ def test_rederiving_many_entries_computes_their_curves_together_and_updates_in_b
     together, as the check did (one by one, 5,000 distinct randomized responses with k >= 7 took
     48 s of CPU under the dataset's lock, 100,000 would take a quarter of an hour), and rewrites
     them in one executemany per page of the ledger rather than one UPDATE per entry."""
-    from sqlalchemy import event
-
     from app.accounting.kinds._spec import unit_curve
     from app.accounting.kinds.randomized_response import RandomizedResponse
 
@@ -389,17 +394,7 @@ def test_rederiving_many_entries_computes_their_curves_together_and_updates_in_b
 
     monkeypatch.setattr(RandomizedResponse, "unit_curves", classmethod(counted))
     unit_curve.cache_clear()  # as in a process that did not charge them
-    updates: list[str] = []
-
-    def seen(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
-        if statement.lstrip().upper().startswith("UPDATE LEDGER_ENTRY"):
-            updates.append(statement)
-
-    event.listen(db.write_engine, "before_cursor_execute", seen)
-    try:
-        report = verification.verify(db, SYSTEM, rebuild=True).datasets[0]
-    finally:
-        event.remove(db.write_engine, "before_cursor_execute", seen)
+    report, updates = _rebuild_counting_updates(db)
     assert len(report.entries_with_curve_mismatch) == n
     assert len(batches) <= 2 * math.ceil(n / 4), batches  # the check's and the rewrite's pages
     assert len(updates) <= math.ceil(n / 4), len(updates)
