@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, or_, select
+from sqlalchemy.exc import DBAPIError
 
 from app import responses as r
 from app.db.engine import Database
@@ -212,10 +213,21 @@ CSV_COLUMNS = (
 
 
 def export_page(db: Database, dataset_id: str, filters: EntryFilter, after_seq: int) -> list[Any]:
-    """Up to ``EXPORT_PAGE_SIZE`` entries after ``after_seq``, oldest first (one short read)."""
-    with db.read() as s:
-        q = _entries([*filters.where(dataset_id), _L.seq > after_seq])
-        return list(s.execute(q.order_by(_L.seq).limit(EXPORT_PAGE_SIZE)).all())
+    """Up to ``EXPORT_PAGE_SIZE`` entries after ``after_seq``, oldest first (one short read).
+
+    Read again, once, on a fresh connection when the pooled one was found dead (the database
+    restarted, or the backend was terminated): the export's status line is already sent, so
+    the 503 other reads answer is no longer possible and the failure would cut the stream."""
+    q = _entries([*filters.where(dataset_id), _L.seq > after_seq])
+    q = q.order_by(_L.seq).limit(EXPORT_PAGE_SIZE)
+    try:
+        with db.read() as s:
+            return list(s.execute(q).all())
+    except DBAPIError as exc:
+        if not exc.connection_invalidated:
+            raise
+    with db.read() as s:  # the pool replaced the dead connection (SQLAlchemy invalidated it)
+        return list(s.execute(q).all())
 
 
 CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
