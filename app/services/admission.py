@@ -753,10 +753,11 @@ def hold(
 
 
 def release_hold(session: Session, st: DatasetState, hold: Reservation) -> None:
-    """Free a hold: its budget leaves the held sum (nothing enters the ledger)."""
+    """Free a hold: its budget leaves the held sum (nothing enters the ledger). Its tallies
+    are found before anything is written (``prepare_held`` may refuse)."""
     curve = curve_of(hold)
-    _unhold(session, st, hold, curve)
     ask = prepare_held(session, st, Ask.of_hold(hold))
+    _unhold(session, st, hold, curve)
     if ask.target is not None:
         for tally in ask.target.tallies():
             tally.unhold(curve)

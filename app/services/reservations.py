@@ -184,8 +184,9 @@ def _resolve(
             # raised after this write, which stands whatever this unit answers: run_locked)
             admission.settle(s, st, now)
         if row.status is ReservationStatus.ACTIVE:
-            row.status = to
-            row.resolved_by = principal.key_id
+            # the ledger and tallies first: they may refuse (422) before writing anything, and
+            # run_locked commits a unit's writes even when it raises, so a status set first
+            # would stand without its entry (a "committed" hold with nothing in the ledger)
             if to is ReservationStatus.COMMITTED:
                 admission.append_held(s, st, row, EntrySource.RESERVATION, now)
             else:
@@ -200,6 +201,8 @@ def _resolve(
                         target_id=row.id,
                         details={"held_by": row.key_id, "kind": row.kind},
                     )
+            row.status = to
+            row.resolved_by = principal.key_id
             _count(s, st.id, row.kind, to.value)
         elif to is ReservationStatus.COMMITTED and row.status is ReservationStatus.RELEASED:
             raise Conflict(f"reservation {reservation_id!r} was released; it cannot be committed")
