@@ -112,9 +112,18 @@ def remaining(st: DatasetState, view: tuple[PrivacyCurve, Spend] | None = None) 
     return remaining_view(left)
 
 
+def held_epsilon(with_holds: float, without: float) -> float | None:
+    """``Reserved.epsilon``: the spend with the holds minus the spend without, never negative;
+    None where either is not finite (both infinite gave nan, which ``max`` clamped to 0.0: as if
+    the holds added nothing)."""
+    if not (math.isfinite(with_holds) and math.isfinite(without)):
+        return None
+    return max(0.0, with_holds - without)
+
+
 def reserved(st: DatasetState, view: tuple[PrivacyCurve, Spend] | None = None) -> r.Reserved | None:
     """The active holds (None when there are none): their count, rho, earliest expiry, and
-    epsilon = the spend with them minus the spend without (never negative)."""
+    epsilon = the spend with them minus the spend without (``held_epsilon``)."""
     held = st.held_curve
     if held is None:
         return None
@@ -122,7 +131,7 @@ def reserved(st: DatasetState, view: tuple[PrivacyCurve, Spend] | None = None) -
     return r.Reserved(
         rho=finite_or_none(held.rho),
         count=st.held.count,
-        epsilon=max(0.0, sp.epsilon - st.spent.epsilon),
+        epsilon=held_epsilon(sp.epsilon, st.spent.epsilon),
         next_expiry=st.held_next_expiry,
     )
 
@@ -302,7 +311,7 @@ def tally_view(t: Tally, dry: DryRun | None = None) -> dict[str, Any]:
         else r.Reserved(
             rho=finite_or_none(held.rho),
             count=t.held.count,
-            epsilon=max(0.0, sp_held.epsilon - sp.epsilon),
+            epsilon=held_epsilon(sp_held.epsilon, sp.epsilon),
             next_expiry=t.next_expiry,
         )
     )
@@ -447,6 +456,7 @@ __all__ = [
     "entry",
     "exhausted",
     "finite_or_none",
+    "held_epsilon",
     "remaining",
     "requested",
     "spent",
