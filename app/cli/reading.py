@@ -4,6 +4,7 @@ server's CSV / JSON Lines export, streamed), ``rejections`` and ``audit`` (over 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -155,7 +156,7 @@ def _reserved(reserved: dict[str, Any] | None) -> str:
         return "epsilon 0 (no active holds)"
     n = reserved["count"]
     expiry = reserved.get("next_expiry")
-    text = f"epsilon {num(reserved.get('epsilon'))} by {n} active hold{'' if n == 1 else 's'}"
+    text = f"epsilon {used(reserved.get('epsilon'))} by {n} active hold{'' if n == 1 else 's'}"
     return text + (f" (the first expires {when(expiry)} UTC)" if expiry else "")
 
 
@@ -251,10 +252,32 @@ def status(
         for kind, c in ranked:
             eps = None if added is None else added.get(kind, 0.0)
             share = f"{100 * eps / total:.1f}%" if eps is not None and total > 0 else "-"
-            by.add_row(kind, str(c["entries"]), str(c["count"]), num(eps), share)
+            by.add_row(kind, str(c["entries"]), str(c["count"]), used(eps), share)
         if added is None:
             by.caption = f"more than {CONTRIBUTION_LIMIT} entries: not attributed"
+        else:
+            _since_budget_change(by, total, d["spent"])
     console.print(by)
+
+
+def _since_budget_change(by: Table, attributed: float, spent: dict[str, Any]) -> None:
+    """Each entry stores the spend right after it at the budget delta of its time, so the kinds'
+    additions add up to the last entry's spend: after a change of the budget delta (or totals
+    rebuilt from re-derived curves) that is not the spend now. A last row then brings them to
+    it (``inf`` where no finite epsilon holds at the current delta), rounded up as every spend."""
+    now = spent["epsilon"]
+    if now is not None and now == attributed:
+        return
+    gap = math.inf if now is None else now - attributed
+    by.add_row("(budget delta changed)", "-", "-", used(gap), "-")
+    by.caption = (
+        "each entry adds its spend at the budget delta of its time; the last row brings them to "
+        + (
+            f"the spend now at delta {spent['delta']:g}"
+            if now is not None
+            else f"the spend now: no finite epsilon at delta {spent['delta']:g}"
+        )
+    )
 
 
 def budget(

@@ -167,15 +167,15 @@ def test_budget_gives_the_epsilon_reserved(run: Cli) -> None:
     run("reserve", "census", "-m", "laplace", "--epsilon", "0.25")
     api = run.client.get("/v1/datasets/census/budget").json()["reserved"]
     row = _rows(run("budget", "census").stdout)["reserved"]
-    assert api["count"] == 1 and row.startswith(f"epsilon {common.num(api['epsilon'])} by 1 ")
+    assert api["count"] == 1 and row.startswith(f"epsilon {common.used(api['epsilon'])} by 1 ")
     assert row == (
-        f"epsilon {common.num(api['epsilon'])} by 1 active hold (the first expires "
+        f"epsilon {common.used(api['epsilon'])} by 1 active hold (the first expires "
         f"{common.when(api['next_expiry'])} UTC)"
     )
     run("reserve", "census", "-m", "laplace", "--epsilon", "0.25")
     api = run.client.get("/v1/datasets/census/budget").json()["reserved"]
     row = _rows(run("budget", "census").stdout)["reserved"]
-    assert row.startswith(f"epsilon {common.num(api['epsilon'])} by 2 active holds (")
+    assert row.startswith(f"epsilon {common.used(api['epsilon'])} by 2 active holds (")
     assert api["epsilon"] > 0.4
 
 
@@ -357,6 +357,44 @@ def test_status_on_rdp_shows_epsilon_added_not_rho(run: Cli) -> None:
         before = e["spent_epsilon"]
     text = run("status", "train").stdout
     assert "epsilon added" in text and "rho" not in text
+
+
+def _epsilon_added(text: str) -> dict[str, str]:
+    """The ``epsilon added`` column of ``status``'s table of mechanisms, by its first column."""
+    rows = [line.split("│")[1:-1] for line in text.splitlines() if line.count("│") == 6]
+    return {cells[0].strip(): cells[3].strip() for cells in rows}
+
+
+@pytest.mark.parametrize("delta", ["1e-8", "1e-4"])
+def test_status_epsilon_added_adds_up_to_the_spend_after_a_budget_delta_change(
+    run: Cli, delta: str
+) -> None:
+    """Each entry stores the spend right after it at the budget delta of its time: after the
+    budget delta changed, the kinds' additions summed to the last entry's spend at the old delta
+    (0.4 below the spend at a lowered one) while the table said "at delta 1e-08". A row now
+    brings them to the current spend, and each value is rounded up (it is a spend)."""
+    _dataset(run, "moved", "--no-adaptive")
+    run("charge", "moved", "-m", "gaussian", "--sigma", "12")
+    run("charge", "moved", "-m", "laplace", "--epsilon", "0.1")
+    run("datasets", "update", "moved", "--delta", delta)
+    spent = run.client.get("/v1/datasets/moved").json()["spent"]
+    last = run.client.get("/v1/datasets/moved/ledger").json()["entries"][0]["spent_epsilon"]
+    assert spent["delta"] == float(delta) and spent["epsilon"] != last
+    shown = _epsilon_added(run("status", "moved").stdout)
+    assert set(shown) == {"gaussian", "laplace", "(budget delta changed)"}, shown
+    assert sum(float(v) for v in shown.values()) >= spent["epsilon"]
+    assert float(shown["(budget delta changed)"]) >= spent["epsilon"] - last
+
+
+def test_status_epsilon_added_says_when_no_finite_epsilon_holds(run: Cli) -> None:
+    """A budget delta lowered to the entries' own deltas: no finite epsilon holds there, and
+    the additions cannot add up to it."""
+    _dataset(run, "own", "--no-adaptive")
+    run("charge", "own", "-m", "approx_dp", "--epsilon", "0.1", "--delta", "1e-7")
+    run("datasets", "update", "own", "--delta", "1e-7")
+    assert run.client.get("/v1/datasets/own").json()["spent"]["epsilon"] is None
+    shown = _epsilon_added(run("status", "own").stdout)
+    assert shown["(budget delta changed)"] == "inf", shown
 
 
 def _state_row(text: str) -> str:
