@@ -712,13 +712,13 @@ class Filter:
         """What is left of the budget after ``total`` (``spent``: its ``spend()``, when known)."""
         s = self.spend(total) if spent is None else spent
         rho = None
-        if self.rule.by_rho:
-            rho = max(0.0, self.rho_bound(total) - total.rho)
+        if self.rule.by_rho:  # rounded down, as every remaining value (a spend is rounded up)
+            rho = max(0.0, sub_down(self.rho_bound(total), total.rho))
         room = None
         if self.entry_delta > 0.0:
             room = max(0.0, sub_down(self.entry_delta, total.delta))
         return Remaining(
-            epsilon=max(0.0, self.budget.epsilon - s.epsilon),
+            epsilon=max(0.0, sub_down(self.budget.epsilon, s.epsilon)),
             delta=max(0.0, sub_down(self.budget.delta, total.delta)),
             rho=rho,
             entry_delta=room,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -120,6 +121,23 @@ def test_remaining(kind: FilterKind) -> None:
     huge = _ledger(kind, 5000)
     assert f.remaining(huge).epsilon == 0.0
     assert f.remaining(huge).rho in (None, 0.0)
+
+
+@pytest.mark.parametrize("kind", list(FilterKind))
+def test_remaining_is_never_above_the_exact_difference(kind: FilterKind) -> None:
+    """What remains is rounded down, never up (a spend is rounded up): 4 - 1e-17 in floats is
+    4.0, above the exact 3.99999999999999999, so the remaining budget read a whole budget left
+    beside a spend. Exact oracle: the difference of the two floats in rationals."""
+    budget = Budget(4.0, 1e-6)
+    f = Filter.create(kind, budget)
+    total = Laplace(epsilon=1e-9).curve()
+    sp = flt.Spend(1e-17, budget.delta, "pure_dp")
+    left = f.remaining(total, sp)
+    assert Fraction(left.epsilon) <= Fraction(4.0) - Fraction(1e-17)
+    assert left.epsilon < 4.0
+    if left.rho is not None:
+        assert f.bound is not None
+        assert Fraction(left.rho) <= Fraction(f.bound) - Fraction(total.rho)
 
 
 def test_gdp_refuses_what_is_not_gaussian() -> None:
