@@ -6,6 +6,7 @@ headless Chromium against a server of its own."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from collections.abc import Iterator
 from decimal import Decimal
@@ -14,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.conftest import run_sql
 from tests.e2e.test_dashboard import (
     ADMIN_KEY,
     _browser_path,
@@ -81,6 +83,20 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         for sigma in (6.0, 7.0, 8.0):
             charge(w["delta"], {"mechanism": "gaussian", "sigma": sigma})
         patch(w["delta"], {"delta": 1e-9})
+        # an older release's formula below the exact value: entry 2 charged (curve, spend after
+        # it, totals) as a Gaussian of sigma 6*sqrt(2), its mechanism a Gaussian of sigma 6; a
+        # rebuild re-derives its curve and raises the spend, not the spend the entry stored
+        w["rederived"] = dataset("rederived", 1.0, 1e-5, accounting="zcdp", adaptive=False)
+        charge(w["rederived"], {"mechanism": "gaussian", "sigma": 6.0})
+        charge(w["rederived"], {"mechanism": "gaussian", "sigma": 6.0 * 2**0.5})
+        run_sql(
+            f"sqlite:///{db}",
+            "UPDATE ledger_entry SET mechanism = :m WHERE dataset_id = :d AND seq = 2",
+            m=json.dumps({"mechanism": "gaussian", "sigma": 6.0, "sensitivity": 1.0, "count": 1}),
+            d=w["rederived"]["id"],
+        )
+        r = api.post("/v1/admin/verify", params={"rebuild": "true"})
+        assert r.status_code == 200, r.text
         w["over"] = dataset("overspent", 1.0, adaptive=False)
         charge(w["over"], {"mechanism": "laplace", "epsilon": 0.8})
         patch(w["over"], {"epsilon": 0.5})
@@ -234,6 +250,34 @@ def test_the_next_query_table_is_the_registry_rounded_to_the_safe_side(
             "",
             *catalogue,
         ]
+
+
+def test_spend_series_after_a_rebuild_ends_at_the_current_spend(world: dict[str, Any]) -> None:
+    """Totals rebuilt from a curve re-derived under corrected formulas raise the spend but not
+    the spend each entry stored: with no budget change the chart ended at the last stored
+    point ("Spend rises to ε = 0.7419" beside a spend of 0.8684). It ends with the current
+    spend, marked "now", wherever the last point is not it."""
+    executable = _browser_path()
+    api: httpx.Client = world["api"]
+    ds = world["rederived"]
+    d = api.get(f"/v1/datasets/{ds['id']}").json()
+    series = api.get(f"/v1/datasets/{ds['id']}/series").json()
+    assert series["points"][-1]["epsilon"] < d["spent"]["epsilon"]
+    assert series["budget_changes"] == []
+    with dashboard_page(executable, viewport={"width": 1280, "height": 1000}) as page:
+        sign_in(page, world["server"].url, ADMIN_KEY)
+        open_dataset(page, ds["id"])
+        fig = page.locator("#fig-series")
+        assert fig.get_attribute("data-delta-changed") == "false"
+        assert fig.get_attribute("data-now") == "true"
+        desc = page.text_content("[data-testid=chart-series] > desc") or ""
+        shown = fmt_dir(d["spent"]["epsilon"], True)
+        assert f"Spend rises to ε = {shown} now" in desc and "recomputed from the ledger" in desc
+        point = page.locator("[data-testid=chart-series] g.point")
+        assert point.count() == 1 and f"now ε = {shown}" in (point.text_content() or "")
+        # a series that ends at the spend: no "now" point
+        open_dataset(page, world["raised"]["id"])
+        assert page.get_attribute("#fig-series", "data-now") == "false"
 
 
 def test_an_over_budget_dataset_shows_its_true_share(world: dict[str, Any]) -> None:

@@ -433,8 +433,11 @@
     // the earlier points are at the old δ, so the chart says so and ends with the current
     // spend (at the current δ, the dataset's `spent`) as a "now" point
     const deltaChanged = !!(changes && changes.some((c) => c.old && c.new && c.old.delta !== undefined && c.new.delta !== undefined && c.old.delta !== c.new.delta));
+    // the same "now" point wherever the last stored point is not the current spend: totals
+    // rebuilt from curves re-derived under corrected formulas raise the spend, not the points
+    const behind = pts.length > 0 && s.points[s.points.length - 1].epsilon !== d.spent.epsilon;
     const nowX = pts.length ? (byTime ? Math.max(Date.now(), pts[pts.length - 1][0], ...vlines.map((v) => v.x)) : pts[pts.length - 1][0] + 1) : null;
-    const nowPoint = deltaChanged && pts.length ? { x: nowX, y: d.spent.epsilon, label: `now ${eps(d.spent.epsilon)}` } : null;
+    const nowPoint = (deltaChanged || behind) && pts.length ? { x: nowX, y: d.spent.epsilon, label: `now ${eps(d.spent.epsilon)}` } : null;
     const lastValue = nowPoint ? d.spent.epsilon : pts.length ? pts[pts.length - 1][1] : null;
     const span = pts.length ? (nowPoint ? nowX : Math.max(pts[pts.length - 1][0], ...vlines.map((v) => v.x))) - pts[0][0] : 0;
     const timeFmt = (ms) => {
@@ -451,7 +454,9 @@
     $("series-marks").textContent = marks;
     const deltaNote = deltaChanged
       ? ` The budget δ changed (now δ = ${dlt(d.spent.delta)}): each point is the spend at the budget δ when that charge was made, so points before the change are at the old δ; the last point, "now", is the current spend at δ = ${dlt(d.spent.delta)}.`
-      : "";
+      : nowPoint
+        ? ` Each point is the spend as recorded when that charge was made; the spend has since been recomputed from the ledger, and the last point, "now", is the current spend.`
+        : "";
     lineChart($("fig-series"), {
       testid: "chart-series",
       title: "Spend over time",
@@ -481,6 +486,7 @@
     $("fig-series").setAttribute("data-view", seriesView);
     $("fig-series").setAttribute("data-budget-scope", perBlock ? "per_block" : s.budget_scope || "dataset");
     $("fig-series").setAttribute("data-delta-changed", deltaChanged ? "true" : "false");
+    $("fig-series").setAttribute("data-now", nowPoint ? "true" : "false");
   }
 
   function renderBreakdown(d) {
