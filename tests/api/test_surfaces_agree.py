@@ -272,3 +272,90 @@ def test_every_surface_agrees_in_every_state(
     report = _ok(client.post("/v1/admin/verify", params={"rebuild": "true"}))
     assert report["ok"], report
     assert check() == before
+
+
+SPANS = {
+    "day": (
+        "2026-10-30",
+        "2026-11-03",
+        [("2026-10-30", "2026-11-01"), ("2026-11-01", "2026-11-02")],
+    ),
+    "week": ("2026-W52", "2027-W02", [("2026-W52", "2026-W53"), ("2026-W53", "2027-W01")]),
+    "month": ("2026-11", "2027-02", [("2026-11", "2026-12"), ("2026-12", "2027-01")]),
+}
+
+
+def assert_structures_agree(client: TestClient, ds_id: str, first: str, last: str) -> None:
+    """A partitioned dataset's blocks, its /budget summary, its allocations and the ledger's
+    block and allocation filters against each other."""
+    u = f"/v1/datasets/{ds_id}"
+    one = assert_surfaces_agree(client, None, ds_id, cli=False)
+    budget = _ok(client.get(f"{u}/budget"))
+    blocks = _ok(client.get(f"{u}/blocks", params={"from": first, "to": last}))["blocks"]
+    summary = budget["blocks"]
+    assert summary["charged_blocks"] == sum(b["entries"] > 0 for b in blocks)
+    assert summary["exhausted_blocks"] == sum(b["exhausted"] for b in blocks)
+    assert summary["most_spent"] in blocks
+    for b in blocks:
+        covering = _ok(client.get(f"{u}/ledger", params={"block": b["block"], "limit": 1000}))
+        assert len(covering["entries"]) == b["entries"], b["block"]
+    lifetime = budget["lifetime"]
+    assert lifetime["spent"] == one["spent"] and lifetime["exhausted"] == one["exhausted"]
+    assert lifetime["remaining"] == one["remaining"]
+    gauges = _gauges(client, ds_id)
+    assert gauges["fraction_used"] == one["spent"]["epsilon"] / one["lifetime_budget"]["epsilon"]
+    listed = _ok(client.get(f"{u}/allocations"))["allocations"]
+    for a in listed:
+        assert _ok(client.get(f"{u}/allocations/{a['name']}")) == a
+        charged = _ok(client.get(f"{u}/ledger", params={"allocation": a["name"], "limit": 1000}))
+        assert len(charged["entries"]) == a["entries"]
+        shares = _ok(
+            client.get(f"{u}/blocks", params={"from": first, "to": last, "allocation": a["name"]})
+        )["blocks"]
+        if a["most_spent_block"] is None:
+            assert all(s["entries"] == 0 and s["reserved"] is None for s in shares)
+        else:  # its spend is its most-spent block's
+            [top] = [s for s in shares if s["block"] == a["most_spent_block"]]
+            for k in ("spent", "remaining", "exhausted"):
+                assert top[k] == a[k], k
+
+
+@pytest.mark.parametrize("unit", list(SPANS))
+def test_blocks_allocations_and_the_ledger_agree(client: TestClient, unit: str) -> None:
+    """Charges spanning several blocks (across a year's end), an allocation exhausted and one
+    not, a hold, a 409 and a lowered per-block budget, per unit (UTC keys)."""
+    first, last, spans = SPANS[unit]
+    ds = new_dataset(
+        client,
+        f"per-{unit}",
+        budget={"epsilon": 4.0, "delta": 1e-5},
+        partition={"unit": unit},
+        lifetime_budget={"epsilon": 6.0, "delta": 1e-5},
+    )
+    u = f"/v1/datasets/{ds['id']}"
+    for name, eps in (("small", 0.5), ("large", 3.0)):
+        body = {"name": name, "budget": {"epsilon": eps, "delta": 1e-6}}
+        _ok(client.post(f"{u}/allocations", json=body))
+    for a, b in spans:
+        span = {"blocks": {"from": a, "to": b}}
+        _ok(client.post(f"{u}/charges", json={"mechanism": GAUSS, **span}))
+        _ok(client.post(f"{u}/charges", json={"mechanism": LAPLACE, "allocation": "large", **span}))
+    day = {"blocks": {"from": spans[0][0], "to": spans[0][0]}, "allocation": "small"}
+    _ok(
+        client.post(
+            f"{u}/charges", json={"mechanism": {"mechanism": "laplace", "epsilon": 0.5}, **day}
+        )
+    )
+    assert _ok(client.get(f"{u}/allocations/small"))["exhausted"]
+    hold = {
+        "mechanism": GAUSS,
+        "ttl_seconds": 600,
+        "allocation": "large",
+        "blocks": {"from": spans[1][0], "to": spans[1][1]},
+    }
+    _ok(client.post(f"{u}/reservations", json=hold))
+    refused = client.post(f"{u}/charges", json={"mechanism": GREEDY, **day})
+    assert refused.status_code == 409, refused.text
+    assert_structures_agree(client, ds["id"], first, last)
+    _ok(client.patch(u, json={"budget": {"epsilon": 0.3, "delta": 1e-6}}))  # below each block's
+    assert_structures_agree(client, ds["id"], first, last)
