@@ -24,7 +24,6 @@ from app.cli.common import (
     fail,
     finite,
     load_json,
-    num,
     num_toward,
     print_json,
     used,
@@ -123,7 +122,7 @@ def _metadata(raw: str | None) -> dict[str, Any] | None:
 
 
 def _spent(sp: dict[str, Any]) -> str:
-    return f"epsilon {used(sp['epsilon'])} at delta {sp['delta']:g} ({sp['method']})"
+    return f"epsilon {used(sp['epsilon'])} at delta {used(sp['delta'])} ({sp['method']})"
 
 
 def charge(
@@ -453,7 +452,7 @@ def compose(
         return
     method = answer["method"]
     console.print(
-        f"epsilon {num(answer['epsilon'])} at delta {answer['delta']:g} "
+        f"epsilon {used(answer['epsilon'])} at delta {used(answer['delta'])} "
         f"({accounting} accounting, by {method})",
         markup=False,
     )
@@ -462,7 +461,7 @@ def compose(
     table.add_column("epsilon", justify="right")
     table.add_column("")
     for name, eps in sorted((answer.get("conversions") or {}).items(), key=lambda kv: kv[1]):
-        table.add_row(name, num(eps), "<- answer" if name == method else "candidate")
+        table.add_row(name, used(eps), "<- answer" if name == method else "candidate")
     console.print(table)
 
 

@@ -332,7 +332,8 @@ def over_budget(exc: BudgetExceeded) -> str:
     composed = ", all charges composed" if partitioned else ""
     if exc.spent is not None:
         parts.append(
-            f"{whose}spent epsilon {used(exc.spent.epsilon)} at delta {exc.spent.delta:g}{composed}"
+            f"{whose}spent epsilon {used(exc.spent.epsilon)} at delta "
+            f"{used(exc.spent.delta)}{composed}"
         )
     if exc.would_spend is not None:
         after = exc.would_spend.epsilon
@@ -358,12 +359,12 @@ def _budgets(exc: BudgetExceeded, limits: list[str], partitioned: bool) -> dict[
         composed = " (all its charges composed)" if partitioned else ""
         named["allocation"] = (
             f"allocation {a.get('name')!r} spent epsilon {used(a.get('spent_epsilon'))}"
-            f"{composed}, budget{per} epsilon {b['epsilon']:g}, delta {b['delta']:g}"
+            f"{composed}, budget{per} epsilon {left(b['epsilon'])}, delta {left(b['delta'])}"
             f"{_exceeded(p.get('allocation_blocks_exceeded') or [])}"
         )
     whose = "dataset budget" if named else "budget"
     if exc.budget is not None:
-        text = f"epsilon {exc.budget.epsilon:g}, delta {exc.budget.delta:g}"
+        text = f"epsilon {left(exc.budget.epsilon)}, delta {left(exc.budget.delta)}"
         if not partitioned:
             named["dataset"] = f"{whose} {text}"
         else:
@@ -372,7 +373,7 @@ def _budgets(exc: BudgetExceeded, limits: list[str], partitioned: bool) -> dict[
     if partitioned:
         life = p.get("lifetime_budget")
         named["lifetime"] = (
-            f"lifetime budget epsilon {life['epsilon']:g}, delta {life['delta']:g}"
+            f"lifetime budget epsilon {left(life['epsilon'])}, delta {left(life['delta'])}"
             + (" (exceeded)" if "lifetime" in limits else "")
             if isinstance(life, dict)
             else "no lifetime budget"
@@ -456,19 +457,20 @@ def budget_text(answer: dict[str, Any], *, short: bool = False) -> str:
     unit = (answer.get("partition") or {}).get("unit")
     life = answer.get("lifetime_budget")
     if short:
-        text = f"{b['epsilon']:g}, {b['delta']:g}"
+        text = f"{left(b['epsilon'])}, {left(b['delta'])}"
         if unit is None:
             return text
         per = f"{text} per {UNIT_WORDS.get(unit, unit)}"
         if life:
-            return f"{per}; lifetime {life['epsilon']:g}, {life['delta']:g}"
+            return f"{per}; lifetime {left(life['epsilon'])}, {left(life['delta'])}"
         return f"{per}; no lifetime budget"
-    text = f"epsilon {b['epsilon']:g}, delta {b['delta']:g}"
+    text = f"epsilon {left(b['epsilon'])}, delta {left(b['delta'])}"
     if unit is None:
         return f"budget {text}"
     per = f"budget per block {text} (each {UNIT_WORDS.get(unit, unit)})"
     if life:
-        return f"{per}; lifetime budget epsilon {life['epsilon']:g}, delta {life['delta']:g}"
+        limit = f"epsilon {left(life['epsilon'])}, delta {left(life['delta'])}"
+        return f"{per}; lifetime budget {limit}"
     return f"{per}; no lifetime budget"
 
 

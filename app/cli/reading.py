@@ -26,7 +26,6 @@ from app.cli.common import (
     describe,
     fail,
     left,
-    num,
     print_json,
     state_label,
     used,
@@ -100,7 +99,7 @@ class _Partition:
 
 def _budget_rows(table: Table, budget: dict[str, Any], partition: _Partition | None) -> None:
     """The budget; on a partitioned dataset, labelled per block, and the lifetime budget."""
-    text = f"epsilon {budget['epsilon']:g}, delta {budget['delta']:g}"
+    text = f"epsilon {left(budget['epsilon'])}, delta {left(budget['delta'])}"
     if partition is None:
         table.add_row("budget", text)
         return
@@ -109,7 +108,7 @@ def _budget_rows(table: Table, budget: dict[str, Any], partition: _Partition | N
     life = partition.lifetime
     table.add_row(
         "lifetime budget",
-        f"epsilon {life['epsilon']:g}, delta {life['delta']:g} over all charges composed"
+        f"epsilon {left(life['epsilon'])}, delta {left(life['delta'])} over all charges composed"
         if life
         else "none: every block has its own budget (a person in many blocks has no bound "
         "across them)",
@@ -126,7 +125,7 @@ def _spend_rows(
     composed = ", all charges composed" if partition is not None else ""
     table.add_row(
         "spent",
-        f"epsilon {used(sp['epsilon'])} at delta {sp['delta']:g} ({sp['method']}){composed}",
+        f"epsilon {used(sp['epsilon'])} at delta {used(sp['delta'])} ({sp['method']}){composed}",
     )
     if partition is None:
         where = ""
@@ -218,13 +217,13 @@ def status(
     if d.get("entry_delta_budget"):
         table.add_row(
             "entry delta budget",
-            f"{d['entry_delta_budget']:g} of the delta, for mechanisms with their own delta",
+            f"{left(d['entry_delta_budget'])} of the delta, for mechanisms with their own delta",
         )
     if d.get("lifetime_entry_delta_budget"):
         table.add_row(
             "lifetime entry delta budget",
-            f"{d['lifetime_entry_delta_budget']:g} of the lifetime delta, for their deltas over "
-            "all blocks",
+            f"{left(d['lifetime_entry_delta_budget'])} of the lifetime delta, for their deltas "
+            "over all blocks",
         )
     _spend_rows(table, d, partition, holds=False)
     table.add_row("entries", str(d["entries"]))
@@ -239,11 +238,11 @@ def status(
             by.add_column(col)
         for kind, c in sorted(counts.items(), key=lambda kv: -(kv[1].get("rho") or 0.0)):
             share = f"{100 * (c.get('rho') or 0.0) / total:.1f}%" if total > 0 else "-"
-            by.add_row(kind, str(c["entries"]), str(c["count"]), num(c.get("rho")), share)
+            by.add_row(kind, str(c["entries"]), str(c["count"]), used(c.get("rho")), share)
     else:
         by = Table(
             title="mechanisms by epsilon added to the spend "
-            f"(at delta {d['spent']['delta']:g}, in ledger order)"
+            f"(at delta {used(d['spent']['delta'])}, in ledger order)"
         )
         for col in ("kind", "entries", "invocations", "epsilon added", "share"):
             by.add_column(col)
@@ -273,9 +272,9 @@ def _since_budget_change(by: Table, attributed: float, spent: dict[str, Any]) ->
     by.caption = (
         "each entry adds its spend at the budget delta of its time; the last row brings them to "
         + (
-            f"the spend now at delta {spent['delta']:g}"
+            f"the spend now at delta {used(spent['delta'])}"
             if now is not None
-            else f"the spend now: no finite epsilon at delta {spent['delta']:g}"
+            else f"the spend now: no finite epsilon at delta {used(spent['delta'])}"
         )
     )
 
@@ -430,7 +429,7 @@ def rejections(
             r.get("operation") or "",
             describe(r.get("mechanism")),
             used((r.get("spent") or {}).get("epsilon")),
-            num((r.get("requested") or {}).get("epsilon")),
+            used((r.get("requested") or {}).get("epsilon")),
         )
     console.print(table)
 

@@ -20,7 +20,6 @@ from app.cli.common import (
     fail,
     finite,
     left,
-    num,
     print_json,
     used,
 )
@@ -43,7 +42,7 @@ def _table(rows: list[dict[str, Any]]) -> Table:
     for a in rows:
         t.add_row(
             a["name"],
-            num(a["budget"]["epsilon"]),
+            left(a["budget"]["epsilon"]),
             used(a["spent"]["epsilon"]),
             left(a["remaining"]["epsilon"]),
             "yes" if a["exhausted"] else "no",
@@ -93,7 +92,7 @@ def allocations_create(
     else:
         console.print(
             f"created allocation {a['name']} of {dataset}: budget epsilon "
-            f"{a['budget']['epsilon']:g}, delta {a['budget']['delta']:g}",
+            f"{left(a['budget']['epsilon'])}, delta {left(a['budget']['delta'])}",
             markup=False,
         )
 

@@ -14,6 +14,7 @@ import json
 import math
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -395,6 +396,28 @@ def test_status_epsilon_added_says_when_no_finite_epsilon_holds(run: Cli) -> Non
     assert run.client.get("/v1/datasets/own").json()["spent"]["epsilon"] is None
     shown = _epsilon_added(run("status", "own").stdout)
     assert shown["(budget delta changed)"] == "inf", shown
+
+
+def test_budgets_are_printed_rounded_down_and_spent_deltas_up(run: Cli, tmp_path: Path) -> None:
+    """Six figures of a budget rounded down (a limit shown no looser than it is) and of the
+    delta a spend is stated at rounded up (epsilon at a smaller delta is a stronger claim):
+    ``:g`` rounded both to nearest, budget epsilon 0.1234567 read 0.123457 and a spend "at
+    delta 1.23456e-06" for 1.2345649e-06. Also ``compose``'s what-if, a spend."""
+    run("datasets", "create", "odd", "--epsilon", "0.1234567", "--delta", "1.2345649e-6",
+        "--no-adaptive")  # fmt: skip
+    run("charge", "odd", "-m", "laplace", "--epsilon", "0.01")
+    for command in ("status", "budget"):
+        rows = _rows(run(command, "odd").stdout)
+        assert rows["budget"] == "epsilon 0.123456, delta 1.23456e-06", rows
+        assert " at delta 1.23457e-06 " in rows["spent"], rows
+    assert "0.123456, 1.23456e-06" in run("datasets").stdout
+    run("allocations", "create", "odd", "a", "--epsilon", "0.1234567", "--delta", "1e-7")
+    table = run("allocations", "list", "odd").stdout
+    assert "0.123456" in table and "0.123457" not in table, table
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps([{"mechanism": "laplace", "epsilon": 0.1234567}]))
+    out = run("compose", str(plan), "--delta", "1.2345649e-6").stdout
+    assert "epsilon 0.123457 at delta 1.23457e-06 " in out, out
 
 
 def _state_row(text: str) -> str:
