@@ -215,7 +215,9 @@ class Entry(_Answer):
     rho: float | None
     pure_epsilon: float | None
     spent_epsilon: float | None = Field(
-        description="the dataset's spend right after this entry (null: not finite, as `spent`)"
+        description="the dataset's spend right after this entry, as recorded at admission (null: "
+        "not finite, as `spent`); a re-derivation under corrected formulas (verify --rebuild, "
+        "migrate) does not rewrite it: the current spend is the dataset's `spent`"
     )
     source: str = Field(description="charge, reservation or reservation_expired")
     key_id: str | None
