@@ -18,6 +18,7 @@ import operator
 import struct
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -201,22 +202,28 @@ def _fresh_curves(mechanisms: list[Mechanism]) -> tuple[Vector, Vector]:
 
 
 def _curve_mismatches(
-    db: Database, dataset_id: str, tick: Callable[[int], None]
-) -> list[tuple[int, int]]:
-    """(id, seq) of entries, in ledger order, whose stored curve no longer matches the curve of
-    their mechanism (drift
-    in the formulas or the order grid). Entries never change, so this runs outside the lock,
-    each page of ``READ_CHUNK`` rows read in its own short read and checked before the next is
-    read: progress moves with the check (the costly part: 100,000 distinct randomized responses
-    take 15 s, DP-SGD runs 160 s), and only a page's mechanisms are held, with a 16-byte digest
-    and verdict per distinct (mechanism, stored curve) seen before. Rows with the same mechanism
-    and stored curve are checked once."""
+    reading: Callable[[], AbstractContextManager[Any]],
+    dataset_id: str,
+    tick: Callable[[int], None],
+    after: int = 0,
+) -> tuple[list[tuple[int, int]], int]:
+    """(id, seq) of entries after entry ``after``, in ledger order, whose stored curve no longer
+    matches the curve of their mechanism (drift in the formulas or the order grid), and the seq
+    of the last entry checked (``after`` when none). Entries never change, so ``verify`` runs
+    this outside the lock (``reading``: ``Database.read``), each page of ``READ_CHUNK`` rows
+    read in its own short read and checked before the next is read: progress moves with the
+    check (the costly part: 100,000 distinct randomized responses take 15 s, DP-SGD runs
+    160 s), and only a page's mechanisms are held, with a 16-byte digest and verdict per
+    distinct (mechanism, stored curve) seen before. Rows with the same mechanism and stored
+    curve are checked once. Under the lock it checks the entries charged since: a hold stores
+    its curve and is charged with it, so a hold of an older release committed or expired since
+    (or settled by the lock itself) is such an entry."""
     verdicts: dict[bytes, bool] = {}  # digest of (mechanism, rho, rdp) -> stale
     bad: list[tuple[int, int]] = []
     text = cast(_L.mechanism, Text)
-    last = 0
+    last = after
     while True:
-        with db.read() as s:
+        with reading() as s:
             chunk = s.execute(
                 select(_L.id, text, _L.rho, _L.rdp, _L.orders_version, _L.seq)
                 .where(_L.dataset_id == dataset_id, _L.seq > last)
@@ -246,10 +253,10 @@ def _curve_mismatches(
             verdicts.update(zip(keys[start : start + CHECK_CHUNK], stale.tolist(), strict=True))
         bad += [(row[0], row[5]) for d, row in zip(digests, chunk, strict=True) if verdicts[d]]
         tick(len(chunk))
+        last = chunk[-1][-1]
         if len(chunk) < READ_CHUNK:
             break
-        last = chunk[-1][-1]
-    return bad
+    return bad, last
 
 
 def _digest(mechanism: str, rho: float, rdp: bytes) -> bytes:
@@ -851,9 +858,11 @@ def verify(
         progress(0, work)
     report = []
     for dataset_id in ids:
-        mismatched = _curve_mismatches(db, dataset_id, tick)
+        mismatched, checked = _curve_mismatches(db.read, dataset_id, tick)
         composed = _ledger_pld_unlocked(db, dataset_id, principal, tick)
         with db.write() as s, admission.locked(s, dataset_id, principal) as st:
+            # the entries charged since the check (a hold's entry carries the hold's curve)
+            mismatched += _curve_mismatches(lambda: nullcontext(s), st.id, tick, checked)[0]
             active = _active_holds(s, st.id)
             holds = _held_mismatches(active)
             rederive = rebuild and bool(mismatched or holds) and not keep_curves
