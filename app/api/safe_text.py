@@ -118,6 +118,24 @@ def one_idempotency_key(request: Request) -> None:
         )
 
 
+def one_dry_run(request: Request) -> None:
+    """422 when ``dry_run`` is given more than once. FastAPI reads the last value of a repeated
+    query parameter, so ``?dry_run=true&dry_run=false`` was recorded as a charge: the request
+    names no one mode, so it is refused and changes nothing, as a repeated ``Idempotency-Key``
+    is (:func:`one_idempotency_key`). Called by the routes that take ``dry_run``."""
+    given = request.query_params.getlist("dry_run")
+    if len(given) > 1:
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("query", "dry_run"),
+                    "msg": f"given {len(given)} times; send it once (one mode per request)",
+                    "type": "repeated_parameter",
+                }
+            ]
+        )
+
+
 async def reject_unsafe_parameters(request: Request) -> None:
     """422 for a path or query parameter (dataset, reservation or key reference, cursor, filter)
     holding NUL or a lone surrogate, before any query sees it. ``async`` although it never
@@ -152,6 +170,7 @@ __all__ = [
     "SafeText",
     "check_json_tree",
     "find_unsafe",
+    "one_dry_run",
     "one_idempotency_key",
     "reject_unsafe_parameters",
     "scrub",

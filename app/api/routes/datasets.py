@@ -18,7 +18,7 @@ from app.api.deps import Admin, DbDep, Pipeline, SettingsDep, Viewer, db_of
 from app.api.direct import DirectRoute
 from app.api.problems import responses
 from app.api.query_times import QueryTime
-from app.api.safe_text import IdempotencyKey, one_idempotency_key
+from app.api.safe_text import IdempotencyKey, one_dry_run, one_idempotency_key
 from app.api.schemas import (
     DELTA_FLOOR_WHY,
     ChargeIn,
@@ -62,6 +62,7 @@ def charge(
     dry_run: bool = False,
 ) -> Response:
     one_idempotency_key(request)
+    one_dry_run(request)
     answer = charges.charge(
         db_of(request),
         caller,
@@ -199,6 +200,7 @@ def charge_dp_event(
     dry_run: bool = False,
 ) -> Response:
     one_idempotency_key(request)
+    one_dry_run(request)
     answer = charges.charge_dp_event(
         db,
         caller,
