@@ -136,6 +136,23 @@ def one_dry_run(request: Request) -> None:
         )
 
 
+def no_dry_run(request: Request, instead: str) -> None:
+    """422 for ``dry_run`` on a route that has no dry run (reservations, their commit and
+    release). FastAPI ignores a query parameter a route does not declare, so
+    ``POST .../reservations?dry_run=true`` made a real hold, charged when it expired (fail
+    closed): a request asking for no effect is refused, with what to ask ``instead``."""
+    if "dry_run" in request.query_params:
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("query", "dry_run"),
+                    "msg": f"this request has no dry run; {instead}",
+                    "type": "unsupported_parameter",
+                }
+            ]
+        )
+
+
 async def reject_unsafe_parameters(request: Request) -> None:
     """422 for a path or query parameter (dataset, reservation or key reference, cursor, filter)
     holding NUL or a lone surrogate, before any query sees it. ``async`` although it never
@@ -170,6 +187,7 @@ __all__ = [
     "SafeText",
     "check_json_tree",
     "find_unsafe",
+    "no_dry_run",
     "one_dry_run",
     "one_idempotency_key",
     "reject_unsafe_parameters",

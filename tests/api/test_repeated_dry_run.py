@@ -40,3 +40,31 @@ def test_a_repeated_dry_run_is_422_and_records_nothing(
     real = client.post(f"/v1/datasets/{ds['id']}/{path}?dry_run=false", json=body)
     assert real.status_code == 201, real.text
     assert client.get(f"/v1/datasets/{ds['id']}/budget").json()["entries"] == 1
+
+
+@pytest.mark.parametrize("value", ["true", "false"])
+def test_reservations_have_no_dry_run(client: TestClient, value: str) -> None:
+    """A reservation route does not declare ``dry_run`` and FastAPI ignored it:
+    ``POST .../reservations?dry_run=true`` made a real hold, charged when it expired (fail
+    closed), and ``commit?dry_run=true`` committed. Each is a 422 naming what to ask instead,
+    and changes nothing."""
+    ds = new_dataset(client)["id"]
+    r = client.post(f"/v1/datasets/{ds}/reservations?dry_run={value}", json=GAUSS)
+    assert r.status_code == 422, r.text
+    assert "dry run" in r.json()["detail"] and "charges?dry_run=true" in r.json()["detail"]
+    assert client.get(f"/v1/datasets/{ds}/reservations?status=all").json()["reservations"] == []
+    assert client.get(f"/v1/datasets/{ds}/budget").json().get("reserved") is None
+
+    held = client.post(f"/v1/datasets/{ds}/reservations", json=GAUSS)
+    assert held.status_code == 201, held.text
+    rid = held.json()["id"]
+    for answer in (
+        client.post(f"/v1/reservations/{rid}/commit?dry_run={value}"),
+        client.delete(f"/v1/reservations/{rid}?dry_run={value}"),
+    ):
+        assert answer.status_code == 422, answer.text
+        assert "dry run" in answer.json()["detail"]
+    assert client.get(f"/v1/reservations/{rid}").json()["status"] == "active"
+    assert client.get(f"/v1/datasets/{ds}/budget").json()["entries"] == 0
+    assert client.post(f"/v1/reservations/{rid}/commit").status_code == 200
+    assert client.get(f"/v1/datasets/{ds}/budget").json()["entries"] == 1

@@ -10,7 +10,7 @@ from app import responses as r
 from app.api.answer import send
 from app.api.deps import DbDep, Pipeline, SettingsDep, Viewer
 from app.api.problems import responses
-from app.api.safe_text import IdempotencyKey, one_idempotency_key
+from app.api.safe_text import IdempotencyKey, no_dry_run, one_idempotency_key
 from app.api.schemas import ReservationIn
 from app.services import reservations
 
@@ -34,6 +34,10 @@ def reserve(
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     one_idempotency_key(request)
+    no_dry_run(
+        request,
+        "POST /v1/datasets/{id}/charges?dry_run=true answers whether it fits without recording",
+    )
     answer = reservations.reserve(
         db,
         caller,
@@ -86,7 +90,8 @@ def get(reservation_id: str, db: DbDep, caller: Viewer) -> Response:
     responses=responses(404, 409),
     summary="Commit into the ledger",
 )
-def commit(reservation_id: str, db: DbDep, caller: Pipeline) -> Response:
+def commit(reservation_id: str, request: Request, db: DbDep, caller: Pipeline) -> Response:
+    no_dry_run(request, "GET /v1/reservations/{id} shows the hold without committing it")
     return send(reservations.commit(db, caller, reservation_id))
 
 
@@ -96,5 +101,6 @@ def commit(reservation_id: str, db: DbDep, caller: Pipeline) -> Response:
     responses=responses(404, 409),
     summary="Release (no output was released)",
 )
-def release(reservation_id: str, db: DbDep, caller: Pipeline) -> Response:
+def release(reservation_id: str, request: Request, db: DbDep, caller: Pipeline) -> Response:
+    no_dry_run(request, "GET /v1/reservations/{id} shows the hold without releasing it")
     return send(reservations.release(db, caller, reservation_id))
