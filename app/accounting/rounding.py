@@ -17,6 +17,7 @@ import platform
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from fractions import Fraction
 from typing import Any, TypeVar
 
 import numpy as np
@@ -84,6 +85,15 @@ def mul_up(a: FloatOrArray, b: float | npt.NDArray[np.float64]) -> FloatOrArray:
     if isinstance(a, float):
         return float(out)  # type: ignore[return-value,unused-ignore]
     return out  # type: ignore[return-value,unused-ignore]
+
+
+def div_up(a: float, b: float) -> float:
+    """Smallest float >= a / b, for finite a and finite nonzero b (the quotient's rounding
+    decided exactly, with rationals: for values translated once per request, not in a loop)."""
+    q = a / b
+    if math.isfinite(q) and Fraction(a) / Fraction(b) > Fraction(q):
+        return math.nextafter(q, math.inf)
+    return q
 
 
 def up(x: float, ulps: int = 1) -> float:
@@ -181,4 +191,14 @@ def rounding_upward() -> Iterator[bool]:
         libm.fesetround(old)
 
 
-__all__ = ["TINY", "add_up", "exp_up", "mul_up", "rounding_upward", "sub_down", "sub_up", "up"]
+__all__ = [
+    "TINY",
+    "add_up",
+    "div_up",
+    "exp_up",
+    "mul_up",
+    "rounding_upward",
+    "sub_down",
+    "sub_up",
+    "up",
+]

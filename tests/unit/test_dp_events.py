@@ -8,6 +8,7 @@ import json
 import math
 
 import attr
+import mpmath
 import numpy as np
 import pytest
 from dp_accounting import dp_event
@@ -203,3 +204,44 @@ def test_an_event_with_a_field_no_translation_reads_is_refused(event: dict) -> N
     helper's search of the integrations)."""
     with pytest.raises(ValueError, match="unknown field"):
         mechanisms_from_dp_event(event)
+
+
+EXACT_EPSILON = {
+    # (event, the epsilon its fields give, in exact arithmetic: every float is a dyadic rational)
+    "rr k=2, p near 1": (
+        dp_event.RandomizedResponseDpEvent(noise_parameter=0.9999999971245752, num_buckets=2),
+        lambda: mpmath.log(2 / mpmath.mpf(0.9999999971245752) - 1),
+    ),
+    "rr k=10, p near 1": (
+        dp_event.RandomizedResponseDpEvent(noise_parameter=0.9999999669699988, num_buckets=10),
+        lambda: mpmath.log(10 / mpmath.mpf(0.9999999669699988) - 9),
+    ),
+    "rr k=3": (
+        dp_event.RandomizedResponseDpEvent(noise_parameter=0.75, num_buckets=3),
+        lambda: mpmath.log(3 / mpmath.mpf(0.75) - 2),
+    ),
+    "laplace 3": (dp_event.LaplaceDpEvent(3.0), lambda: 1 / mpmath.mpf(3)),
+    "laplace 7": (dp_event.LaplaceDpEvent(7.0), lambda: 1 / mpmath.mpf(7)),
+    "discrete laplace 0.3 x 3": (
+        dp_event.DiscreteLaplaceDpEvent(0.3, 3),
+        lambda: mpmath.mpf(0.3) * 3,
+    ),
+    "discrete laplace 1.3 x 7": (
+        dp_event.DiscreteLaplaceDpEvent(1.3, 7),
+        lambda: mpmath.mpf(1.3) * 7,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXACT_EPSILON))
+def test_an_epsilon_derived_from_event_fields_is_never_rounded_down(name: str) -> None:
+    """The epsilon a translation computes from the event's fields (RR: log(k / p - k + 1), which
+    lost up to ~3e-9 of itself to cancellation for p near 1; Laplace: 1 / nm; discrete Laplace:
+    a * sensitivity, each half an ulp low as often as not) is at least the exact value (mpmath,
+    60 digits), and within a few ulps of it."""
+    event, exact = EXACT_EPSILON[name]
+    (m,) = mechanisms_from_dp_event(as_dict(event))
+    with mpmath.workdps(60):
+        want = exact()
+        assert mpmath.mpf(m.epsilon) >= want
+        assert mpmath.mpf(m.epsilon) <= want * (1 + mpmath.mpf(2) ** -48)

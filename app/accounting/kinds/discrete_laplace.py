@@ -39,6 +39,7 @@ from app.accounting.kinds._spec import (
     param,
 )
 from app.accounting.orders import ORDERS
+from app.accounting.rounding import mul_up
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,14 +98,15 @@ class DiscreteLaplace(Mechanism):
 
 def _from_discrete_laplace_event(event: Mapping[str, Any], translate: Translate) -> list[Mechanism]:
     """``DiscreteLaplaceDpEvent(noise_parameter a, sensitivity)``: Pr[z] proportional to
-    e^{-a |z|}, so t = a and epsilon = a * sensitivity."""
+    e^{-a |z|}, so t = a and epsilon = a * sensitivity (rounded up: a float product may be half
+    an ulp below it)."""
     a = event_number(event, "noise_parameter")
     sens = event_number(event, "sensitivity")
     if a <= 0 or sens < 1 or not sens.is_integer():
         raise ValueError(
             f"DiscreteLaplaceDpEvent(noise_parameter={a}, sensitivity={sens}) has no translation"
         )
-    return [DiscreteLaplace(epsilon=a * sens, sensitivity=int(sens))]
+    return [DiscreteLaplace(epsilon=mul_up(a, sens), sensitivity=int(sens))]
 
 
 def _check_discrete_laplace_event(
@@ -126,7 +128,7 @@ def _check_discrete_laplace_event(
         where,
         f"noise_parameter {a!r} with sensitivity {sens:g}",
         SPEC.param("epsilon"),
-        a * sens,
+        mul_up(a, sens),
         path,
     )
     return event

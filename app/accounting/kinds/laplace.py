@@ -24,6 +24,7 @@ from app.accounting.kinds._spec import (
     param,
 )
 from app.accounting.orders import ORDERS
+from app.accounting.rounding import div_up
 
 SCALE = Param(
     name="scale",
@@ -98,11 +99,12 @@ class Laplace(Mechanism):
 
 
 def _from_laplace_event(event: Mapping[str, Any], translate: Translate) -> list[Mechanism]:
-    """``LaplaceDpEvent(noise_multiplier)``: scale / sensitivity, so epsilon = 1 / it."""
+    """``LaplaceDpEvent(noise_multiplier)``: scale / sensitivity, so epsilon = 1 / it (rounded
+    up: a float quotient may be half an ulp below it)."""
     nm = event_number(event, "noise_multiplier")
     if nm <= 0:
         raise ValueError("LaplaceDpEvent with noise_multiplier 0 is not differentially private")
-    return [Laplace(epsilon=1.0 / nm)]
+    return [Laplace(epsilon=div_up(1.0, nm))]
 
 
 def _check_laplace_event(event: Mapping[str, Any], path: str, depth: int) -> Mapping[str, Any]:
@@ -112,7 +114,9 @@ def _check_laplace_event(event: Mapping[str, Any], path: str, depth: int) -> Map
     if nm is None:
         return event
     sign(where, "noise_multiplier", nm, path, zero=NO_NOISE)
-    epsilon_in_range(where, f"noise_multiplier {nm!r}", SPEC.param("epsilon"), 1.0 / nm, path)
+    epsilon_in_range(
+        where, f"noise_multiplier {nm!r}", SPEC.param("epsilon"), div_up(1.0, nm), path
+    )
     return event
 
 

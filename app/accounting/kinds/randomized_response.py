@@ -25,6 +25,7 @@ from app.accounting.kinds._spec import (
     param,
 )
 from app.accounting.orders import ORDERS
+from app.accounting.rounding import div_up, mul_up, sub_up, up
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +79,19 @@ def _rho(eps: Vector, k: Vector) -> Vector:
     return out
 
 
+def rr_epsilon(p: float, k: float) -> float:
+    """The epsilon of ``RandomizedResponseDpEvent(noise_parameter p, num_buckets k)``, 0 < p <= 1:
+    the true value w.p. 1 - p + p / k, each other w.p. p / k, so eps = log1p(k (1 - p) / p),
+    never below it. ``log(k / p - k + 1)`` lost up to ~3e-9 of eps to cancellation for p near 1;
+    here the argument is rounded up step by step (an upper bound on the exact one), log1p is
+    monotone and within an ulp of exact (glibc), and one more ulp covers that."""
+    return up(math.log1p(div_up(mul_up(sub_up(1.0, p), k), p)), 2)
+
+
 def _from_rr_event(event: Mapping[str, Any], translate: Translate) -> list[Mechanism]:
     """``RandomizedResponseDpEvent(noise_parameter p, num_buckets k)``: with probability p a
-    uniform value, so eps = log(k / p - k + 1) (dp_accounting's REPLACE_ONE semantics)."""
+    uniform value, so eps = log(k / p - k + 1) (dp_accounting's REPLACE_ONE semantics;
+    ``rr_epsilon``)."""
     p = event_number(event, "noise_parameter")
     k = event_number(event, "num_buckets")
     if not (0 < p <= 1 and k >= 2 and float(k).is_integer()):
@@ -89,7 +100,7 @@ def _from_rr_event(event: Mapping[str, Any], translate: Translate) -> list[Mecha
         )
     if p == 1:
         return []  # uniform output: no privacy cost
-    return [RandomizedResponse(epsilon=math.log(k / p - k + 1), k=int(k))]
+    return [RandomizedResponse(epsilon=rr_epsilon(p, k), k=int(k))]
 
 
 def _check_rr_event(event: Mapping[str, Any], path: str, depth: int) -> Mapping[str, Any]:
@@ -116,7 +127,7 @@ def _check_rr_event(event: Mapping[str, Any], path: str, depth: int) -> Mapping[
             where,
             f"noise_parameter {p!r} with num_buckets {k:g}",
             SPEC.param("epsilon"),
-            math.log(k / p - k + 1),
+            rr_epsilon(p, k),
             path,
         )
     return event
