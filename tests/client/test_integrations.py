@@ -316,3 +316,16 @@ def test_the_async_client_dry_runs_the_integrations_too(server_url: str) -> None
             assert (await c.budget(ds.id)).entries == 0
 
     asyncio.run(main())
+
+
+def test_an_opendp_odometer_is_refused_with_a_clear_error() -> None:
+    """An odometer has an ``output_measure`` OpenDP itself builds but no privacy map: it passed
+    the measure check and failed with ``AttributeError: 'Odometer' object has no attribute
+    'map'``. It is a ``ValueError`` naming it and what to charge instead; nothing is mapped."""
+    odometer = dp.c.make_fully_adaptive_composition(
+        dp.vector_domain(dp.atom_domain(T=int)), dp.symmetric_distance(), dp.max_divergence()
+    )
+    assert odometer.output_measure == dp.max_divergence()
+    with pytest.raises(ValueError, match="Odometer") as info:
+        opendp_mechanism(odometer, 1)
+    assert "privacy map" in str(info.value)

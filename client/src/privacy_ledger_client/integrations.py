@@ -8,7 +8,8 @@
   ``zcdp``, ``Approximate(MaxDivergence)`` -> ``approx_dp`` (``pure_dp`` when delta is 0),
   ``Approximate(ZeroConcentratedDivergence)`` -> ``zcdp`` with its delta. Any other measure
   (a privacy profile: fix a delta with ``make_fix_delta`` first; a ``user_divergence``, whatever
-  its name) raises ``ValueError`` naming it. Measures are compared with OpenDP's own
+  its name) raises ``ValueError`` naming it, and so does an odometer (it has no privacy map).
+  Measures are compared with OpenDP's own
   (``dp.max_divergence()`` ...), never by their text; a loss that is NaN, infinite or negative
   (or a delta of 1 or more) is a ``ValueError`` naming OpenDP and the value.
 
@@ -123,6 +124,12 @@ def opendp_mechanism(measurement: Any, d_in: Any, count: int = 1) -> Mechanism:
     measure = getattr(measurement, "output_measure", None)
     pure, rho, approx_pure, approx_rho = _opendp_measures()
     if measure is not None and measure in (pure, rho, approx_pure, approx_rho):
+        if not callable(getattr(measurement, "map", None)):
+            raise ValueError(
+                f"OpenDP {type(measurement).__name__} has no privacy map to read at a d_in (an "
+                "odometer's loss grows with what it runs): charge each measurement it runs, or "
+                "the loss it reports once it is done as a pure_dp, approx_dp or zcdp entry"
+            )
         loss = measurement.map(d_in)
         if measure == pure:
             return pure_dp(_loss(loss, "epsilon"), count=count)
