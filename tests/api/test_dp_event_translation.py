@@ -226,3 +226,29 @@ def test_an_event_that_charges_nothing_says_which_parts_cost_nothing(client: Tes
     r = _post(client, ds["id"], event)
     assert r.status_code == 422
     assert "sampling_probability 0" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("accounting", ["rdp", "pld"])
+@pytest.mark.parametrize("q", [5e-324, 1e-310])
+def test_a_subnormal_sampling_probability_is_refused_as_a_direct_charge_is(
+    client: TestClient, accounting: str, q: float
+) -> None:
+    """A direct ``subsampled_gaussian`` charge refuses a sample rate below the smallest normal
+    float; through a PoissonSampledDpEvent it was recorded on an rdp dataset (an entry the API
+    refuses to take) and on a pld one answered dp_accounting's own "a must be greater than b.
+    Got a=inf and b=inf." Both are a 422 naming the event and its field now."""
+    ds = new_dataset(client, f"subnormal-{accounting}", adaptive=False, accounting=accounting)
+    direct = client.post(
+        f"/v1/datasets/{ds['id']}/charges",
+        json={"mechanism": {"mechanism": "subsampled_gaussian", "sigma": 1.0, "sample_rate": q}},
+    )
+    assert direct.status_code == 422, direct.text
+    event = de.SelfComposedDpEvent(de.PoissonSampledDpEvent(q, de.GaussianDpEvent(1.0)), 3)
+    r = _post(client, ds["id"], event)
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert "PoissonSampledDpEvent at event" in detail
+    assert f"sampling_probability {q!r}" in detail
+    assert "smallest normal float" in detail
+    assert r.json()["event_path"] == "event"
+    assert client.get(f"/v1/datasets/{ds['id']}/budget").json()["entries"] == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -203,6 +204,12 @@ evaluation is within a few ulps of the exact value, and a smaller noise multipli
 charge more (an upper bound stays one)."""
 
 
+MIN_SAMPLING_PROBABILITY = sys.float_info.min
+"""The least positive sampling probability a PoissonSampledDpEvent may have: the floor the API
+puts on a ``subsampled_gaussian``'s sample_rate (below it 1/q overflows, and the PLD of the step
+cannot be built)."""
+
+
 def _check_poisson_event(event: Mapping[str, Any], path: str, depth: int) -> Any:
     """A probability, and a Poisson-sampled Gaussian's noise multiplier in the range this kind
     accepts, named on the event. Poisson sampling over a composition of Gaussians
@@ -224,6 +231,13 @@ def _check_poisson_event(event: Mapping[str, Any], path: str, depth: int) -> Any
         if q > 1:
             raise DpEventError(
                 f"{where}: sampling_probability {q!r} is above 1 (it is a probability)", path
+            )
+        if 0 < q < MIN_SAMPLING_PROBABILITY:
+            raise DpEventError(
+                f"{where}: sampling_probability {q!r} is below the smallest accepted "
+                f"{MIN_SAMPLING_PROBABILITY!r} (the smallest normal float, the floor of a "
+                "subsampled_gaussian's sample_rate); charge that instead (an upper bound)",
+                path,
             )
     inner = event.get("event")
     inner_path = join(path, "event")
