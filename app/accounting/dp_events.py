@@ -20,9 +20,11 @@ from typing import Any
 from app.accounting.kinds._events import (
     BELOW_MIN_EPSILON,
     COMPOSED,
+    MAX_EVENT_COUNT,
     MAX_EVENT_DEPTH,
     SELF_COMPOSED,
     DpEventError,
+    at,
     join,
 )
 from app.accounting.kinds._spec import Mechanism
@@ -43,8 +45,17 @@ def translate(event: Mapping[str, Any]) -> list[Mechanism]:
 
 def merged(mechanisms: list[Mechanism]) -> list[Mechanism]:
     """Identical mechanisms (every field but ``count``) merged into one, counts added, in the
-    order of first appearance."""
-    return [mechanism_from_dict(d) for d in merge_counts(m.to_dict() for m in mechanisms)]
+    order of first appearance; ``DpEventError`` when one is then repeated more than
+    ``MAX_EVENT_COUNT`` times in all (one ledger entry holds at most that many)."""
+    out = []
+    for d in merge_counts(m.to_dict() for m in mechanisms):
+        if isinstance(d["count"], int) and d["count"] > MAX_EVENT_COUNT:
+            raise DpEventError(
+                f"identical events translated to {d['mechanism']} are repeated {d['count']} "
+                f"times in all, at most {MAX_EVENT_COUNT}"
+            )
+        out.append(mechanism_from_dict(d))
+    return out
 
 
 def prepared(event: Mapping[str, Any]) -> Any:
@@ -57,7 +68,8 @@ def prepared(event: Mapping[str, Any]) -> Any:
 # --- the walk ----------------------------------------------------------------------------------
 
 
-def _walk(event: Any, path: str, depth: int) -> Any:
+def _walk(event: Any, path: str, depth: int, times: int = 1) -> Any:
+    """``times``: the product of the counts of the SelfComposedDpEvents around ``event``."""
     if not isinstance(event, Mapping) or depth > MAX_EVENT_DEPTH:
         return event  # the registry's error
     kind = event.get("type")
@@ -65,12 +77,26 @@ def _walk(event: Any, path: str, depth: int) -> Any:
         return {
             **event,
             "events": [
-                _walk(e, join(path, f"events[{i}]"), depth + 1)
+                _walk(e, join(path, f"events[{i}]"), depth + 1, times)
                 for i, e in enumerate(event["events"])
             ],
         }
     if kind == SELF_COMPOSED:
-        return {**event, "event": _walk(event.get("event"), join(path, "event"), depth + 1)}
+        count = event.get("count")
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+            times *= count
+            if times > MAX_EVENT_COUNT:
+                outer = times // count
+                around = f" (inside counts multiplying to {outer})" if outer > 1 else ""
+                raise DpEventError(
+                    f"{at(SELF_COMPOSED, path)}: count {count}{around} repeats its event "
+                    f"{times} times, at most {MAX_EVENT_COUNT}",
+                    path,
+                )
+        return {
+            **event,
+            "event": _walk(event.get("event"), join(path, "event"), depth + 1, times),
+        }
     check = dp_event_check(kind)
     return event if check is None else check(event, path, depth)
 

@@ -91,3 +91,47 @@ def test_a_new_kinds_declared_check_is_run_by_the_walk(toy_events: KindSpec) -> 
 def test_a_check_without_its_translation_is_refused() -> None:
     with pytest.raises(TypeError, match="'toy_geometric' checks ToyDpEvent but does not"):
         dataclasses.replace(toy.SPEC, dp_event_checks={"ToyDpEvent": _check_toy_event})
+
+
+_G = {"type": "GaussianDpEvent", "noise_multiplier": 1e5}
+
+
+def _self(event: dict[str, Any], count: int) -> dict[str, Any]:
+    return {"type": "SelfComposedDpEvent", "event": event, "count": count}
+
+
+@pytest.mark.parametrize(
+    ("event", "path", "says"),
+    [
+        (_self(_self(_G, 100_000), 100_000), "event", "10000000000 times"),
+        (
+            {"type": "ComposedDpEvent", "events": [_G, _self(_self(_G, 10**9), 2)]},
+            "events[1].event",
+            "2000000000 times",
+        ),
+        (
+            {"type": "ComposedDpEvent", "events": [_self(_G, 10**10)]},
+            "events[0]",
+            "10000000000 times",
+        ),
+        (
+            {"type": "ComposedDpEvent", "events": [_self(_G, 6 * 10**8), _self(_G, 6 * 10**8)]},
+            "",
+            "1200000000 times in all",
+        ),
+    ],
+)
+def test_too_many_repetitions_say_how_many_and_where(
+    event: dict[str, Any], path: str, says: str
+) -> None:
+    """Nested SelfComposedDpEvent counts multiply, and identical events are merged: either could
+    pass every count's own range and make an entry of more repetitions than one may hold, which
+    was refused as "count must be an integer in [1, 1e+09], got 10000000000" (a count the
+    caller never wrote, at no place in the event). The error says how many repetitions in all,
+    the limit, and where."""
+    with pytest.raises(DpEventError) as info:
+        dp_events.translate(event)
+    message = str(info.value)
+    assert says in message and "1000000000" in message, message
+    assert "must be an integer in" not in message
+    assert info.value.path == path
