@@ -245,3 +245,24 @@ def test_an_epsilon_derived_from_event_fields_is_never_rounded_down(name: str) -
         want = exact()
         assert mpmath.mpf(m.epsilon) >= want
         assert mpmath.mpf(m.epsilon) <= want * (1 + mpmath.mpf(2) ** -48)
+
+
+@pytest.mark.parametrize(("k", "epsilon"), [(7, 0.3), (10, 1.0), (100, 1.0), (1000, 3.0)])
+def test_many_bucket_randomized_response_is_never_below_dp_accounting(
+    k: int, epsilon: float
+) -> None:
+    """k >= 7 is where the KL value stops being a valid rho (docs/formulas.md §1.5); composed
+    with a ZCDpEvent and self-composed, the translated RDP curve is dp_accounting's REPLACE_ONE
+    curve at every one of its orders (never below it), and the rho carried beside it at least
+    the largest eps(alpha) / alpha dp_accounting's curve shows."""
+    p = k / (math.exp(epsilon) + k - 1)
+    rr = dp_event.RandomizedResponseDpEvent(noise_parameter=p, num_buckets=k)
+    event = dp_event.SelfComposedDpEvent(
+        dp_event.ComposedDpEvent([rr, dp_event.ZCDpEvent(0.01)]), 5
+    )
+    ours = _ours(event)
+    theirs = _dpacc_rdp(event, rdpa.NeighborRel.REPLACE_ONE)
+    assert (ours.rdp[IDX] >= theirs * (1 - 1e-12)).all()
+    np.testing.assert_allclose(ours.rdp[IDX], theirs, rtol=1e-9)
+    rr_only = _dpacc_rdp(rr, rdpa.NeighborRel.REPLACE_ONE)
+    assert ours.rho >= 5 * (max(rr_only / np.array(DPACC_DEFAULT_ORDERS)) + 0.01) * (1 - 1e-12)
