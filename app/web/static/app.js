@@ -75,6 +75,19 @@
     for (let digits = 5; x < cap && Number(text) >= cap && digits <= 17; digits++) text = fmtUp(x, digits);
     return text;
   }
+  // a spend the API gives as null has no finite bound at its δ (the entries' own deltas reach
+  // the budget δ, or pass the part of it set aside for them): it is infinite, and reads "∞"
+  // with a full gauge, never as nothing used ("0.0%", an empty gauge) nor as "n/a"
+  function unbounded(s) {
+    if (s && s.epsilon === null) s.epsilon = Infinity;
+    return s;
+  }
+  // the conversion that gave a spend, in words (the API's name beside it)
+  const METHOD_WORDS = {
+    entry_deltas_reach_delta: "no finite ε: the entries' own δ add up to the budget δ or more",
+    entry_deltas_exceed_entry_delta_budget: "no finite ε: the entries' own δ add up to more than the part of δ set aside for them",
+  };
+  const methodWords = (m) => (METHOD_WORDS[m] ? `${METHOD_WORDS[m]}; method ${m}` : `converted by ${m}`);
   // the mechanism kinds, their names for people, descriptions and calibrations: the registry as
   // GET /v1/mechanisms serves it, read once (again after a failure)
   let KIND_INFO = {};
@@ -232,7 +245,7 @@
       if (archived) q.set("archived", archived);
       const page = await api(`/v1/datasets?${q}`);
       const items = page.datasets || [];
-      for (const d of items) if (!found.has(d.id)) found.set(d.id, d);
+      for (const d of items) if (!found.has(d.id)) found.set(d.id, (unbounded(d.spent), d));
       offset += items.length;
       const last = typeof page.total === "number" ? offset >= page.total : items.length < DATASET_PAGE;
       if (last || !items.length) return [...found.values()];
@@ -248,7 +261,7 @@
         const d = list[next++];
         try {
           const b = await api(`/v1/datasets/${encodeURIComponent(d.id)}/budget`);
-          if (b.blocks) d.topBlock = b.blocks.most_spent;
+          if (b.blocks) d.topBlock = b.blocks.most_spent && (unbounded(b.blocks.most_spent.spent), b.blocks.most_spent);
         } catch (err) {
           if (err instanceof ApiError && err.status === 401) throw err;
         }
@@ -328,7 +341,7 @@
     const share = perBlockOnly(d)
       ? `all blocks composed, which no budget caps (no lifetime budget)${usage(d) && usage(d).block ? `; ${usedWords(d).replace("most-spent block", "the most-spent block")} of its budget` : ""}`
       : `${used(d)} of the budget`;
-    const spent = summaryRow(dl, "Spent", `${eps(d.spent.epsilon)} at δ = ${dlt(d.spent.delta)} — ${share} (converted by ${d.spent.method})`, "detail-spent");
+    const spent = summaryRow(dl, "Spent", `${eps(d.spent.epsilon)} at δ = ${dlt(d.spent.delta)} — ${share} (${methodWords(d.spent.method)})`, "detail-spent");
     spent.setAttribute("data-value", d.spent.epsilon);
     let remaining = d.remaining.rho !== null && d.remaining.rho !== undefined
       ? `${epsLeft(d.remaining.epsilon)} (ρ left ${down(d.remaining.rho)})` : epsLeft(d.remaining.epsilon);
@@ -762,6 +775,7 @@
     if (!c.allocations) { box.hidden = true; return; }
     const page = await api(`/v1/datasets/${encodeURIComponent(d.id)}/allocations`);
     const allocs = page.allocations || [];
+    for (const a of allocs) unbounded(a.spent);
     box.hidden = !allocs.length;
     if (!allocs.length) return;
     const perBlock = !!d.partition;
@@ -874,7 +888,7 @@
     const base = `/v1/datasets/${encodeURIComponent(d.id)}`;
     const first = layout.cells[0].key, last = layout.cells[layout.cells.length - 1].key;
     const list = await api(`${base}/blocks?from=${encodeURIComponent(first)}&to=${encodeURIComponent(last)}`);
-    const byKey = new Map((list.blocks || []).map((b) => [b.block, b]));
+    const byKey = new Map((list.blocks || []).map((b) => [b.block, (unbounded(b.spent), b)]));
     const per = d.budget.epsilon;
     const cells = layout.cells.map((cell) => {
       const b = byKey.get(cell.key);
@@ -951,6 +965,9 @@
     // the new one could be read
     const [d, s, c, b] = await Promise.all([api(base), api(`${base}/series?points=400`), api(`${base}/curves`),
       api(`${base}/budget`).catch(() => null), readKinds()]);
+    unbounded(d.spent);
+    if (b && b.blocks && b.blocks.most_spent) unbounded(b.blocks.most_spent.spent);
+    if (b && b.lifetime) unbounded(b.lifetime.spent);
     if (b && b.blocks) d.topBlock = b.blocks.most_spent;
     if (detailId !== id) {
       detailId = id;

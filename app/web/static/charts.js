@@ -298,13 +298,16 @@
   // percentage of the budget used, rounded UP to 0.1 (0.01 below 0.1 %), so it never reads
   // less than is used; "100.0%" shows only when the dataset is exhausted (a non-exhausted one
   // that rounds up to 100 gets more digits: "99.99%"); spent beyond the budget (a budget
-  // lowered below the spend) reads its true share: "160.0% (over budget)"
+  // lowered below the spend) reads its true share: "160.0% (over budget)", an infinite spend
+  // "∞% (over budget)"
   function pctUsed(used, total, exhausted) {
     const f = total > 0 ? Math.max(0, used / total) : 0;
     const ceilTo = (digits) => {
       const k = Math.pow(10, digits);
       return Math.ceil(100 * f * k - 1e-7) / k;
     };
+    // no finite spend (its ε at the budget δ is unbounded): beyond any budget
+    if (f === Infinity) return "∞% (over budget)";
     let digits = f > 0 && f < 0.001 ? 2 : 1;
     let v = ceilTo(digits);
     if (f > 1 + 1e-9) return `${v.toFixed(digits)}% (over budget)`;

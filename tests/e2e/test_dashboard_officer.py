@@ -1,0 +1,94 @@
+"""The privacy officer's view in a real headless Chromium: states the other dashboard tests do
+not build, each compared with the API's JSON for the same state (a spend with no finite bound,
+a partitioned dataset whose lifetime budget has room but one block is used up, the server
+going away, an archived dataset shown on request, the page's requests staying on this origin,
+axe-core on each of these states)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.test_dashboard import (
+    ADMIN_KEY,
+    _browser_path,
+    check_accessibility,
+    dashboard_page,
+    sign_in,
+)
+from tests.e2e.test_dashboard_audit import open_dataset
+from tests.live import running
+
+
+def day(n: int) -> str:
+    """The UTC day key ``n`` days ago."""
+    return (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=n)).isoformat()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    db = tmp_path_factory.mktemp("officer") / "e2e.db"
+    with running(f"sqlite:///{db}", ADMIN_KEY) as server:
+        api = httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120
+        )
+
+        def dataset(name: str, eps: float, delta: float = 1e-6, **kw: Any) -> dict[str, Any]:
+            r = api.post(
+                "/v1/datasets",
+                json={"name": name, "budget": {"epsilon": eps, "delta": delta}, **kw},
+            )
+            assert r.status_code == 201, r.text
+            return dict(r.json())
+
+        def charge(ds: dict[str, Any], mech: dict[str, Any], **kw: Any) -> None:
+            r = api.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": mech, **kw})
+            assert r.status_code == 201, r.text
+
+        w: dict[str, Any] = {"server": server, "api": api}
+        # an entry with its own delta, then the budget delta lowered below it: no finite
+        # epsilon at the budget delta any more (the API's spent.epsilon is null)
+        w["unbounded"] = dataset("own-delta-lowered", 1.0, 1e-5, adaptive=False)
+        charge(w["unbounded"], {"mechanism": "approx_dp", "epsilon": 0.1, "delta": 4e-6})
+        r = api.patch(f"/v1/datasets/{w['unbounded']['id']}", json={"budget": {"delta": 3e-6}})
+        assert r.status_code == 200, r.text
+        w["plain"] = dataset("plain", 1.0)
+        charge(w["plain"], {"mechanism": "laplace", "epsilon": 0.25})
+        w["viewer"] = api.post("/v1/keys", json={"role": "viewer"}).json()["key"]
+        yield w
+        api.close()
+
+
+def test_a_spend_with_no_finite_bound_reads_as_unbounded(world: dict[str, Any]) -> None:
+    """Entries' own deltas past the (lowered) budget delta: the API's spend is null (no finite
+    epsilon) and the dataset exhausted. The page must not read that as nothing used (0.0 %, an
+    empty gauge) nor as "n/a": the spend is infinite, the gauge full."""
+    executable = _browser_path()
+    api: httpx.Client = world["api"]
+    ds_id = world["unbounded"]["id"]
+    d = api.get(f"/v1/datasets/{ds_id}").json()
+    assert d["spent"]["epsilon"] is None and d["exhausted"] and d["state"] == "exhausted"
+    with dashboard_page(executable, viewport={"width": 1280, "height": 900}) as page:
+        sign_in(page, world["server"].url, world["viewer"])
+        card = page.locator(f"li[data-dataset='{ds_id}']")
+        assert card.get_attribute("data-state") == "exhausted"
+        assert card.locator("[data-testid=spent]").inner_text().startswith("ε = ∞")
+        pct = card.locator("[data-testid=gauge-pct]").text_content() or ""
+        assert "∞" in pct and "0.0" not in pct
+        # the gauge's arc is drawn full, not empty
+        assert card.locator("svg.gauge path.fill").count() == 1
+        label = card.locator("svg.gauge").get_attribute("aria-label") or ""
+        assert "n/a" not in label and "0.0%" not in label and "∞" in label
+        open_dataset(page, ds_id)
+        spent = page.inner_text("[data-testid=detail-spent]")
+        assert spent.startswith("ε = ∞") and "n/a" not in spent and "0.0%" not in spent
+        assert "own δ" in spent  # why there is no finite epsilon, in words
+        series = page.locator("#fig-series table")
+        assert "null" not in series.inner_text(timeout=1000) and "n/a" not in series.inner_text()
+        assert page.inner_text("#status").startswith(f"{d['name']}: ε = ∞")
+        problems = check_accessibility(page, "unbounded spend")
+        assert not problems, problems
