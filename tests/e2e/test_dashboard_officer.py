@@ -93,3 +93,42 @@ def test_a_spend_with_no_finite_bound_reads_as_unbounded(world: dict[str, Any]) 
         assert page.inner_text("#status").startswith(f"{d['name']}: ε = ∞")
         problems = check_accessibility(page, "unbounded spend")
         assert not problems, problems
+
+
+def test_the_server_going_away_is_said_at_the_top_and_cleared_when_it_is_back(
+    world: dict[str, Any],
+) -> None:
+    """Every request refused at the network level (as when the server is gone): the figures
+    stay on screen, so the page must say at the top, in an alert, that they are from the last
+    update and may be out of date, and stop saying "Updated" as if they were current. When
+    the server answers again, the warning goes."""
+    executable = _browser_path()
+    plain = world["plain"]
+    with dashboard_page(executable, viewport={"width": 1280, "height": 900}) as page:
+        sign_in(page, world["server"].url, world["viewer"])
+        open_dataset(page, plain["id"])
+        stale = page.locator("[data-testid=stale]")
+        assert stale.is_hidden()
+        updated = page.inner_text("#updated")
+        assert updated.startswith("Updated ")
+        page.route("**/v1/**", lambda route: route.abort("connectionrefused"))
+        page.click("#refresh")
+        stale.wait_for(state="visible")
+        text = stale.inner_text()
+        assert "could not be reached" in text and "out of date" in text
+        assert updated.removeprefix("Updated ") in text  # the time of the figures shown
+        assert stale.get_attribute("role") == "alert"
+        # above the figures: the first thing in the page's main content
+        box, summary = stale.bounding_box(), page.locator("#summary").bounding_box()
+        assert box is not None and summary is not None and box["y"] < summary["y"]
+        assert not page.inner_text("#updated").startswith("Updated ")
+        # the figures still shown are the API's (not blanked, not changed)
+        assert page.get_attribute("[data-testid=detail-spent]", "data-value") == str(
+            world["api"].get(f"/v1/datasets/{plain['id']}").json()["spent"]["epsilon"]
+        )
+        problems = check_accessibility(page, "server unreachable")
+        assert not problems, problems
+        page.unroute("**/v1/**")
+        page.click("#refresh")
+        stale.wait_for(state="hidden")
+        assert page.inner_text("#updated").startswith("Updated ")

@@ -36,8 +36,25 @@
     $("status").textContent = text;
   }
 
+  // the time of the figures on screen: a failed refresh leaves them there, and says so
+  let lastUpdate = null;
   function stamp() {
-    $("updated").textContent = `Updated ${new Date().toLocaleTimeString()}`;
+    lastUpdate = new Date();
+    $("updated").textContent = `Updated ${lastUpdate.toLocaleTimeString()}`;
+    $("stale").hidden = true;
+    $("stale").textContent = "";
+  }
+  // the server did not answer (gone, or the network): the figures shown are the last ones
+  // read, which charges made since are not in, so the top of the page says so until a
+  // refresh succeeds
+  function unreachable(err) {
+    const at = new Date().toLocaleTimeString();
+    const shown = lastUpdate
+      ? `The figures shown are from ${lastUpdate.toLocaleTimeString()} and may be out of date: charges made since are not in them.`
+      : "Nothing could be read yet.";
+    $("stale").textContent = `The server could not be reached at ${at} (${err.message}). ${shown} The page tries again every ${REFRESH_MS / 1000} seconds; Refresh tries now.`;
+    $("stale").hidden = false;
+    $("updated").textContent = lastUpdate ? `Not updated since ${lastUpdate.toLocaleTimeString()}` : "Not updated";
   }
 
   function signOut(message) {
@@ -45,6 +62,7 @@
     if (timer) clearInterval(timer);
     timer = null;
     show("login");
+    $("stale").hidden = true;
     $("login-error").textContent = message || "";
     $("key").focus();
   }
@@ -55,6 +73,7 @@
     } else if (err instanceof ApiError && err.status === 404) {
       status("No such dataset (or not visible to this key).");
     } else {
+      if (!(err instanceof ApiError) || err.status >= 500) unreachable(err);
       status(`Could not load: ${err.message}`);
     }
   }
