@@ -18,6 +18,7 @@ from tests.e2e.test_dashboard import (
     _browser_path,
     check_accessibility,
     dashboard_page,
+    floor_pct,
     sign_in,
 )
 from tests.e2e.test_dashboard_audit import open_dataset
@@ -58,6 +59,23 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         assert r.status_code == 200, r.text
         w["plain"] = dataset("plain", 1.0)
         charge(w["plain"], {"mechanism": "laplace", "epsilon": 0.25})
+        # a daily dataset whose lifetime budget has room while yesterday's block is used up
+        w["lifetime"] = dataset(
+            "daily-with-lifetime",
+            1.0,
+            partition={"unit": "day"},
+            lifetime_budget={"epsilon": 4.0, "delta": 1e-6},
+        )
+        charge(
+            w["lifetime"],
+            {"mechanism": "laplace", "epsilon": 1.0},
+            blocks={"from": day(1), "to": day(1)},
+        )
+        charge(
+            w["lifetime"],
+            {"mechanism": "laplace", "epsilon": 0.2},
+            blocks={"from": day(0), "to": day(0)},
+        )
         w["viewer"] = api.post("/v1/keys", json={"role": "viewer"}).json()["key"]
         yield w
         api.close()
@@ -132,3 +150,33 @@ def test_the_server_going_away_is_said_at_the_top_and_cleared_when_it_is_back(
         page.click("#refresh")
         stale.wait_for(state="hidden")
         assert page.inner_text("#updated").startswith("Updated ")
+
+
+def test_an_exhausted_block_under_a_lifetime_budget_with_room_is_a_warning(
+    world: dict[str, Any],
+) -> None:
+    """A partitioned dataset with a lifetime budget: the API's state follows the lifetime
+    budget ("ok" while it has room), but a charge reading the exhausted block is refused. The
+    badge must not say "Within budget" alone: it warns and names the block, as it does for a
+    partitioned dataset without a lifetime budget; the gauge stays the lifetime share."""
+    executable = _browser_path()
+    api: httpx.Client = world["api"]
+    ds_id = world["lifetime"]["id"]
+    b = api.get(f"/v1/datasets/{ds_id}/budget").json()
+    top = b["blocks"]["most_spent"]
+    assert b["state"] == "ok" and top["exhausted"] and not b["exhausted"]
+    share = floor_pct(b["spent"]["epsilon"], b["lifetime"]["budget"]["epsilon"], False)
+    with dashboard_page(executable, viewport={"width": 1280, "height": 900}) as page:
+        sign_in(page, world["server"].url, world["viewer"])
+        card = page.locator(f"li[data-dataset='{ds_id}']")
+        assert card.get_attribute("data-state") == "warning"
+        badge = card.locator("[data-testid=state]").inner_text()
+        assert "Warning: " in badge and top["block"] in badge and "exhausted" in badge
+        assert card.locator("[data-testid=gauge-pct]").text_content() == share
+        open_dataset(page, ds_id)
+        status = page.inner_text("[data-testid=detail-status]")
+        assert f"Warning: {share} of the lifetime budget used" in status, status
+        assert f"most-spent block {top['block']} exhausted" in status
+        assert f"{share} of the lifetime budget" in page.inner_text("[data-testid=detail-spent]")
+        problems = check_accessibility(page, "exhausted block under a lifetime budget")
+        assert not problems, problems

@@ -303,7 +303,9 @@ def test_a_partitioned_dataset_without_a_lifetime_budget_shows_its_most_spent_bl
             # with a lifetime budget: the composed spend against it, as before
             vcard = page.locator(f"li[data-dataset='{views['id']}']")
             assert lifetime_pct in (vcard.locator("svg.gauge").get_attribute("aria-label") or "")
-            assert f"Within budget: {lifetime_pct} used" in vcard.inner_text()
+            assert (
+                f"Within budget: {lifetime_pct} of the lifetime budget used" in vcard.inner_text()
+            )
 
             page.goto(server.url + f"/#/datasets/{clicks['id']}")
             page.wait_for_selector("body[data-ready=true] #detail:not([hidden])")

@@ -182,7 +182,19 @@
   // per-block dataset is never exhausted (a new block has a fresh budget, and the API says
   // "ok"), but its badge warns when its most-spent block is exhausted or past the threshold:
   // the gauge beside it shows that block (a charge to an exhausted block is refused)
+  // a partitioned dataset with a lifetime budget: its state is the lifetime budget's (the
+  // API's), but a charge to an exhausted block is refused however much the lifetime budget has
+  // left, so its most-spent block, when exhausted or past the threshold, is said beside it
+  // (and turns an "ok" to a warning): "; most-spent block 2026-11-22 exhausted"
+  function blockNote(d) {
+    const top = d.partition && d.lifetime_budget ? d.topBlock : null;
+    if (!top) return "";
+    const t = d.warning_threshold ?? 0.8;
+    if (!top.exhausted && !(d.budget.epsilon > 0 && top.spent.epsilon / d.budget.epsilon >= t)) return "";
+    return `; most-spent block ${top.block} ${top.exhausted ? "exhausted" : `${pctUsed(top.spent.epsilon, d.budget.epsilon, false)} used`}`;
+  }
   function stateOf(d) {
+    if (!perBlockOnly(d) && d.state === "ok" && blockNote(d)) return "warning";
     if (perBlockOnly(d)) {
       const u = usage(d);
       const t = d.warning_threshold ?? 0.8;
@@ -201,6 +213,7 @@
   // how much is used, in words: "60.0%", or on a per-block dataset "most-spent block
   // 2026-11-23 60.0%" (or why there is no percentage)
   function usedWords(d) {
+    if (d.partition && d.lifetime_budget) return `${used(d)} of the lifetime budget`;
     if (!perBlockOnly(d)) return used(d);
     const u = usage(d);
     if (!u) return "no lifetime budget, each block has its own,";
@@ -210,7 +223,7 @@
   function stateText(d) {
     const st = stateOf(d);
     if (st === "exhausted") return "Exhausted: no further charge fits";
-    if (st === "warning") return `Warning: ${usedWords(d)} used`;
+    if (st === "warning") return `Warning: ${usedWords(d)} used${blockNote(d)}`;
     return `Within budget: ${usedWords(d)} used`;
   }
   function stateBadge(d) {
@@ -297,7 +310,7 @@
     const list = $("dataset-list");
     list.replaceChildren();
     const datasets = all.filter((d) => showArchived || !d.archived);
-    await readTopBlocks(datasets.filter(perBlockOnly));
+    await readTopBlocks(datasets.filter((d) => d.partition));
     if (!datasets.length) {
       list.appendChild(html("li", { class: "muted" }, "No datasets yet. An admin creates them with POST /v1/datasets or `privacy-ledger datasets create`."));
     }
@@ -359,7 +372,7 @@
     summaryRow(dl, "Budget", `${epsLeft(d.budget.epsilon)}, δ = ${dlt(d.budget.delta)}${d.partition ? " per block" : ""}${lifetime}`);
     const share = perBlockOnly(d)
       ? `all blocks composed, which no budget caps (no lifetime budget)${usage(d) && usage(d).block ? `; ${usedWords(d).replace("most-spent block", "the most-spent block")} of its budget` : ""}`
-      : `${used(d)} of the budget`;
+      : `${used(d)} of the ${d.partition && d.lifetime_budget ? "lifetime " : ""}budget`;
     const spent = summaryRow(dl, "Spent", `${eps(d.spent.epsilon)} at δ = ${dlt(d.spent.delta)} — ${share} (${methodWords(d.spent.method)})`, "detail-spent");
     spent.setAttribute("data-value", d.spent.epsilon);
     let remaining = d.remaining.rho !== null && d.remaining.rho !== undefined
