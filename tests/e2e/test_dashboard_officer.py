@@ -76,9 +76,48 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             {"mechanism": "laplace", "epsilon": 0.2},
             blocks={"from": day(0), "to": day(0)},
         )
+        w["zcdp"] = dataset("zcdp-adaptive", 1.0, accounting="zcdp")
+        charge(w["zcdp"], {"mechanism": "gaussian", "sigma": 10.0})
+        w["gauss"] = dataset("gaussian-only", 1.0, allowed_mechanisms=["gaussian"])
+        charge(w["gauss"], {"mechanism": "gaussian", "sigma": 8.0})
+        w["fixed"] = dataset("fixed-list", 1.0, adaptive=False)
+        charge(w["fixed"], {"mechanism": "gaussian", "sigma": 8.0})
+        charge(w["fixed"], {"mechanism": "laplace", "epsilon": 0.1})
         w["viewer"] = api.post("/v1/keys", json={"role": "viewer"}).json()["key"]
         yield w
         api.close()
+
+
+METHOD_WORDS = {
+    "gaussian_exact": "converted exactly: every charge is Gaussian",
+    "pure_dp": "the sum of the charges' ε, a pure-DP composition",
+    "rdp_improved": "converted from Rényi DP at the best order",
+    "zcdp_bun_steinke": "converted from zCDP ρ by the Bun–Steinke bound",
+    "zcdp_cks": "converted from zCDP ρ by the Canonne–Kamath–Steinke bound",
+    "rdp_fixed_orders": "converted from Rényi DP at the order fixed when the dataset was created",
+    "entry_deltas_reach_delta": "no finite ε: the entries' own δ add up to the budget δ or more",
+}
+"""The words for the conversions these datasets' spends come from, written out independently
+of app.js."""
+
+
+def test_the_spend_names_its_conversion_in_words(world: dict[str, Any]) -> None:
+    """Each dataset's "Spent" row says in words which conversion gave the spend (the API's
+    ``spent.method``), with the method's name beside it, not the name alone."""
+    executable = _browser_path()
+    api: httpx.Client = world["api"]
+    names = ["plain", "unbounded", "lifetime", "zcdp", "gauss", "fixed"]
+    methods = {
+        n: api.get(f"/v1/datasets/{world[n]['id']}").json()["spent"]["method"] for n in names
+    }
+    assert len(set(methods.values())) >= 4, methods  # several conversions are met
+    with dashboard_page(executable, viewport={"width": 1280, "height": 900}) as page:
+        sign_in(page, world["server"].url, world["viewer"])
+        for n in names:
+            open_dataset(page, world[n]["id"])
+            text = page.inner_text("[data-testid=detail-spent]")
+            m = methods[n]
+            assert f"{METHOD_WORDS[m]}" in text and f"method {m})" in text, (n, text)
 
 
 def test_a_spend_with_no_finite_bound_reads_as_unbounded(world: dict[str, Any]) -> None:

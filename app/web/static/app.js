@@ -103,6 +103,16 @@
   }
   // the conversion that gave a spend, in words (the API's name beside it)
   const METHOD_WORDS = {
+    gaussian_exact: "converted exactly: every charge is Gaussian",
+    pure_dp: "the sum of the charges' ε, a pure-DP composition",
+    rdp_improved: "converted from Rényi DP at the best order",
+    rdp_classic: "converted from Rényi DP at the best order, classic bound",
+    zcdp_bun_steinke: "converted from zCDP ρ by the Bun–Steinke bound",
+    zcdp_cks: "converted from zCDP ρ by the Canonne–Kamath–Steinke bound",
+    rdp_fixed_orders: "converted from Rényi DP at the order fixed when the dataset was created, as adaptive queries require",
+    rdp_union_bound: "converted from Rényi DP with δ split over all orders, as adaptive queries require, older rule",
+    pld: "computed from the privacy loss distribution, the tightest bound",
+    not_gaussian: "no finite ε: a charge is not Gaussian, which this filter cannot count",
     entry_deltas_reach_delta: "no finite ε: the entries' own δ add up to the budget δ or more",
     entry_deltas_exceed_entry_delta_budget: "no finite ε: the entries' own δ add up to more than the part of δ set aside for them",
   };
