@@ -148,6 +148,10 @@ def test_a_spend_with_no_finite_bound_reads_as_unbounded(world: dict[str, Any]) 
         now = page.locator("#fig-series table tbody tr").last.text_content() or ""
         assert now.startswith("now") and now.endswith("∞"), now
         assert page.inner_text("#status").startswith(f"{d['name']}: ε = ∞")
+        # the ledger's "spent ε after" is at the budget δ of each entry's time (1e-5 here, the
+        # budget's now 3e-6): the column says so
+        head = page.locator("#entries thead th").last.inner_text()
+        assert "budget δ of its time" in head, head
         problems = check_accessibility(page, "unbounded spend")
         assert not problems, problems
 

@@ -468,6 +468,9 @@
 
   let seriesView = "time";
   let lastSeries = null;
+  // whether the budget δ of the dataset shown has changed: each entry's "spent ε after" is at
+  // the budget δ of its time, so the ledger table says so (from its series' budget changes)
+  let deltaChangedShown = false;
 
   function renderSeries(d, s) {
     lastSeries = [d, s];
@@ -488,6 +491,7 @@
     // the earlier points are at the old δ, so the chart says so and ends with the current
     // spend (at the current δ, the dataset's `spent`) as a "now" point
     const deltaChanged = !!(changes && changes.some((c) => c.old && c.new && c.old.delta !== undefined && c.new.delta !== undefined && c.old.delta !== c.new.delta));
+    deltaChangedShown = deltaChanged;
     // the same "now" point wherever the last stored point is not the current spend: totals
     // rebuilt from curves re-derived under corrected formulas raise the spend, not the points
     const behind = pts.length > 0 && s.points[s.points.length - 1].epsilon !== d.spent.epsilon;
@@ -710,7 +714,8 @@
     const page = await api(`/v1/datasets/${encodeURIComponent(detailId)}/ledger?${q}`);
     pg.next = page.next_cursor;
     const rows = filterLocal(page.entries, (e) => e.kind);
-    fillTable($("entries"), ["#", "time", "mechanism", "label", "charged by", "metadata", "spent ε after"],
+    fillTable($("entries"), ["#", "time", "mechanism", "label", "charged by", "metadata",
+      deltaChangedShown ? "spent ε after, at the budget δ of its time (the budget δ changed)" : "spent ε after"],
       rows.map((e) => [String(e.seq), when(e.created_at), describe(e.mechanism), userText(e.label), who(e), meta(e.metadata), up(e.spent_epsilon)]),
       "No ledger entries match.");
     $("entries-newer").disabled = !pg.stack.length;
