@@ -83,6 +83,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         w["fixed"] = dataset("fixed-list", 1.0, adaptive=False)
         charge(w["fixed"], {"mechanism": "gaussian", "sigma": 8.0})
         charge(w["fixed"], {"mechanism": "laplace", "epsilon": 0.1})
+        w["archived"] = dataset("finished-study", 1.0)
+        charge(w["archived"], {"mechanism": "laplace", "epsilon": 0.4})
+        r = api.post(f"/v1/datasets/{w['archived']['id']}/archive")
+        assert r.status_code == 200, r.text
         w["viewer"] = api.post("/v1/keys", json={"role": "viewer"}).json()["key"]
         yield w
         api.close()
@@ -223,3 +227,38 @@ def test_an_exhausted_block_under_a_lifetime_budget_with_room_is_a_warning(
         assert f"{share} of the lifetime budget" in page.inner_text("[data-testid=detail-spent]")
         problems = check_accessibility(page, "exhausted block under a lifetime budget")
         assert not problems, problems
+
+
+def test_an_archived_dataset_is_shown_on_request_and_says_why_nothing_fits(
+    world: dict[str, Any],
+) -> None:
+    """Hidden from the default overview, shown with its badge when asked; its page says that
+    no query fits because it is archived (it said "nothing fits the remaining budget" for
+    every kind, with budget left, after a refused calibration each), and asks no calibration."""
+    executable = _browser_path()
+    api: httpx.Client = world["api"]
+    ds_id = world["archived"]["id"]
+    listed = {d["id"] for d in api.get("/v1/datasets").json()["datasets"]}
+    every = {
+        d["id"] for d in api.get("/v1/datasets", params={"archived": "all"}).json()["datasets"]
+    }
+    assert ds_id not in listed and ds_id in every
+    d = api.get(f"/v1/datasets/{ds_id}").json()
+    assert d["archived"] and d["remaining"]["epsilon"] > 0
+    with dashboard_page(executable, viewport={"width": 1280, "height": 900}) as page:
+        sign_in(page, world["server"].url, world["viewer"])
+        assert page.locator(f"li[data-dataset='{ds_id}']").count() == 0
+        page.check("#show-archived")
+        card = page.locator(f"li[data-dataset='{ds_id}']")
+        card.wait_for()
+        assert card.locator("[data-testid=archived]").inner_text() == "Archived: read-only"
+        assert page.locator("#dataset-list li.card").count() == len(every)
+        problems = check_accessibility(page, "overview with archived datasets")
+        assert not problems, problems
+        asked: list[str] = []
+        page.on("request", lambda r: asked.append(r.url) if "/calibrate" in r.url else None)
+        open_dataset(page, ds_id)
+        box = page.locator("#calibration")
+        box.get_by_text("archived").wait_for()
+        assert "nothing fits the remaining budget" not in box.inner_text()
+        assert not asked

@@ -427,6 +427,10 @@
       box.appendChild(html("p", { "data-testid": "calibration-exhausted" }, "None: the budget is exhausted, so every further charge is refused whatever its noise."));
       return;
     }
+    if (d.archived) {
+      box.appendChild(html("p", { "data-testid": "calibration-archived" }, "None: the dataset is archived, so every charge is refused whatever budget is left (an admin can unarchive it)."));
+      return;
+    }
     if (d.partition) {
       // the budget is per block: /calibrate needs the blocks a query reads (block_from,
       // block_to), which the page cannot guess, so it points to the blocks' remaining budget
