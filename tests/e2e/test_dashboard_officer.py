@@ -30,6 +30,16 @@ def day(n: int) -> str:
     return (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=n)).isoformat()
 
 
+MARKUP = {
+    "description": "<img src=x onerror=\"document.title='pwned-1'\"> études",
+    "label": "<script>document.title='pwned-2'</script>名前",
+    "meta_key": "<i>k</i>",
+    "meta_value": "<img src=y onerror=\"document.title='pwned-3'\">",
+    "hold": "<svg onload=\"document.title='pwned-4'\">",
+    "refused": "<b>refused</b> & more",
+}
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     db = tmp_path_factory.mktemp("officer") / "e2e.db"
@@ -87,6 +97,31 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         charge(w["archived"], {"mechanism": "laplace", "epsilon": 0.4})
         r = api.post(f"/v1/datasets/{w['archived']['id']}/archive")
         assert r.status_code == 200, r.text
+        # text written by users, with markup in it: shown as text, never as markup
+        w["markup"] = dataset("markup", 1.0, description=MARKUP["description"])
+        charge(
+            w["markup"],
+            {"mechanism": "laplace", "epsilon": 0.01},
+            label=MARKUP["label"],
+            metadata={MARKUP["meta_key"]: MARKUP["meta_value"]},
+        )
+        r = api.post(
+            f"/v1/datasets/{w['markup']['id']}/reservations",
+            json={
+                "mechanism": {"mechanism": "laplace", "epsilon": 0.01},
+                "ttl_seconds": 3600,
+                "label": MARKUP["hold"],
+            },
+        )
+        assert r.status_code == 201, r.text
+        r = api.post(
+            f"/v1/datasets/{w['markup']['id']}/charges",
+            json={
+                "mechanism": {"mechanism": "laplace", "epsilon": 5.0},
+                "label": MARKUP["refused"],
+            },
+        )
+        assert r.status_code == 409, r.text
         w["viewer"] = api.post("/v1/keys", json={"role": "viewer"}).json()["key"]
         yield w
         api.close()
@@ -262,3 +297,45 @@ def test_an_archived_dataset_is_shown_on_request_and_says_why_nothing_fits(
         box.get_by_text("archived").wait_for()
         assert "nothing fits the remaining budget" not in box.inner_text()
         assert not asked
+
+
+def test_text_written_by_users_is_shown_as_text(world: dict[str, Any]) -> None:
+    """A description, a label, metadata, a hold's label and a refused request's label with
+    markup in them: the page shows each as the text it is; no element of it is made and no
+    script of it runs."""
+    executable = _browser_path()
+    with dashboard_page(executable, viewport={"width": 1280, "height": 900}) as page:
+        sign_in(page, world["server"].url, world["viewer"])
+        open_dataset(page, world["markup"]["id"])
+        assert page.inner_text("#detail-description") == MARKUP["description"]
+        entries = page.inner_text("#entries")
+        assert MARKUP["label"] in entries
+        assert f"{MARKUP['meta_key']}: {MARKUP['meta_value']}" in entries
+        assert MARKUP["hold"] in page.inner_text("#holds")
+        assert MARKUP["refused"] in page.inner_text("#rejections")
+        assert page.locator("main img, main script, main b, main i, #holds svg").count() == 0
+        assert "pwned" not in page.title()
+
+
+def test_no_request_leaves_the_server_s_origin(world: dict[str, Any]) -> None:
+    """The overview (archived datasets shown), every dataset's page and the glossary of the
+    accounting rules, with an admin key: every request the page makes goes to the server
+    itself (or is a data: / blob: URL), none to another host."""
+    executable = _browser_path()
+    api: httpx.Client = world["api"]
+    url = world["server"].url
+    every = api.get("/v1/datasets", params={"archived": "all"}).json()["datasets"]
+    asked: list[str] = []
+    with dashboard_page(executable, viewport={"width": 1280, "height": 900}) as page:
+        page.on("request", lambda r: asked.append(r.url))
+        sign_in(page, url, ADMIN_KEY)
+        page.check("#show-archived")
+        page.locator("#dataset-list li.card").nth(len(every) - 1).wait_for()
+        for d in every:
+            open_dataset(page, d["id"])
+            assert page.inner_text("#detail-title") == d["name"]
+        page.click("[data-testid=accounting] a")
+        page.wait_for_selector("dl.glossary")
+    assert len(asked) > 5 * len(every)  # the walk made its requests
+    elsewhere = [u for u in asked if not u.startswith((url + "/", "data:", "blob:"))]
+    assert not elsewhere, elsewhere
