@@ -43,6 +43,7 @@ from app.accounting.pld_filter import PldFilter
 from app.db.codec import curve_columns, curve_of
 from app.db.engine import Database
 from app.db.models import (
+    DatasetBlock,
     EntrySource,
     LedgerEntry,
     Reservation,
@@ -498,6 +499,15 @@ def prepare(session: Session, st: DatasetState, ask: Ask) -> Ask:
     allocation_blocks: list[Tally] = []
     if keys:
         block_tallies = tallies.blocks(session, BLOCK, st.id, keys, st.filter)
+        new = [str(t.key) for t in block_tallies if not t.exists]
+        if new:  # bounded: an index count of at most MAX_BLOCKS rows (the lock is held)
+            assert unit is not None
+            stored = session.scalar(
+                select(func.count())
+                .select_from(DatasetBlock)
+                .where(DatasetBlock.dataset_id == st.id)
+            )
+            blocks.check_block_count(unit, int(stored or 0), new)
         if allocation is not None:
             allocation_blocks = tallies.blocks(
                 session, ALLOCATION_BLOCK, allocation.owner, keys, allocation.filter
