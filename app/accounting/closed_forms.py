@@ -23,6 +23,14 @@ ULP_HALF = 2.0**-53
 """Unit roundoff of float64: a correctly rounded operation errs by at most this, relatively."""
 
 
+TINY = float(np.nextafter(0.0, 1.0))
+"""The least positive float."""
+
+TINY_LOG_T = -700.0
+"""``rr_rdp``: below this log T, e^log T is near the subnormal range (e^-708 is the least normal
+float) and the curve is taken as T / (a - 1) with an absolute margin."""
+
+
 EXP_ZERO = -746.0
 """e^x rounds to +0 for every x below this (the least subnormal is e^-744.4)."""
 
@@ -70,6 +78,12 @@ def rr_rdp(alpha: Vector, eps: float | Vector, k: int | Vector = 2) -> Vector:
     log T errs by E <= 4 u (|log expm1 x| + |log expm1 a e| + x + |log den| + 4), u = 2^-53,
     and log1p(T) = log(1 + e^{log T}) by at most E T / (1 + T), a relative error of at most
     E T / ((1 + T) log1p(T)) <= E: the result is raised by that, plus 4 u for the last steps.
+
+    Where T is below e^``TINY_LOG_T`` (eps < ~1e-154, only ``approx_dp`` takes such epsilons),
+    log1p(T) and T / (a - 1) are subnormal or 0 and the relative margin no longer covers their
+    rounding: there eps(a) <= T / (a - 1) = e^{log T - log(a - 1)} (log1p(T) <= T), with the
+    same margin, plus 2 of the least positive float for the subnormal rounding, so that a
+    positive eps never gives a curve of 0.
     """
     a = np.asarray(alpha, dtype=np.float64)
     x = (a - 1.0) * eps
@@ -81,7 +95,17 @@ def rr_rdp(alpha: Vector, eps: float | Vector, k: int | Vector = 2) -> Vector:
         size = np.abs(log_x) + np.abs(log_ae) + x + np.abs(log_den) + 4.0
         damp = np.where(log1p_t > 0, special.expit(log_t) / log1p_t, 1.0)
     error = 4.0 * ULP_HALF * np.where(np.isfinite(size), size, 0.0) * np.minimum(damp, 1.0)
-    return log1p_t / (a - 1.0) * (1.0 + error + 4.0 * ULP_HALF)
+    out: Vector = log1p_t / (a - 1.0) * (1.0 + error + 4.0 * ULP_HALF)
+    tiny = log_t < TINY_LOG_T
+    if tiny.any():  # (the damping above is 1 there, and expit's subnormal result may be 0)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # rows not taken
+            log_a1 = np.log(a - 1.0)
+            size = np.where(np.isfinite(size), size, 0.0) + np.abs(log_a1) + 2.0
+            bound = np.exp(log_t - log_a1) * (1.0 + 4.0 * ULP_HALF * size) + np.where(
+                np.asarray(eps) > 0.0, 2.0 * TINY, 0.0
+            )
+        out = np.where(tiny, bound, out)
+    return out
 
 
 def rr_kl(eps: float, k: int = 2) -> float:
@@ -102,7 +126,9 @@ def binary_rr_rho_array(eps: Vector) -> Vector:
     """``binary_rr_rho`` of each element."""
     e = np.asarray(eps, dtype=np.float64)
     out: Vector = e * np.tanh(e / 2.0) * (1.0 + 8.0 * ULP_HALF)  # three roundings
-    return out
+    # eps below ~1e-154 (approx_dp): eps^2 / 2 is subnormal or 0, its rounding absolute (at most
+    # half the least positive float per step): 2 of those keep a positive eps's rho above 0
+    return out + np.where(e > 0.0, 2.0 * TINY, 0.0)
 
 
 # --- Laplace (M17 Prop 6; HM25 main theorem) ----------------------------------------------

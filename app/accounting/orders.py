@@ -64,7 +64,7 @@ ORDERS_VERSION = 2
 """Bump (with a migration rebuilding totals) whenever ``ORDERS`` changes. Version 1: 234 orders;
 version 2: 243 (1.01 .. 1.09 added)."""
 
-CURVE_FORMULAS_VERSION = 3
+CURVE_FORMULAS_VERSION = 4
 """Bump whenever a mechanism's curve formula changes (a correction found below the exact value,
 or a tightening): a database written before re-derives its stored curves from their mechanisms
 and rebuilds its totals once, at the first ``migrate`` or auto-migrating start-up of the release
@@ -85,6 +85,12 @@ Laplace take the KL value as rho only where no located value of eps(alpha) / alp
 above the limit (k = 7 just below eps = 0.4367475: 1.1e-13 below). Those rhos rise by 1e-9,
 as do the few whose located maximum rounding puts 1e-14 above the KL value (22 of 2,000 k = 7
 mechanisms with eps in [1, 100]).
+Version 4 (2026-11-26): ``approx_dp`` with an epsilon below about 1e-154 (it takes any epsilon
+>= 0; every other kind's least epsilon is 1e-9) had rho and RDP values that underflowed to 0 or
+were subnormal with too few bits for their relative margins (eps = 1e-200: rho and every RDP
+value 0, the delta reported at epsilon 0 was 0 against tanh(eps / 2) = 5e-201). Such curves now
+stay above the exact ones (``closed_forms.rr_rdp``, ``binary_rr_rho_array``); no other curve
+changes.
 ``tests/unit/test_curve_formulas_version.py`` fails when a curve moves beyond ``verify``'s
 tolerance while this stays the same."""
 

@@ -79,6 +79,11 @@ MECHANISMS: list[dict[str, Any]] = [
         "steps": 1,
         "sensitivity": 2.0,
     },
+    # version 4: approx_dp epsilons whose square underflows
+    *(
+        {"mechanism": "approx_dp", "epsilon": e, "delta": d}
+        for e, d in ((1e-200, 0.0), (1e-155, 1e-9), (0.0, 1e-6))
+    ),
 ]
 
 

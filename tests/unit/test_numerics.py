@@ -15,9 +15,9 @@ from app.accounting import closed_forms as cf
 from app.accounting import conversions as conv
 from app.accounting.compose import compose_arrays, compose_many
 from app.accounting.curve import PrivacyCurve
-from app.accounting.filters import Budget, Filter, FilterKind, filter_bound, spend
+from app.accounting.filters import Budget, Filter, FilterKind, filter_bound, spend, spend_delta
 from app.accounting.kinds._spec import UnitCurves
-from app.accounting.mechanisms import DiscreteLaplace, Gaussian, Laplace
+from app.accounting.mechanisms import DiscreteLaplace, Gaussian, Laplace, mechanism_from_dict
 from app.accounting.orders import DPACC_DEFAULT_ORDERS, NEAR_ONE, ORDERS, ORDERS_VERSION
 from app.accounting.rounding import TINY, exp_up, up
 
@@ -308,3 +308,38 @@ def test_very_large_epsilon_uses_the_orders_near_one() -> None:
     acc.compose(dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(0.2), 2000))
     assert s.epsilon <= acc.get_epsilon(1e-6) * (1 + 1e-12)
     assert math.isfinite(s.epsilon)
+
+
+# --- epsilons so small that eps^2 underflows (approx_dp takes any epsilon >= 0) ----------------
+
+
+def _binary_rr_rdp_exact(alpha: float, eps: float) -> mp.mpf:
+    """log((e^{a e} + e^{(1-a) e}) / (e^e + 1)) / (a - 1) [M17 Table II; docs/formulas.md
+    §1.4], in enough digits that the cancellation (about e^2 relative) leaves 30 of them."""
+    digits = int(-2 * math.log10(eps)) + 60
+    with mp.workdps(digits):
+        a, e = mp.mpf(alpha), mp.mpf(eps)
+        return mp.log((mp.e ** (a * e) + mp.e ** ((1 - a) * e)) / (mp.e**e + 1)) / (a - 1)
+
+
+@pytest.mark.parametrize("eps", [1e-300, 1e-200, 1e-162, 1e-160, 1e-156, 1e-155, 1e-154, 1e-150])
+def test_approx_dp_with_a_tiny_epsilon_is_never_below(eps: float) -> None:
+    """approx_dp(eps = 1e-200, delta = 0) had rho = 0 and an all-zero RDP curve (eps tanh(eps / 2)
+    and log1p(T) underflow), so the delta reported at epsilon 0 was 0 where the worst eps-DP
+    mechanism (binary RR) has tanh(eps / 2) = 5e-201, and the epsilon at a delta below that
+    was 0 instead of about eps. Subnormal values kept too few bits for the relative margins
+    (at eps = 1e-155 the curve was 6e-14 below at order 1.5)."""
+    curve = mechanism_from_dict({"mechanism": "approx_dp", "epsilon": eps, "delta": 0.0}).curve()
+    e = mp.mpf(eps)
+    assert curve.rho >= e * mp.tanh(e / 2)
+    for j, alpha in enumerate(ORDERS):
+        assert curve.rdp[j] >= _binary_rr_rdp_exact(float(alpha), eps), float(alpha)
+    tv = mp.tanh(e / 2)  # binary RR's delta at epsilon 0: (e^eps - 1) / (e^eps + 1)
+    for kind in (FilterKind.RDP, FilterKind.ZCDP):
+        assert spend_delta(kind, curve, 0.0).delta >= tv, kind
+        # at a delta below tv the epsilon is positive: binary RR's delta(e') is
+        # (e^eps - e^e') / (e^eps + 1), so e' >= log(e^eps - delta (e^eps + 1))
+        small = float(tv) / 4
+        if small >= 2.0**-1022:
+            exact_eps = mp.log(mp.e**e - mp.mpf(small) * (mp.e**e + 1))
+            assert spend(kind, curve, small).epsilon >= exact_eps, kind
