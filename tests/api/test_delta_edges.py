@@ -5,9 +5,12 @@ nothing more is admitted"; the other accountings refused)."""
 
 from __future__ import annotations
 
+import mpmath as mp
 import pytest
 from fastapi.testclient import TestClient
 
+from app.accounting.filters import FilterKind, spend, spend_delta
+from app.accounting.mechanisms import mechanism_from_dict
 from tests.conftest import new_dataset
 
 
@@ -113,3 +116,32 @@ def test_spend_at_delta_zero_is_the_pure_dp_sum(client: TestClient, adaptive: bo
     assert r.status_code == 200 and r.json()["epsilon"] is None, r.text
     r = client.get(f"{url}/spend", params={"delta": 1e-310})
     assert r.status_code == 422, r.text
+
+
+@pytest.mark.parametrize("accounting", ["rdp", "zcdp", "pld"])
+def test_a_tiny_epsilon_approx_dp_is_answered_as_the_core_computes_it(
+    client: TestClient, accounting: str
+) -> None:
+    """approx_dp with epsilon 1e-200 and no delta of its own: the delta at epsilon 0 was
+    reported as exactly 0 (its rho and RDP curve underflowed) where the worst 1e-200-DP mechanism
+    has tanh(1e-200 / 2) = 5e-201; the route reports the core's value, bit for bit."""
+    mechanism = {"mechanism": "approx_dp", "epsilon": 1e-200, "delta": 0.0}
+    ds = new_dataset(
+        client, budget={"epsilon": 1.0, "delta": 1e-6}, accounting=accounting, adaptive=False
+    )
+    url = f"/v1/datasets/{ds['id']}"
+    assert client.post(f"{url}/charges", json={"mechanism": mechanism}).status_code == 201
+    tv = float(mp.tanh(mp.mpf(1e-200) / 2))
+    r = client.get(f"{url}/spend", params={"epsilon": 0.0})
+    assert r.status_code == 200, r.text
+    got = r.json()["delta"]
+    assert got >= tv
+    if accounting != "pld":
+        kind = FilterKind.RDP if accounting == "rdp" else FilterKind.ZCDP
+        curve = mechanism_from_dict(mechanism).curve()
+        assert got == spend_delta(kind, curve, 0.0).delta
+        r = client.get(f"{url}/spend", params={"delta": 1e-300})
+        assert r.status_code == 200, r.text
+        assert r.json()["epsilon"] == spend(kind, curve, 1e-300).epsilon
+        # binary RR's epsilon at delta 1e-300: log(e^eps - delta (e^eps + 1)), about eps
+        assert r.json()["epsilon"] >= 1e-200 - 2.1e-300
