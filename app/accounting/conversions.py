@@ -62,11 +62,13 @@ def _check_rho(rho: float) -> float:
 
 
 def zcdp_epsilon_bun_steinke(rho: float, delta: float) -> float:
-    """eps = rho + 2 sqrt(rho log(1/delta)) [BS16 Prop 3]."""
+    """eps = rho + 2 sqrt(rho log(1/delta)) [BS16 Prop 3]. log(1/delta) as -log(delta): 1/delta
+    overflows for a subnormal delta (what entries' own deltas leave of 2^-1022), which made the
+    bound infinite, and NaN (0 * inf) for rho = 0."""
     rho, delta = _check_rho(rho), check_delta(delta)
     if math.isinf(rho):
         return math.inf
-    return up(rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta)), 4)
+    return up(rho + 2.0 * math.sqrt(rho * -math.log(delta)), 4)
 
 
 def zcdp_delta_bun_steinke(rho: float, epsilon: float) -> float:
@@ -78,7 +80,9 @@ def zcdp_delta_bun_steinke(rho: float, epsilon: float) -> float:
         return 1.0
     gap = epsilon - rho
     log_d = -(gap * gap) / (4.0 * rho)  # -inf, not OverflowError, past 1e154
-    return min(1.0, exp_up(log_d * (1.0 - 8.0 * U)))
+    # an overflow to -inf stands for an underflow (rho > 0, the bound is positive), not for an
+    # exact 0: a delta of 0 is a pure-DP claim (exp_up gives the least positive float)
+    return min(1.0, exp_up(max(log_d * (1.0 - 8.0 * U), -float(np.finfo(float).max))))
 
 
 def _cks_eps_at(t: Vector, rho: float, log_inv_delta: float) -> Vector:
@@ -219,10 +223,11 @@ def _check_curve(rdp: Vector, orders: Vector) -> tuple[Vector, Vector]:
 
 
 def rdp_epsilon_classic(rdp: Vector, delta: float, orders: Vector = ORDERS) -> tuple[float, float]:
-    """(eps, order) with eps = min_j r_j + log(1/delta) / (alpha_j - 1) [M17 Prop 3]."""
+    """(eps, order) with eps = min_j r_j + log(1/delta) / (alpha_j - 1) [M17 Prop 3] (-log(delta):
+    1/delta overflows for a subnormal delta)."""
     r, a = _check_curve(rdp, orders)
     delta = check_delta(delta)
-    eps = (r + math.log(1.0 / delta) / (a - 1.0)) * (1.0 + 8.0 * U)  # positive terms
+    eps = (r + -math.log(delta) / (a - 1.0)) * (1.0 + 8.0 * U)  # positive terms
     j = int(np.argmin(eps))
     return max(0.0, up(float(eps[j]), 1)), float(a[j])
 
@@ -317,7 +322,7 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
     if gaussian_delta(mu, 0.0) <= delta:
         return 0.0
     rho = mu * mu / 2.0
-    hi = rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta)) + 1.0
+    hi = rho + 2.0 * math.sqrt(rho * -math.log(delta)) + 1.0  # (1/delta overflows if subnormal)
     while gaussian_delta(mu, hi) > delta:
         hi *= 2.0
     log_target = math.log(delta)

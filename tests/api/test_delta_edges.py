@@ -145,3 +145,27 @@ def test_a_tiny_epsilon_approx_dp_is_answered_as_the_core_computes_it(
         assert r.json()["epsilon"] == spend(kind, curve, 1e-300).epsilon
         # binary RR's epsilon at delta 1e-300: log(e^eps - delta (e^eps + 1)), about eps
         assert r.json()["epsilon"] >= 1e-200 - 2.1e-300
+
+
+@pytest.mark.parametrize("accounting", ["rdp", "zcdp"])
+def test_entry_deltas_that_leave_a_subnormal_delta_are_converted(
+    client: TestClient, accounting: str
+) -> None:
+    """Budget delta 2^-1022 (the least accepted) and an entry of (0, 2e-308): the conversions
+    ran at the 2.25e-309 left, where 1 / delta overflowed; Bun-Steinke's epsilon was
+    0 * inf = NaN, so the charge was refused ("would reach nan") and compose said there was no
+    finite epsilon, while the ledger is (0, 2e-308)-DP: epsilon 0."""
+    least = 2.0**-1022
+    mechanism = {"mechanism": "approx_dp", "epsilon": 0.0, "delta": 2e-308}
+    r = client.post(
+        "/v1/accounting/compose",
+        json={"mechanisms": [mechanism], "delta": least, "accounting": accounting},
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["epsilon"] == 0.0
+    ds = new_dataset(
+        client, budget={"epsilon": 1.0, "delta": least}, accounting=accounting, adaptive=False
+    )
+    r = client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": mechanism})
+    assert r.status_code == 201, r.text
+    assert r.json()["spent"]["epsilon"] == 0.0

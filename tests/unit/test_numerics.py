@@ -343,3 +343,27 @@ def test_approx_dp_with_a_tiny_epsilon_is_never_below(eps: float) -> None:
         if small >= 2.0**-1022:
             exact_eps = mp.log(mp.e**e - mp.mpf(small) * (mp.e**e + 1))
             assert spend(kind, curve, small).epsilon >= exact_eps, kind
+
+
+@pytest.mark.parametrize(("rho", "epsilon"), [(5e-324, 10.0), (1e-300, 1e6), (1e-200, 1e100)])
+def test_bun_steinke_delta_of_a_positive_rho_is_never_exactly_zero(
+    rho: float, epsilon: float
+) -> None:
+    """(eps - rho)^2 / (4 rho) overflowed to inf and delta = e^-inf was an exact 0, a pure-DP
+    claim, where the bound exp(-(eps - rho)^2 / (4 rho)) is positive (below the least float):
+    the conversions' promise is the least positive float for an underflow, 0 only for an exact
+    0. (A zcdp entry of rho 1e-300 and GET spend?epsilon=1e6 reported delta 0.)"""
+    r, e = mp.mpf(rho), mp.mpf(epsilon)
+    assert mp.exp(-((e - r) ** 2) / (4 * r)) > 0
+    assert conv.zcdp_delta_bun_steinke(rho, epsilon) == TINY
+    curve = PrivacyCurve(rho, rho * ORDERS, math.inf, False)
+    assert spend_delta(FilterKind.ZCDP, curve, epsilon).delta > 0.0
+
+
+@pytest.mark.parametrize("delta", [5e-324, 1e-310])
+def test_conversions_of_a_subnormal_delta_are_numbers(delta: float) -> None:
+    """rho = 0 with a subnormal delta: rho * log(1 / delta) was 0 * inf = NaN (the module promises
+    no NaN); the exact Gaussian's epsilon raised "epsilon must be finite" from its bracket."""
+    assert conv.zcdp_epsilon_bun_steinke(0.0, delta) == 0.0
+    assert conv.zcdp_epsilon(0.0, delta) == 0.0
+    assert conv.gaussian_epsilon(1.0, delta) >= 0.0
