@@ -45,8 +45,9 @@ def most_spent(
     """The block of ``owner`` with the largest spend counting its active holds, as admission
     counts them (earliest key on a tie), or None. Stored spends leave the holds out, so the
     candidates are the block of the largest committed spend and every block holding budget
-    (a block without holds spends no more than that one): O(blocks with holds) tallies read,
-    where the committed spend alone reported a block with more left than a held one."""
+    (a block without holds spends no more than that one): O(blocks with holds) rows read, one
+    tally built and converted per distinct sums among them (``Tallies.distinct_blocks``), where
+    the committed spend alone reported a block with more left than a held one."""
     c = _DB if kind == BLOCK else _AB
     owner_column = c.dataset_id if kind == BLOCK else c.allocation_id
     key = session.scalar(
@@ -56,8 +57,10 @@ def most_spent(
         return None
     held = session.scalars(select(c.key).where(owner_column == owner, c.held_count > 0))
     keys = sorted({key, *held})
-    candidates = tallies.blocks(session, kind, owner, keys, flt, lock=False)
-    return min(candidates, key=lambda t: (-answers.spend_with_holds(t).epsilon, str(t.key)))
+    # one tally and one conversion per distinct stored (charges, holds) pair, not per block
+    groups = tallies.distinct_blocks(session, kind, owner, keys, flt)
+    first, _ = min(groups, key=lambda g: (-answers.spend_with_holds(g[1]).epsilon, g[0]))
+    return tallies.blocks(session, kind, owner, [first], flt, lock=False)[0]
 
 
 def summary(session: Session, st: DatasetState) -> dict[str, Any]:
