@@ -21,6 +21,7 @@ ALCKS20 eq. 20]; analytic Gaussian [BW18 Thm 8, DRS19 Cor 2.13].
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import numpy.typing as npt
@@ -68,7 +69,14 @@ def zcdp_epsilon_bun_steinke(rho: float, delta: float) -> float:
     rho, delta = _check_rho(rho), check_delta(delta)
     if math.isinf(rho):
         return math.inf
-    return up(rho + 2.0 * math.sqrt(rho * -math.log(delta)), 4)
+    log_inv = -math.log(delta)
+    product = rho * log_inv
+    # a subnormal product keeps too few bits (rho = 5e-324: 100 % low); the square roots of its
+    # factors are normal and correctly rounded, and their product errs by an ulp or two
+    root = (
+        math.sqrt(product) if product >= sys.float_info.min else math.sqrt(rho) * math.sqrt(log_inv)
+    )
+    return up(rho + 2.0 * root, 4)
 
 
 def zcdp_delta_bun_steinke(rho: float, epsilon: float) -> float:

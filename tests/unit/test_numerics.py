@@ -367,3 +367,17 @@ def test_conversions_of_a_subnormal_delta_are_numbers(delta: float) -> None:
     assert conv.zcdp_epsilon_bun_steinke(0.0, delta) == 0.0
     assert conv.zcdp_epsilon(0.0, delta) == 0.0
     assert conv.gaussian_epsilon(1.0, delta) >= 0.0
+
+
+@pytest.mark.parametrize("rho", [5e-324, 1e-310, 2.0**-1030, 1e-300])
+@pytest.mark.parametrize("delta", [1e-100, 1e-6, 0.5])
+def test_bun_steinke_epsilon_of_a_tiny_rho_is_above_its_formula(rho: float, delta: float) -> None:
+    """rho + 2 sqrt(rho log(1/delta)) [BS16 Prop 3] with rho * log(1/delta) subnormal: the
+    product kept too few bits, and the candidate (a line of the `conversions` a zcdp compose
+    lists; the spend took CKS, lower) came out below its own formula, 6.7e-161 against 1.3e-160
+    at rho = 5e-324, delta = 1e-100 (an outside audit). 50-digit oracle."""
+    mp.mp.dps = 50
+    exact = mp.mpf(rho) + 2 * mp.sqrt(mp.mpf(rho) * mp.log(1 / mp.mpf(delta)))
+    ours = conv.zcdp_epsilon_bun_steinke(rho, delta)
+    assert mp.mpf(ours) >= exact
+    assert mp.mpf(ours) <= exact * (1 + mp.mpf(2) ** -48)
