@@ -15,7 +15,17 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
-from app.cli.common import DEFAULT_URL, JSON_OUT, KEY, URL, connect, console, err_console, fail
+from app.cli.common import (
+    DEFAULT_URL,
+    JSON_OUT,
+    KEY,
+    URL,
+    connect,
+    console,
+    err_console,
+    fail,
+    finite,
+)
 from app.cli.database import DATABASE_URL, opened, redact, settings
 from app.config import get_settings
 from app.principal import SYSTEM, Principal
@@ -258,6 +268,8 @@ def prune_idempotency(
         float,
         typer.Option(
             "--older-than-days",
+            parser=finite,
+            metavar="NUMBER",
             help="Delete the Idempotency-Key answers made more than this many days ago (> 0).",
             show_default=False,
         ),

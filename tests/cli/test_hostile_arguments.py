@@ -94,6 +94,19 @@ def test_a_number_that_is_not_finite_is_refused_by_its_option(
     assert team["name"] == "team-a" and team["budget"] == {"epsilon": 0.5, "delta": 1e-6}
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400"])
+def test_prune_idempotency_refuses_a_number_that_is_not_finite_as_usage(
+    tmp_path: Path, value: str
+) -> None:
+    """The docs promise exit 2 for a number option that is not finite; ``--older-than-days``
+    was read as a plain float and refused by the command itself, with exit 1 (adopt45)."""
+    db = tmp_path / "ledger.db"
+    args = ["prune-idempotency", "--older-than-days", value, "--database-url", f"sqlite:///{db}"]
+    line = _error_line(CliRunner().invoke(cli, args), 2)
+    assert "must be a finite number" in line and repr(value) in line
+    assert not db.exists()  # refused before the database was opened
+
+
 def test_finite_numbers_still_pass(run: Cli, census: dict[str, Any], tmp_path: Path) -> None:
     plan = tmp_path / "plan.json"
     plan.write_text('[{"mechanism": "gaussian", "sigma": 2}]')
