@@ -18,7 +18,7 @@ from app.cli.common import (
     fail,
     print_json,
 )
-from app.cli.database import opened, settings
+from app.cli.database import DATABASE_URL, opened, settings
 from app.principal import SYSTEM, Role
 
 app = typer.Typer(
@@ -65,12 +65,15 @@ def keys_create(
             "instead of calling the API.",
         ),
     ] = False,
+    database_url: DATABASE_URL = None,
     url: URL = DEFAULT_URL,
     api_key: KEY = None,
     as_json: JSON_OUT = False,
 ) -> None:
     """Create a key; its secret is printed once and stored only as a salted digest."""
     refs = list(dataset or [])
+    if database_url and not local:
+        fail("--database-url writes to the database directly: add --local")
     if local:
         if allocation:
             fail("--allocation needs the API (drop --local)")
@@ -80,7 +83,7 @@ def keys_create(
         from app.services import datasets as dataset_service
         from app.services import keys as key_service
 
-        database_url = settings().database_url
+        database_url = database_url or settings().database_url
         with opened(database_url, "create a key in"):
             db = Database(database_url)
             try:

@@ -49,6 +49,19 @@ def test_keys_create_local_writes_to_the_database(sqlite_url: str) -> None:
     through typer's runner in test_commands.py, plus one real subprocess below)."""
     local = cli("keys", "create", "--role", "pipeline", "--local", db=sqlite_url)
     assert local.returncode == 0 and "pl_p_" in local.stdout
+    # --database-url as migrate, verify and prune-idempotency take it (docs/client.md groups
+    # them); it names the database, so without --local it is refused, not ignored
+    flag = cli(
+        "keys", "create", "--role", "viewer", "--local", "--json", "--database-url", sqlite_url
+    )
+    assert flag.returncode == 0, flag.stderr
+    made = json.loads(flag.stdout)
+    path = sqlite_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as con:
+        roles = dict(con.execute("SELECT id, role FROM api_key").fetchall())
+    assert roles[made["id"]] == "viewer"
+    remote = cli("keys", "create", "--role", "viewer", "--database-url", sqlite_url)
+    assert remote.returncode == 1 and "--local" in remote.stderr  # as --allocation with --local
 
 
 def test_migrate_and_verify(tmp_path: Path) -> None:
