@@ -257,8 +257,13 @@ def connect(url: str, api_key: str | None, timeout: float = 30.0) -> Iterator[Se
         client = LedgerClient(
             url or DEFAULT_URL, api_key, timeout=timeout, retries=2, transport=TRANSPORT
         )
-    except (httpx.InvalidURL, ValueError) as exc:  # (UnicodeError is a ValueError)
-        fail(f"{url!r} is not a server URL ({exc}); check {URL_ENV} or --url")
+    except (httpx.InvalidURL, ValueError):  # (UnicodeError is a ValueError)
+        # (the client names where the URL came from as "the url argument", which is what the
+        # CLI passes for PRIVACY_LEDGER_URL too: not repeated here)
+        fail(
+            f"{url!r} is not a server URL: it must look like http://host:port or https://host; "
+            f"check {URL_ENV} or --url"
+        )
     with client:
         yield Session(client)
 
@@ -310,6 +315,11 @@ def explain(exc: LedgerError, url: str) -> NoReturn:
     if isinstance(exc, BudgetExceeded):
         fail(over_budget(exc), EXIT_OVER_BUDGET)
     if isinstance(exc, NotFound):
+        if exc.detail == "Not Found":  # no route (the API names what it did not find)
+            fail(
+                f"the server at {url} has no such path: check that {URL_ENV} or --url is the "
+                "server's base URL (http://host:port, without a path)"
+            )
         fail(f"{exc.detail} (at {url})")
     fail(exc.detail or str(exc))
 

@@ -224,6 +224,24 @@ def test_a_server_url_that_is_not_valid_is_a_one_line_error(
     assert f"{url!r} is not a server URL" in line and "PRIVACY_LEDGER_URL" in line
 
 
+def test_a_server_url_that_is_not_valid_is_named_once(run: Cli, census: dict[str, Any]) -> None:
+    """The client said where the URL came from ("the url argument", which is what the CLI
+    passes for PRIVACY_LEDGER_URL too) inside a message that quoted it again (an outside
+    check): one clause, the URL once, and the two places to look."""
+    line = _error_line(run("status", "census", "--url", "not-a-url", code=1), 1)
+    assert line.count("not-a-url") == 1 and "url argument" not in line
+    assert "http://host:port" in line and "PRIVACY_LEDGER_URL or --url" in line
+
+
+def test_a_server_url_with_a_path_says_to_check_it(run: Cli, census: dict[str, Any]) -> None:
+    """A base URL with a path reaches no route: the answer was a bare 'Not Found'."""
+    line = _error_line(run("status", "census", "--url", "http://testserver/nope", code=1), 1)
+    assert "no such path" in line and "PRIVACY_LEDGER_URL" in line
+    # a dataset the server does not have is still named as such
+    missing = _error_line(run("status", "no-such-dataset", code=1), 1)
+    assert "no-such-dataset" in missing and "no such path" not in missing
+
+
 @pytest.mark.parametrize("command", ["budget", "status", "release", "commit", "ledger"])
 def test_an_id_too_long_for_a_url_is_a_one_line_error(
     run: Cli, census: dict[str, Any], command: str
