@@ -20,6 +20,7 @@ from sqlalchemy import ColumnElement, Select, or_, select
 from sqlalchemy.exc import DBAPIError
 
 from app import responses as r
+from app.accounting.kinds import KINDS
 from app.db.engine import Database
 from app.db.models import (
     MAX_BIGINT,
@@ -146,7 +147,12 @@ def _entries(where: list[ColumnElement[bool]]) -> Select[Any]:
 
 def _checked(st: DatasetState, filters: EntryFilter) -> EntryFilter:
     """``filters``, or 422 for a block filter on a dataset that is not partitioned or a key
-    that is not one of its unit's."""
+    that is not one of its unit's, and for a kind no mechanism has (a typo read as an empty
+    ledger, with nothing to say it matched nothing)."""
+    if filters.kind is not None and filters.kind not in KINDS:
+        raise Unprocessable(
+            f"no mechanism kind {filters.kind!r}; the kinds are: {', '.join(sorted(KINDS))}"
+        )
     if filters.block is not None:
         if st.partition_unit is None:
             raise Unprocessable(f"dataset {st.name!r} is not partitioned: 'block' does not apply")

@@ -148,3 +148,20 @@ def test_the_allocation_filter_matches_one_allocation(client: TestClient) -> Non
     jsonl = client.get(f"/v1/datasets/{ds}/ledger", params={"format": "jsonl", "allocation": b_id})
     rows = [json.loads(line) for line in jsonl.text.splitlines()]
     assert [(r["seq"], r["allocation_id"]) for r in rows] == [(b_seq, b_id)]
+
+
+def test_a_kind_no_mechanism_has_is_422_not_an_empty_ledger(client: TestClient) -> None:
+    """``?kind=gausian`` answered an empty page (and the CLI an empty table, exit 0): a typo
+    read as "no entries" (an outside check of the CLI). A kind of the registry still filters."""
+    ds = new_dataset(client, name="typo")["id"]
+    r = client.post(
+        f"/v1/datasets/{ds}/charges", json={"mechanism": {"mechanism": "gaussian", "sigma": 20.0}}
+    )
+    assert r.status_code == 201, r.text
+    for fmt in (None, "csv", "jsonl"):
+        params = {"kind": "gausian", **({"format": fmt} if fmt else {})}
+        bad = client.get(f"/v1/datasets/{ds}/ledger", params=params)
+        assert bad.status_code == 422, bad.text
+        assert "'gausian'" in bad.json()["detail"] and "gaussian" in bad.json()["detail"]
+    assert _seqs(client, ds, kind="gaussian") == [1]
+    assert _seqs(client, ds, kind="laplace") == []
