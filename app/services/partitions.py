@@ -55,10 +55,8 @@ def most_spent(
     )
     if key is None:
         return None
-    held = session.scalars(select(c.key).where(owner_column == owner, c.held_count > 0))
-    keys = sorted({key, *held})
     # one tally and one conversion per distinct stored (charges, holds) pair, not per block
-    groups = tallies.distinct_blocks(session, kind, owner, keys, flt)
+    groups = tallies.distinct_blocks(session, kind, owner, flt, also=key)
     first, _ = min(groups, key=lambda g: (-answers.spend_with_holds(g[1]).epsilon, g[0]))
     return tallies.blocks(session, kind, owner, [first], flt, lock=False)[0]
 

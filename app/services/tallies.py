@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, cast
 
-from sqlalchemy import Row, Table, bindparam, insert, select, update
+from sqlalchemy import Row, Table, bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.accounting.adaptive import RenyiFilter
@@ -323,28 +323,24 @@ class Tallies:
         return [self.loaded[(kind, owner, k)] for k in keys]
 
     def distinct_blocks(
-        self, session: Session, kind: str, owner: str, keys: Sequence[str], flt: Filter
+        self, session: Session, kind: str, owner: str, flt: Filter, also: str
     ) -> list[tuple[str, Tally]]:
-        """``owner``'s blocks ``keys`` that have a row, grouped by their stored sums (charges,
-        holds, spend): for each group, its earliest key and one tally read from it (not kept:
-        a read outside a write transaction). A charge or hold over a range of blocks adds the
-        same curve to each, so most blocks share their sums, and a view that converts each
-        block's sums (``partitions.most_spent``) builds and converts one tally per group: 9,882
-        held blocks of 4 allocations (108 holds) made 39,452 tallies for one allocation list."""
-        if not keys:
-            return []
+        """``owner``'s blocks that hold budget, and block ``also``, grouped by their stored sums
+        (charges, holds, spend): for each group, its earliest key and one tally read from it
+        (not kept: a read outside a write transaction). A charge or hold over a range of blocks
+        adds the same curve to each, so most blocks share their sums, and a view that converts
+        each block's sums (``partitions.most_spent``) builds and converts one tally per group:
+        9,882 held blocks of 4 allocations (108 holds) made 39,452 tallies for one allocation
+        list."""
         table = _TABLE[kind]
         owner_column = table.c.dataset_id if kind == BLOCK else table.c.allocation_id
-        wanted = set(keys)
         stmt = (
             select(table.c.key, *(table.c[c] for c in _TOTALS))
-            .where(owner_column == owner, table.c.key.between(min(keys), max(keys)))
+            .where(owner_column == owner, or_(table.c.held_count > 0, table.c.key == also))
             .order_by(table.c.key)
         )
         groups: dict[tuple[Any, ...], tuple[str, Tally]] = {}
         for row in session.connection().execute(stmt):
-            if row.key not in wanted:
-                continue
             # every stored total but the entry count (which no conversion reads)
             same = tuple(row._mapping[c] for c in _TOTALS if c != "entry_count")
             if same not in groups:  # rows come in key order: the first is the earliest
