@@ -99,6 +99,11 @@ IdempotencyKey = Annotated[
 ]
 
 
+def _invalid(loc: tuple[str, str], msg: str, kind: str) -> RequestValidationError:
+    """A 422 about one part of the request, as FastAPI's own validation errors read."""
+    return RequestValidationError([{"loc": loc, "msg": msg, "type": kind}])
+
+
 def one_idempotency_key(request: Request) -> None:
     """422 when ``Idempotency-Key`` is given more than once. FastAPI reads the first value of a
     repeated header, and a proxy may fold them into one (``a, b``): the request names no one
@@ -107,14 +112,10 @@ def one_idempotency_key(request: Request) -> None:
     dependency solve)."""
     given = request.headers.getlist("idempotency-key")
     if len(given) > 1:
-        raise RequestValidationError(
-            [
-                {
-                    "loc": ("header", "Idempotency-Key"),
-                    "msg": f"given {len(given)} times; send it once (one key per request)",
-                    "type": "repeated_header",
-                }
-            ]
+        raise _invalid(
+            ("header", "Idempotency-Key"),
+            f"given {len(given)} times; send it once (one key per request)",
+            "repeated_header",
         )
 
 
@@ -125,14 +126,10 @@ def one_dry_run(request: Request) -> None:
     is (:func:`one_idempotency_key`). Called by the routes that take ``dry_run``."""
     given = request.query_params.getlist("dry_run")
     if len(given) > 1:
-        raise RequestValidationError(
-            [
-                {
-                    "loc": ("query", "dry_run"),
-                    "msg": f"given {len(given)} times; send it once (one mode per request)",
-                    "type": "repeated_parameter",
-                }
-            ]
+        raise _invalid(
+            ("query", "dry_run"),
+            f"given {len(given)} times; send it once (one mode per request)",
+            "repeated_parameter",
         )
 
 
@@ -142,14 +139,8 @@ def no_dry_run(request: Request, instead: str) -> None:
     ``POST .../reservations?dry_run=true`` made a real hold, charged when it expired (fail
     closed): a request asking for no effect is refused, with what to ask ``instead``."""
     if "dry_run" in request.query_params:
-        raise RequestValidationError(
-            [
-                {
-                    "loc": ("query", "dry_run"),
-                    "msg": f"this request has no dry run; {instead}",
-                    "type": "unsupported_parameter",
-                }
-            ]
+        raise _invalid(
+            ("query", "dry_run"), f"this request has no dry run; {instead}", "unsupported_parameter"
         )
 
 
