@@ -6,6 +6,7 @@ headless Chromium against a server of its own."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import re
 from collections.abc import Iterator
@@ -50,6 +51,25 @@ def open_dataset(page: Any, ds_id: str) -> None:
     page.wait_for_selector("body[data-ready=true] #detail:not([hidden])")
 
 
+def create_dataset(
+    api: httpx.Client, name: str, eps: float, delta: float = 1e-6, **kw: Any
+) -> dict[str, Any]:
+    """A dataset with budget (``eps``, ``delta``) and the other fields ``kw``, created."""
+    r = api.post(
+        "/v1/datasets", json={"name": name, "budget": {"epsilon": eps, "delta": delta}, **kw}
+    )
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+def charge_dataset(
+    api: httpx.Client, ds: dict[str, Any], mech: dict[str, Any], status: int = 201, **kw: Any
+) -> None:
+    """A charge of ``mech`` (with the body's other fields ``kw``) answered ``status``."""
+    r = api.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": mech, **kw})
+    assert r.status_code == status, r.text
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     db = tmp_path_factory.mktemp("audit") / "e2e.db"
@@ -58,17 +78,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120
         )
 
-        def dataset(name: str, eps: float, delta: float = 1e-6, **kw: Any) -> dict[str, Any]:
-            r = api.post(
-                "/v1/datasets",
-                json={"name": name, "budget": {"epsilon": eps, "delta": delta}, **kw},
-            )
-            assert r.status_code == 201, r.text
-            return dict(r.json())
-
-        def charge(ds: dict[str, Any], mech: dict[str, Any], status: int = 201, **kw: Any) -> None:
-            r = api.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": mech, **kw})
-            assert r.status_code == status, r.text
+        dataset = functools.partial(create_dataset, api)
+        charge = functools.partial(charge_dataset, api)
 
         def patch(ds: dict[str, Any], budget: dict[str, float]) -> None:
             r = api.patch(f"/v1/datasets/{ds['id']}", json={"budget": budget})

@@ -6,7 +6,7 @@ axe-core on each of these states)."""
 
 from __future__ import annotations
 
-import datetime as dt
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,14 +21,9 @@ from tests.e2e.test_dashboard import (
     floor_pct,
     sign_in,
 )
-from tests.e2e.test_dashboard_audit import open_dataset
+from tests.e2e.test_dashboard_audit import charge_dataset, create_dataset, open_dataset
+from tests.e2e.test_dashboard_structures import day
 from tests.live import running
-
-
-def day(n: int) -> str:
-    """The UTC day key ``n`` days ago."""
-    return (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=n)).isoformat()
-
 
 MARKUP = {
     "description": "<img src=x onerror=\"document.title='pwned-1'\"> études",
@@ -48,17 +43,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120
         )
 
-        def dataset(name: str, eps: float, delta: float = 1e-6, **kw: Any) -> dict[str, Any]:
-            r = api.post(
-                "/v1/datasets",
-                json={"name": name, "budget": {"epsilon": eps, "delta": delta}, **kw},
-            )
-            assert r.status_code == 201, r.text
-            return dict(r.json())
-
-        def charge(ds: dict[str, Any], mech: dict[str, Any], **kw: Any) -> None:
-            r = api.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": mech, **kw})
-            assert r.status_code == 201, r.text
+        dataset = functools.partial(create_dataset, api)
+        charge = functools.partial(charge_dataset, api)
 
         w: dict[str, Any] = {"server": server, "api": api}
         # an entry with its own delta, then the budget delta lowered below it: no finite
