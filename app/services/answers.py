@@ -294,7 +294,13 @@ def tally_spent(t: Tally, curve: PrivacyCurve | None = None, sp: Spend | None = 
 
 def spend_with_holds(t: Tally) -> Spend:
     """The spend of ``t``'s charges and active holds together (what admission counts)."""
-    return _plus_holds(t.filter, t.committed, t.spent, t.held.total())[1]
+    return tally_with_holds(t)[1]
+
+
+def tally_with_holds(t: Tally) -> tuple[PrivacyCurve, Spend]:
+    """The composed curve of ``t``'s charges and active holds, and its spend (one conversion
+    when it holds something)."""
+    return _plus_holds(t.filter, t.committed, t.spent, t.held.total())
 
 
 def tally_view(t: Tally, dry: DryRun | None = None) -> dict[str, Any]:

@@ -47,18 +47,43 @@ def most_spent(
     candidates are the block of the largest committed spend and every block holding budget
     (a block without holds spends no more than that one): O(blocks with holds) rows read, one
     tally built and converted per distinct sums among them (``Tallies.distinct_blocks``), where
-    the committed spend alone reported a block with more left than a held one."""
+    the committed spend alone reported a block with more left than a held one.
+
+    A filter that admits by rho (``zcdp``, ``zcdp_filter``, ``gdp``): the block with the least
+    rho left, then the largest spend. Its epsilon does not order blocks as its admission does
+    (the exact Gaussian conversion reads less epsilon for a Gaussian block than for a Laplace
+    block of less rho), so the blocks of the largest committed rho and own deltas (which lower a
+    non-adaptive filter's rho bound) are candidates too."""
     c = _DB if kind == BLOCK else _AB
     owner_column = c.dataset_id if kind == BLOCK else c.allocation_id
-    key = session.scalar(
-        select(c.key).where(owner_column == owner).order_by(c.spent_epsilon.desc(), c.key).limit(1)
-    )
-    if key is None:
+    columns = (c.spent_epsilon, c.rho, c.delta) if flt.rule.by_rho else (c.spent_epsilon,)
+    also = [
+        key
+        for column in columns
+        if (
+            key := session.scalar(
+                select(c.key).where(owner_column == owner).order_by(column.desc(), c.key).limit(1)
+            )
+        )
+        is not None
+    ]
+    if not also:
         return None
     # one tally and one conversion per distinct stored (charges, holds) pair, not per block
-    groups = tallies.distinct_blocks(session, kind, owner, flt, also=key)
-    first, _ = min(groups, key=lambda g: (-answers.spend_with_holds(g[1]).epsilon, g[0]))
+    groups = tallies.distinct_blocks(session, kind, owner, flt, also=also)
+    first, _ = min(groups, key=lambda g: _fullest_first(flt, *g))
     return tallies.blocks(session, kind, owner, [first], flt, lock=False)[0]
+
+
+def _fullest_first(flt: Filter, key: str, t: Tally) -> tuple[float, float, str]:
+    """``most_spent``'s order: least rho left (filters that admit by rho), largest spend
+    counting holds, earliest key."""
+    if not flt.rule.by_rho:
+        return 0.0, -answers.spend_with_holds(t).epsilon, key
+    total, spend = answers.tally_with_holds(t)
+    left = flt.remaining(total, spend).rho
+    assert left is not None
+    return left, -spend.epsilon, key
 
 
 def summary(session: Session, st: DatasetState) -> dict[str, Any]:

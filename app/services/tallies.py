@@ -323,9 +323,9 @@ class Tallies:
         return [self.loaded[(kind, owner, k)] for k in keys]
 
     def distinct_blocks(
-        self, session: Session, kind: str, owner: str, flt: Filter, also: str
+        self, session: Session, kind: str, owner: str, flt: Filter, also: Sequence[str]
     ) -> list[tuple[str, Tally]]:
-        """``owner``'s blocks that hold budget, and block ``also``, grouped by their stored sums
+        """``owner``'s blocks that hold budget, and blocks ``also``, grouped by their stored sums
         (charges, holds, spend): for each group, its earliest key and one tally read from it
         (not kept: a read outside a write transaction). A charge or hold over a range of blocks
         adds the same curve to each, so most blocks share their sums, and a view that converts
@@ -336,7 +336,7 @@ class Tallies:
         owner_column = table.c.dataset_id if kind == BLOCK else table.c.allocation_id
         stmt = (
             select(table.c.key, *(table.c[c] for c in _TOTALS))
-            .where(owner_column == owner, or_(table.c.held_count > 0, table.c.key == also))
+            .where(owner_column == owner, or_(table.c.held_count > 0, table.c.key.in_(also)))
             .order_by(table.c.key)
         )
         groups: dict[tuple[Any, ...], tuple[str, Tally]] = {}

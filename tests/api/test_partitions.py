@@ -337,3 +337,61 @@ def test_most_spent_block_counts_active_holds(client: TestClient) -> None:
     # the dataset's own most-spent block counts the hold as well (0.45 > 0.2)
     top = client.get(f"/v1/datasets/{ds}/budget").json()["blocks"]["most_spent"]
     assert top["block"] == "2026-11-21"
+
+
+def test_most_spent_block_of_a_rho_filter_is_the_one_with_least_rho_left(
+    client: TestClient,
+) -> None:
+    """A zCDP dataset (adaptive: false) admits by rho, but converts a Gaussian-only block with
+    the exact Gaussian conversion: a Gaussian block of rho 0.4 reads less epsilon than a Laplace
+    block of less rho. The views picked the Laplace block by epsilon and reported its rho left,
+    more than the Gaussian block has: a charge of that rho was refused there (audit blocks46)."""
+    ds = new_dataset(
+        client,
+        budget={"epsilon": 10.0, "delta": 1e-6},
+        accounting="zcdp",
+        adaptive=False,
+        partition={"unit": "day"},
+    )["id"]
+    made = client.post(
+        f"/v1/datasets/{ds}/allocations",
+        json={"name": "team-a", "budget": {"epsilon": 10.0, "delta": 1e-6}},
+    )
+    assert made.status_code == 201, made.text
+    gaussian_rho = 0.4  # sigma = 1 / sqrt(2 rho), sensitivity 1: rho = 1 / (2 sigma^2)
+    sigma = (2 * gaussian_rho) ** -0.5
+    gaussian_day, laplace_day = "2026-11-20", "2026-11-21"
+    for mechanism, d in (
+        ({"mechanism": "gaussian", "sigma": sigma}, gaussian_day),
+        ({"mechanism": "laplace", "epsilon": 1.0}, laplace_day),
+    ):
+        r = _charge(client, ds, d, d, mechanism=mechanism, allocation="team-a")
+        assert r.status_code == 201, r.text
+    by_day = {b["block"]: b for b in _blocks(client, ds, gaussian_day, laplace_day)}
+    gauss, lap = by_day[gaussian_day], by_day[laplace_day]
+    assert gauss["spent"]["rho"] == pytest.approx(gaussian_rho, rel=1e-12)
+    # the case: the Gaussian block has more rho but reads less epsilon
+    assert lap["spent"]["rho"] < gauss["spent"]["rho"]
+    assert lap["spent"]["epsilon"] > gauss["spent"]["epsilon"]
+
+    top = client.get(f"/v1/datasets/{ds}/budget").json()["blocks"]["most_spent"]
+    team = client.get(f"/v1/datasets/{ds}/allocations/team-a").json()
+    assert top["block"] == gaussian_day
+    assert team["most_spent_block"] == gaussian_day
+    for view in (top["remaining"], team["remaining"]):
+        assert view == gauss["remaining"]
+    # what the views report as left is admitted in every block; a little more is not in one
+    left = top["remaining"]["rho"]
+    for rho, admitted in ((left * 0.999, True), (left * 1.001, False)):
+        for d in (gaussian_day, laplace_day):
+            dry = client.post(
+                f"/v1/datasets/{ds}/charges",
+                params={"dry_run": "true"},
+                json={
+                    "mechanism": {"mechanism": "zcdp", "rho": rho},
+                    "allocation": "team-a",
+                    "blocks": {"from": d, "to": d},
+                },
+            )
+            expected = 200 if admitted or d == laplace_day else 409
+            assert dry.status_code == expected, (rho, d, dry.text)
