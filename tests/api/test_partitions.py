@@ -3,6 +3,7 @@ block range and is admitted in every block or none; an optional lifetime budget 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import Budget, Filter, FilterKind
 from app.accounting.mechanisms import mechanism_from_dict
 from app.services.blocks import MAX_SPAN
-from tests.conftest import new_dataset
+from tests.conftest import expire_active_holds, new_dataset
 
 LAPLACE = {"mechanism": "laplace", "epsilon": 0.4}
 
@@ -395,3 +396,71 @@ def test_most_spent_block_of_a_rho_filter_is_the_one_with_least_rho_left(
             )
             expected = 200 if admitted or d == laplace_day else 409
             assert dry.status_code == expected, (rho, d, dry.text)
+
+
+def test_allocations_never_take_the_lifetime_past_its_budget(
+    client: TestClient, db_url: str
+) -> None:
+    """Allocations of a partitioned dataset have a per-block budget and no lifetime budget of
+    their own, but every charge through them (committed hold, expired hold, plain charge) is
+    still admitted against the dataset's lifetime budget: two teams charging disjoint days
+    never compose past it. Oracle: Laplace entries compose to at most the sum of their
+    epsilons (pure DP), and a fourth 0.4 would take that sum past 1.5 (audit blocks46)."""
+    ds = _partitioned(client, lifetime_budget={"epsilon": 1.5, "delta": 1e-6})["id"]
+    for team in ("team-a", "team-b"):
+        made = client.post(
+            f"/v1/datasets/{ds}/allocations",
+            json={"name": team, "budget": {"epsilon": 1.0, "delta": 1e-6}},
+        )
+        assert made.status_code == 201, made.text
+    day = lambda d: {"from": f"2026-11-{d:02d}", "to": f"2026-11-{d:02d}"}  # noqa: E731
+    held = client.post(
+        f"/v1/datasets/{ds}/reservations",
+        json={"mechanism": LAPLACE, "allocation": "team-a", "blocks": day(1)},
+    )
+    assert held.status_code == 201, held.text
+    expiring = client.post(
+        f"/v1/datasets/{ds}/reservations",
+        json={"mechanism": LAPLACE, "allocation": "team-b", "blocks": day(2)},
+    )
+    assert expiring.status_code == 201, expiring.text
+    committed = client.post(f"/v1/reservations/{held.json()['id']}/commit")
+    assert committed.status_code == 200, committed.text
+    expire_active_holds(db_url)  # the second hold is charged, fail closed
+    # a third team-a charge fits (1.2); then the lifetime refuses 0.4 through either team, on
+    # fresh blocks; then small charges until the lifetime refuses them too
+    assert _charge(client, ds, "2026-11-03", "2026-11-03", allocation="team-a").status_code == 201
+    for d, team in ((4, "team-b"), (5, "team-a")):
+        r = _charge(client, ds, day(d)["from"], day(d)["to"], allocation=team)
+        assert r.status_code == 409 and r.json()["limit"] == "lifetime", r.text
+    small = {"mechanism": "laplace", "epsilon": 0.05}
+    for d in range(6, 20):
+        team = ("team-a", "team-b")[d % 2]
+        r = _charge(client, ds, day(d)["from"], day(d)["to"], allocation=team, mechanism=small)
+        if r.status_code == 409:
+            assert r.json()["limit"] == "lifetime", r.text
+            break
+        assert r.status_code == 201, r.text
+    else:
+        raise AssertionError("the lifetime budget never refused")
+    epsilons = [e["mechanism"]["epsilon"] for e in _ledger(client, ds)]
+    assert _composed_laplace(epsilons, 1e-6) <= 1.5 * (1 + 1e-9)
+    assert client.get(f"/v1/datasets/{ds}/budget").json()["lifetime"]["spent"]["epsilon"] <= 1.5
+
+
+def _ledger(client: TestClient, ds: str) -> list[Any]:
+    r = client.get(f"/v1/datasets/{ds}/ledger", params={"limit": 500})
+    assert r.status_code == 200 and r.json()["next_cursor"] is None, r.text
+    return list(r.json()["entries"])
+
+
+def _composed_laplace(epsilons: list[float], delta: float) -> float:
+    """An independent bound on the composition of Laplace mechanisms of ``epsilons``: the
+    least of their pure-DP sum and dp_accounting's RDP accountant at ``delta``."""
+    import dp_accounting
+    from dp_accounting.rdp import rdp_privacy_accountant as rdpa
+
+    acc = rdpa.RdpAccountant()
+    for e in epsilons:
+        acc.compose(dp_accounting.LaplaceDpEvent(1.0 / e))
+    return min(math.fsum(epsilons), acc.get_epsilon(delta))
