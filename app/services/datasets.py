@@ -49,13 +49,29 @@ def _filter(
         if not allowed:
             raise Unprocessable("allowed_mechanisms must be null (all) or a non-empty list")
     try:
-        kind = filter_kind(accounting, adaptive, allowed)
+        kind = _kept_kind(filter_kind(accounting, adaptive, allowed), keep)
         orders = keep.params.orders if keep is not None and keep.params is not None else None
         if keep is not None and keep.kind is not kind:
             orders = None
         return Filter.create(kind, budget, allowed, orders, entry_delta)
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
+
+
+def _kept_kind(kind: FilterKind, keep: Filter | None) -> FilterKind:
+    """``kind`` (what the settings give today), except that a dataset created before
+    ``rdp_fixed_orders`` keeps its ``rdp_union_bound`` while its settings still give the filter
+    that replaced it: a change of budget, name or description moved such a ledger to a fixed
+    order picked after it was seen, a switch of filters mid-ledger that neither theorem covers
+    (DESIGN.md, "Accounting model"; docs/formulas.md section 2.6). Settings that give another
+    kind (``accounting``, ``adaptive``: changed only before the first charge) still pick it."""
+    if (
+        keep is not None
+        and keep.kind is FilterKind.RDP_UNION_BOUND
+        and kind is FilterKind.RDP_FIXED_ORDERS
+    ):
+        return keep.kind
+    return kind
 
 
 def _splits_agree(entry_delta: float, lifetime: Filter | None, asked: float = 0.0) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import mpmath
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
@@ -15,11 +16,12 @@ from sqlalchemy import create_engine, text
 from app.accounting import adaptive
 from app.accounting import pld_mechanisms as pm
 from app.accounting.mechanisms import mechanism_from_dict
+from app.accounting.orders import ORDERS
 from app.accounting.pld import interval_for_budget
 from app.errors import Unprocessable
 from app.principal import SYSTEM
 from app.services import charges
-from tests.conftest import expire_active_holds, new_dataset
+from tests.conftest import expire_active_holds, new_dataset, run_sql
 
 LAPLACE = {"mechanism": "laplace", "epsilon": 0.1}
 # small enough that the pure-DP sum (100 per unit of budget) does not decide for every filter
@@ -104,6 +106,72 @@ def test_the_fixed_order_filter_admits_more_than_the_old_union_bound(
         "rdp_union_bound",
         "pure_dp",
     )
+
+
+def _legacy_union_bound(client: TestClient, db_url: str, name: str) -> dict:
+    """A dataset as one created before rdp_fixed_orders existed (filter rdp_union_bound)."""
+    ds = new_dataset(client, name, budget=BUDGET)
+    run_sql(
+        db_url,
+        "UPDATE dataset SET filter = 'rdp_union_bound', filter_params = NULL WHERE id = :id",
+        id=ds["id"],
+    )
+    return ds
+
+
+def _union_bound_gaussians(sigma: float, epsilon: float, delta: float) -> int:
+    """Independent oracle: the most Gaussians of sensitivity 1 the union-bound rule admits,
+    some grid order with n alpha / (2 sigma^2) <= eps - log(|grid| / delta) / (alpha - 1)
+    (docs/formulas.md section 2.6), in 30-digit mpmath."""
+    with mpmath.workdps(30):
+        size = mpmath.mpf(len(ORDERS))
+
+        def admitted(n: int) -> bool:
+            return any(
+                n * mpmath.mpf(a) / (2 * mpmath.mpf(sigma) ** 2)
+                <= epsilon - mpmath.log(size / mpmath.mpf(delta)) / (mpmath.mpf(a) - 1)
+                for a in ORDERS
+            )
+
+        n = 0
+        while admitted(n + 1):
+            n += 1
+        return n
+
+
+@pytest.mark.parametrize(
+    "change", [{"description": "renamed"}, {"budget": {"epsilon": 1.0}}, {"name": "still-legacy"}]
+)
+def test_a_change_keeps_a_legacy_datasets_union_bound_filter(
+    client: TestClient, db_url: str, change: dict
+) -> None:
+    """Any PATCH re-derived the filter from the settings: a legacy rdp_union_bound dataset became
+    rdp_fixed_orders mid-ledger, at an order picked after its ledger was seen (DESIGN.md: switching
+    filters mid-ledger is covered by neither theorem); its reported spend fell from 0.995 to 0.768
+    with no new entry and 9 more Gaussians (sigma = 20) were admitted, 19 instead of 10."""
+    ds = _legacy_union_bound(client, db_url, "legacy")
+    gaussian = {"mechanism": "gaussian", "sigma": 20.0}
+    n = _charges_until_refused(client, ds, gaussian)
+    assert n == _union_bound_gaussians(20.0, BUDGET["epsilon"], BUDGET["delta"]) == 10
+    before = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]
+    changed = client.patch(f"/v1/datasets/{ds['id']}", json=change)
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["filter"] == "rdp_union_bound"
+    assert changed.json()["filter_params"] is None
+    after = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]
+    assert after["method"] == before["method"] == "rdp_union_bound"
+    assert after["epsilon"] == before["epsilon"]
+    assert _charge(client, ds, gaussian) == 409
+
+
+def test_a_legacy_dataset_without_charges_may_change_its_rules(
+    client: TestClient, db_url: str
+) -> None:
+    """Before the first charge a rule change picks the filter of the new rules, as it does for
+    any dataset (nothing has been seen yet)."""
+    ds = _legacy_union_bound(client, db_url, "legacy")
+    changed = client.patch(f"/v1/datasets/{ds['id']}", json={"adaptive": False}).json()
+    assert changed["filter"] == "rdp"
 
 
 # --- pld datasets -----------------------------------------------------------------------------
