@@ -37,8 +37,9 @@ def _filter(
     keep: Filter | None = None,
     entry_delta: float = 0.0,
 ) -> Filter:
-    """The dataset's filter; ``keep``: the filter it has, whose fixed orders a budget change
-    keeps (re-picking the order after the ledger was seen would void the filter's guarantee);
+    """The dataset's filter; ``keep``: the filter it has once its ledger may have been seen,
+    whose fixed orders a budget change keeps (re-picking the order after the ledger was seen
+    would void the filter's guarantee; before, None: chosen for the new settings, as new);
     ``entry_delta``: the part of the budget delta set aside for entries' own deltas."""
     if allowed is not None:
         unknown = sorted(set(allowed) - set(MECHANISMS))
@@ -400,6 +401,15 @@ def _budget_action(old: dict[str, float], new: dict[str, float]) -> str:
     return "budget.changed"
 
 
+def _first_use(s: Session, st: state.DatasetState) -> str | None:
+    """What the dataset has been used by, "charge" or "reservation" (a hold's mechanism may
+    run, its output seen, before it is committed), or None: nothing of its ledger seen yet."""
+    if st.entry_count > 0:
+        return "charge"
+    held = s.scalars(select(Reservation.id).where(Reservation.dataset_id == st.id)).first()
+    return "reservation" if held is not None else None
+
+
 def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, Any]) -> r.Dataset:
     """Change budget, name or description (audited with old and new values).
 
@@ -407,7 +417,8 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
     ``lifetime_entry_delta_budget`` after the first charge (or while a reservation exists) is
     refused with 409: it would rewrite history. Lowering the budget below the current spend is
     allowed and leaves the dataset exhausted; a budget change keeps the entry delta budgets (422
-    if the new delta is not above them).
+    if the new delta is not above them). An ``rdp_fixed_orders`` filter keeps its order from
+    the first charge or hold on; before, a change chooses it for the new settings.
     """
     actor = authenticated(db, caller)
     if (why := actor.may_change_budgets()) is not None:
@@ -429,16 +440,12 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
                 if k in changes
             }
             rules = {k for k in rules if changes[k] != getattr(ds, k)}
-            if rules:
-                has_reservations = s.scalars(
-                    select(Reservation.id).where(Reservation.dataset_id == ds.id)
-                ).first()
-                if st.entry_count > 0 or has_reservations is not None:
-                    what = "charge" if st.entry_count > 0 else "reservation"
-                    raise Conflict(
-                        f"cannot change {', '.join(sorted(rules))} after the first {what}: it "
-                        "would rewrite the ledger's history; create a new dataset instead"
-                    )
+            seen = _first_use(s, st)
+            if rules and seen is not None:
+                raise Conflict(
+                    f"cannot change {', '.join(sorted(rules))} after the first {seen}: it "
+                    "would rewrite the ledger's history; create a new dataset instead"
+                )
             if "name" in changes and changes["name"] != ds.name:
                 clash = s.scalars(
                     select(Dataset.id).where(Dataset.name == changes["name"], Dataset.id != ds.id)
@@ -469,7 +476,7 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
                 changes.get("adaptive", ds.adaptive),
                 allowed,
                 budget,
-                keep=st.filter,
+                keep=st.filter if seen is not None else None,
                 entry_delta=changes.get("entry_delta_budget", ds.entry_delta_budget),
             )
             ds.entry_delta_budget = flt.entry_delta
