@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from app import responses as r
 from app.accounting.filters import Budget, Filter
 from app.db.engine import Database
-from app.db.models import Allocation, utcnow
+from app.db.models import Allocation, Reservation, utcnow
 from app.errors import Conflict, Forbidden, NotFound, Unprocessable
 from app.principal import Caller
 from app.services import admission, answers, audit, partitions, state
@@ -201,11 +201,21 @@ def get_allocation(db: Database, caller: Caller, ref: str, name: str) -> r.Alloc
         return _view(s, st, t, tallies)
 
 
+def _charged_or_held(s: Session, t: Tally) -> bool:
+    """Whether anything was charged or held through the allocation ``t`` (a held mechanism may
+    have run): from then on its fixed order stays; before, a budget change chooses it again."""
+    if t.entry_count > 0 or t.held.count > 0:
+        return True
+    held = s.scalars(select(Reservation.id).where(Reservation.allocation_id == t.owner)).first()
+    return held is not None
+
+
 def update_allocation(
     db: Database, caller: Caller, ref: str, name: str, budget_in: dict[str, float]
 ) -> r.Allocation:
     """Change an allocation's budget (audited with old and new values), under the dataset's
-    lock. Its filter keeps its fixed orders. Lowering it below the spend is allowed
+    lock. Its filter keeps its fixed orders once anything was charged or held through it
+    (before, they are chosen for the new budget). Lowering it below the spend is allowed
     and leaves the allocation exhausted; nothing is ever reset."""
     actor = authenticated(db, caller)
     if (why := actor.may_change_budgets()) is not None:
@@ -220,7 +230,8 @@ def update_allocation(
             old = t.budget
             new = _budget(budget_in.get("epsilon", old.epsilon), budget_in.get("delta", old.delta))
             if new != old:
-                flt = _filter_for(st, new, kept=t.filter)
+                kept = t.filter if _charged_or_held(s, t) else None
+                flt = _filter_for(st, new, kept, t.filter.entry_delta)
                 tallies.set_filter(t, flt)
                 t.updated_at = utcnow()
                 rebudgeted = 0

@@ -492,7 +492,7 @@ def update_dataset(db: Database, caller: Caller, ref: str, changes: dict[str, An
             if rules:
                 _refilter_structures(s, ds, st, allowed, life_split)
             if "lifetime_budget" in changes:
-                _set_lifetime(ds, st, changes["lifetime_budget"], life_split)
+                _set_lifetime(ds, st, changes["lifetime_budget"], life_split, seen is not None)
             _splits_agree(flt.entry_delta, st.lifetime, life_split or 0.0)
             if flt.kind is FilterKind.PLD:
                 if st.pld is None:  # a rule change before the first charge: a fresh state
@@ -568,13 +568,18 @@ def _refilter_structures(
 
 
 def _set_lifetime(
-    ds: Dataset, st: state.DatasetState, change: dict[str, float], split: float | None = None
+    ds: Dataset,
+    st: state.DatasetState,
+    change: dict[str, float],
+    split: float | None = None,
+    seen: bool = True,
 ) -> None:
     """Set or change a partitioned dataset's lifetime budget (under the dataset's lock). A
-    changed budget keeps its filter's fixed orders (as a dataset's budget change does); a new
-    one gets an order chosen for it (only its budget and the allowed kinds decide, not the
-    ledger). Lowering it below the spend is allowed and leaves the dataset exhausted. ``split``:
-    its part of the delta for entries' own deltas (None: the one it has, 0 for a new one)."""
+    changed budget keeps its filter's fixed orders once the dataset was charged or held
+    (``seen``), as a dataset's budget change does; before, and for a new one, the order is chosen
+    for it (only its budget and the allowed kinds decide, not the ledger). Lowering it below
+    the spend is allowed and leaves the dataset exhausted. ``split``: its part of the delta for
+    entries' own deltas (None: the one it has, 0 for a new one)."""
     if st.partition_unit is None:
         raise Unprocessable(
             "'lifetime_budget' applies only to partitioned datasets; an unpartitioned "
@@ -587,7 +592,10 @@ def _set_lifetime(
     delta = change.get("delta", old.budget.delta if old is not None else 0.0)
     budget = _budget(epsilon, delta)
     try:
-        flt = allocation_filter(st.filter.kind, budget, old, st.allowed_mechanisms, split)
+        if split is None and old is not None:
+            split = old.entry_delta
+        kept = old if seen else None
+        flt = allocation_filter(st.filter.kind, budget, kept, st.allowed_mechanisms, split)
     except ValueError as exc:
         raise Unprocessable(str(exc)) from None
     ds.lifetime_budget_epsilon, ds.lifetime_budget_delta = budget.epsilon, budget.delta

@@ -30,7 +30,10 @@ def test_an_allocation_shows_the_filter_fixed_for_its_own_budget(client: TestCli
     assert shown["orders"] != ds["filter_params"]["orders"]
     listed = client.get(f"/v1/datasets/{ds['id']}/allocations").json()["allocations"]
     assert [a["filter_params"] for a in listed] == [shown]
-    # a budget change keeps the order and moves the thresholds, as the dataset's does
+    # once charged through, a budget change keeps the order and moves the thresholds, as the
+    # dataset's does
+    charge = {"mechanism": {"mechanism": "laplace", "epsilon": 0.1}, "allocation": "team"}
+    assert client.post(f"/v1/datasets/{ds['id']}/charges", json=charge).status_code == 201
     r = client.patch(
         f"/v1/datasets/{ds['id']}/allocations/team",
         json={"budget": {"epsilon": 0.6, "delta": 1e-6}},
@@ -65,3 +68,53 @@ def test_a_lifetime_budget_shows_its_filter(client: TestClient) -> None:
     lifetime = client.get(f"/v1/datasets/{ds['id']}/budget").json()["lifetime"]
     assert lifetime["filter_params"] == _params(4.0, 1e-6)
     assert lifetime["filter_params"] != ds["filter_params"]
+
+
+def _orders_after(client: TestClient, ds: dict, use: dict | None) -> list[float]:
+    """The orders of allocation "team" (created at (0.5, 1e-6)) after ``use`` (a charge or a
+    hold through it, or nothing) and a budget change to (4, 1e-6)."""
+    url = f"/v1/datasets/{ds['id']}"
+    team = {"name": "team", "budget": {"epsilon": 0.5, "delta": 1e-6}}
+    assert client.post(f"{url}/allocations", json=team).status_code == 201
+    if use is not None:
+        path, body = next(iter(use.items()))
+        assert client.post(f"{url}/{path}", json=body).status_code == 201
+    r = client.patch(f"{url}/allocations/team", json={"budget": {"epsilon": 4.0}})
+    assert r.status_code == 200, r.text
+    orders: list[float] = r.json()["filter_params"]["orders"]
+    return orders
+
+
+def test_an_unused_allocations_budget_change_chooses_its_order_again(client: TestClient) -> None:
+    """Nothing was charged or held through it: its order is chosen for the new budget, as a new
+    allocation's. Kept, (0.5, 1e-6) -> (4, 1e-6) stayed at alpha = 36 where a new allocation of
+    (4, 1e-6) gets 6.4; once used, it is kept (its outputs may have been seen)."""
+    ds = new_dataset(client, "unused", budget={"epsilon": 8.0, "delta": 1e-6})
+    assert _orders_after(client, ds, None) == _params(4.0, 1e-6)["orders"]
+    laplace = {"mechanism": {"mechanism": "laplace", "epsilon": 0.1}, "allocation": "team"}
+    for use in ({"charges": laplace}, {"reservations": laplace}):
+        other = new_dataset(client, f"used-{next(iter(use))}", budget=ds["budget"])
+        assert _orders_after(client, other, use) == _params(0.5, 1e-6)["orders"]
+
+
+def test_an_unused_lifetime_budgets_change_chooses_its_order_again(client: TestClient) -> None:
+    ds = new_dataset(
+        client,
+        "blocks",
+        budget={"epsilon": 1.0, "delta": 1e-6},
+        partition={"unit": "day"},
+        lifetime_budget={"epsilon": 1.0, "delta": 1e-6},
+    )
+    url = f"/v1/datasets/{ds['id']}"
+    r = client.patch(url, json={"lifetime_budget": {"epsilon": 8.0}})
+    assert r.status_code == 200, r.text
+    lifetime = client.get(f"{url}/budget").json()["lifetime"]
+    assert lifetime["filter_params"] == _params(8.0, 1e-6)
+    # once charged, a change keeps the order
+    charge = {"mechanism": {"mechanism": "laplace", "epsilon": 0.1}}
+    charge["blocks"] = {"from": "2026-11-20", "to": "2026-11-20"}
+    assert client.post(f"{url}/charges", json=charge).status_code == 201
+    r = client.patch(url, json={"lifetime_budget": {"epsilon": 1.0}})
+    assert r.status_code == 200, r.text
+    kept = client.get(f"{url}/budget").json()["lifetime"]["filter_params"]
+    assert kept["orders"] == _params(8.0, 1e-6)["orders"] != _params(1.0, 1e-6)["orders"]
