@@ -87,6 +87,20 @@ def mul_up(a: FloatOrArray, b: float | npt.NDArray[np.float64]) -> FloatOrArray:
     return out  # type: ignore[return-value,unused-ignore]
 
 
+def div_up_array(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Smallest float >= a / b elementwise, for positive a and b whose quotient and the
+    products below stay normal (no overflow, no subnormal). The residual a - q b of the
+    rounded quotient q is decided exactly: q b = p + e (Dekker's TwoProduct), a - p is exact
+    (Sterbenz: p is within an ulp of a), and the sign of (a - p) - e is that of a - q b."""
+    q = a / b
+    p = q * b
+    qh, ql = _split(q)
+    bh, bl = _split(b)
+    e = ((qh * bh - p) + qh * bl + ql * bh) + ql * bl
+    out: npt.NDArray[np.float64] = np.where((a - p) > e, np.nextafter(q, np.inf), q)
+    return out
+
+
 def div_up(a: float, b: float) -> float:
     """Smallest float >= a / b, for finite a and finite nonzero b (the quotient's rounding
     decided exactly, with rationals: for values translated once per request, not in a loop)."""
@@ -195,6 +209,7 @@ __all__ = [
     "TINY",
     "add_up",
     "div_up",
+    "div_up_array",
     "exp_up",
     "mul_up",
     "rounding_upward",

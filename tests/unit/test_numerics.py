@@ -381,3 +381,41 @@ def test_bun_steinke_epsilon_of_a_tiny_rho_is_above_its_formula(rho: float, delt
     ours = conv.zcdp_epsilon_bun_steinke(rho, delta)
     assert mp.mpf(ours) >= exact
     assert mp.mpf(ours) <= exact * (1 + mp.mpf(2) ** -48)
+
+
+def _gaussian_rho_cases() -> list[tuple[float, float]]:
+    """(sigma, sensitivity): random over the whole accepted range, and values whose quotient
+    or square rounds down (3, 10, 7 / 3, ...)."""
+    rng = np.random.default_rng(46)
+    sigma = np.exp(rng.uniform(math.log(1e-6), math.log(1e12), 400))
+    ratio = np.exp(rng.uniform(math.log(1e-12), math.log(1e6), 400))
+    random = [(float(s), float(s * r)) for s, r in zip(sigma, ratio, strict=True)]
+    random = [(s, d) for s, d in random if 1e-6 <= d <= 1e12]
+    chosen = [(3.0, 1.0), (10.0, 1.0), (3.0, 7.0), (0.3, 1.0), (1.1, 1.0), (123.456, 2.5)]
+    return chosen + random
+
+
+def test_gaussian_rho_is_never_below_and_exact_values_stay_exact() -> None:
+    """The Gaussian's (and DP-SGD's) stored zCDP rho = Delta^2 / (2 sigma^2) is never below the
+    exact value (0.5 (Delta / sigma)^2 rounded to nearest was up to 2 ulps below it: sigma = 3
+    read 0.05555555555555555 < 1/18), and a value that is a float (sigma = 2: 1/8) stays exact.
+    Oracle: exact rationals."""
+    from fractions import Fraction
+
+    cases = _gaussian_rho_cases()
+    below = 0
+    for sigma, sens in cases:
+        exact = Fraction(sens) ** 2 / (2 * Fraction(sigma) ** 2)
+        rhos = [Gaussian(sigma=sigma, sensitivity=sens).curve().rho, cf.gaussian_rho(sigma, sens)]
+        if 1e-3 <= sigma / sens <= 1e6:  # DP-SGD's noise multiplier range
+            dp_sgd = {"sigma": sigma, "sensitivity": sens, "sample_rate": 0.01, "steps": 1}
+            rhos.append(
+                mechanism_from_dict({"mechanism": "subsampled_gaussian", **dp_sgd}).curve().rho
+            )
+        for rho in rhos:
+            below += Fraction(rho) < exact
+            assert Fraction(rho) >= exact, (sigma, sens, rho, float(exact))
+            assert rho <= float(exact) * (1 + 2.0**-49), (sigma, sens)  # a few ulps at most
+    assert below == 0
+    for sigma, sens, exact_float in ((2.0, 1.0, 0.125), (0.5, 1.0, 2.0), (4.0, 2.0, 0.125)):
+        assert Gaussian(sigma=sigma, sensitivity=sens).curve().rho == exact_float

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from app.accounting.closed_forms import gaussian_rho_up
 from app.accounting.kinds._events import NO_NOISE, DpEventError, at, number, outside, sign
 from app.accounting.kinds._spec import (
     MAX_RATIO,
@@ -61,10 +62,12 @@ class Gaussian(Mechanism):
 
     @classmethod
     def _affine(cls, units: Sequence[Gaussian]) -> Affine:
-        ratio = column(units, "sensitivity") / column(units, "sigma")
-        rho = 0.5 * ratio * ratio
+        sens, sigma = column(units, "sensitivity"), column(units, "sigma")
+        ratio = sens / sigma
+        slope = 0.5 * ratio * ratio  # the RDP gets the kinds' evaluation margin (unit_curves)
+        rho = gaussian_rho_up(sens, sigma)
         n = rho.size
-        return Affine(rho, np.zeros(n), rho, np.full(n, math.inf), np.zeros(n), True)
+        return Affine(slope, np.zeros(n), rho, np.full(n, math.inf), np.zeros(n), True)
 
 
 def _from_gaussian_event(event: Mapping[str, Any], translate: Translate) -> list[Mechanism]:

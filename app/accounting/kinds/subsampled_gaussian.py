@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from app.accounting.closed_forms import gaussian_rho_up
 from app.accounting.curve import PrivacyCurve, Vector
 from app.accounting.kinds._events import (
     COMPOSED,
@@ -167,9 +168,11 @@ class SubsampledGaussian(Mechanism):
     ) -> UnitCurves:
         nm = np.array([u.noise_multiplier for u in units])
         q = np.array([u.sample_rate for u in units])
-        rho = 0.5 / (nm * nm)
+        rho = gaussian_rho_up(
+            np.array([u.sensitivity for u in units]), np.array([u.sigma for u in units])
+        )
         everyone = q == 1.0  # every record in every step: the Gaussian mechanism
-        rdp = rho[:, None] * ORDERS
+        rdp = (0.5 / (nm * nm))[:, None] * ORDERS  # (+ the kinds' evaluation margin)
         sampled = np.flatnonzero(~everyone)
         if sampled.size:
             rdp[sampled] = rdp_batch(q[sampled], nm[sampled], orders)
