@@ -21,7 +21,7 @@ from app.accounting.pld_filter import PldFilter
 from app.db.engine import Database
 from app.errors import BudgetExceeded, Forbidden, Unprocessable
 from app.principal import Caller
-from app.services import admission, answers, idempotency, refusals
+from app.services import admission, answers, idempotency, refusals, verification
 from app.services.auth import authenticated
 from app.services.state import DatasetState
 from app.services.tallies import fill_next_expiry
@@ -65,6 +65,7 @@ def charge(
             first = idempotency.replay(s, st.id, SCOPE, idempotency_key, req_hash, principal.key_id)
             if first is not None:
                 return idempotency.replayed(r.Charge, first)
+        verification.check_formulas_current(s, db)
         admission.check_not_archived(st)
         admission.check_allowed(st, asked.kind)
         admission.check_admissible(st, asked.kind, asked.curve)
@@ -224,6 +225,7 @@ def charge_dp_event(
             )
             if first is not None:
                 return idempotency.replayed(r.ChargeBatch, first)
+        verification.check_formulas_current(s, db)
         admission.check_not_archived(st)
         if (
             st.is_pld

@@ -28,7 +28,7 @@ from app.db.engine import Database
 from app.db.models import EntrySource, Reservation, ReservationStatus, utcnow
 from app.errors import BudgetExceeded, Conflict, Forbidden, NotFound, Unprocessable
 from app.principal import SYSTEM, Caller, Principal, Role
-from app.services import admission, answers, audit, idempotency, refusals, state
+from app.services import admission, answers, audit, idempotency, refusals, state, verification
 from app.services.auth import authenticated
 from app.services.state import DatasetState
 
@@ -113,6 +113,7 @@ def reserve(
             first = idempotency.replay(s, st.id, SCOPE, idempotency_key, req_hash, principal.key_id)
             if first is not None:
                 return idempotency.replayed(r.ReservationAnswer, first)
+        verification.check_formulas_current(s, db)
         admission.check_not_archived(st)
         admission.check_allowed(st, asked.kind)
         admission.check_admissible(st, asked.kind, asked.curve)

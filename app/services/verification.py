@@ -16,6 +16,7 @@ import json
 import math
 import operator
 import struct
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -51,6 +52,7 @@ from app.db.models import (
     Reservation,
     ReservationStatus,
 )
+from app.errors import DatabaseUnavailable
 from app.principal import SYSTEM, Caller, Principal
 from app.services import admission, audit, blocks, state
 from app.services.auth import authenticated
@@ -990,14 +992,40 @@ def formulas_behind(db: Database) -> str | None:
     (auto-migration off): until ``migrate`` has run, totals written under since-corrected
     formulas may be below what the ledger's mechanisms imply."""
     with db.read() as s:
-        stamp = _current_stamp(s)
-        if _is_current(stamp) or not _stores_curves(s):
-            return None
+        return _behind(s)
+
+
+def _behind(s: Session) -> str | None:
+    """``formulas_behind`` in session ``s``."""
+    stamp = _current_stamp(s)
+    if _is_current(stamp) or not _stores_curves(s):
+        return None
     return (
         f"the ledger's curves were derived under curve formulas version {stamp or 'unknown'}, "
         f"this release uses version {CURVE_FORMULAS_VERSION}: run `privacy-ledger migrate` "
         "(it re-derives them and rebuilds the totals)"
     )
+
+
+_FOUND_CURRENT: weakref.WeakSet[Database] = weakref.WeakSet()
+"""The databases this process found current (``check_formulas_current``): a stamp only rises
+(releases from this one on never lower it), so the check reads it no more once it passed."""
+
+
+def check_formulas_current(s: Session, db: Database) -> None:
+    """503 (nothing recorded) for a charge or hold while the stored curves predate this
+    release's formulas (``formulas_behind``: auto-migration off and ``migrate`` not run yet).
+    ``/readyz`` said so, but the API still admitted charges on totals below what the ledger's
+    mechanisms imply: one calibrated to fill a budget of 10 left 10.1 in the ledger once
+    ``migrate`` re-derived the curves. Commits and releases of holds are not refused (their
+    budget is held already), nor reads. Called under the dataset's lock, before any write."""
+    if db in _FOUND_CURRENT:
+        return
+    if (why := _behind(s)) is not None:
+        raise DatabaseUnavailable(
+            f"no charge or hold is admitted until the curves are re-derived: {why}"
+        )
+    _FOUND_CURRENT.add(db)
 
 
 def stamp_if_empty(db: Database) -> None:
@@ -1046,6 +1074,7 @@ __all__ = [
     "FORMULAS_SETTING",
     "LISTED_MISMATCHES",
     "Progress",
+    "check_formulas_current",
     "formulas_behind",
     "rederive_if_formulas_changed",
     "stamp_if_empty",

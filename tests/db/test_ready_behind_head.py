@@ -96,3 +96,52 @@ def test_an_active_hold_alone_counts_as_stored_curves(db_url: str) -> None:
         assert c.get("/readyz").status_code == 503
     with TestClient(create_app(make_settings(db_url))) as c:
         assert c.get("/readyz").status_code == 503  # started again: still not stamped
+
+
+def test_no_charge_or_hold_is_admitted_while_the_ledger_s_curves_predate_the_formulas(
+    db_url: str,
+) -> None:
+    """Readiness alone did not keep charges out: a server of this release started with
+    auto-migration off on a database an older release wrote (found in an upgrade from the
+    release of 79396bd, stamp 2, a budget of 10: 8.106 reported, 8.206 owed) admitted charges
+    on the stale totals, calibrated to fill the budget, and once ``migrate`` re-derived the
+    curves the ledger held 10.1. Charges and holds are now refused (503, nothing recorded)
+    until the curves are re-derived; reads and replays of earlier answers still work."""
+    settings = make_settings(db_url)  # auto-migration off, as with a separate migration job
+    laplace = {"mechanism": {"mechanism": "laplace", "epsilon": 0.1}}
+    with TestClient(create_app(settings), headers=ADMIN) as c:
+        ds = new_dataset(c)["id"]
+        first = c.post(
+            f"/v1/datasets/{ds}/charges", json=laplace, headers={"Idempotency-Key": "k1"}
+        )
+        assert first.status_code == 201, first.text
+    run_sql(  # as an older release left it (stamp behind), before `migrate` has run
+        db_url,
+        "UPDATE app_setting SET value = :v WHERE key = :k",
+        k=FORMULAS_SETTING,
+        v=str(CURVE_FORMULAS_VERSION - 1),
+    )
+    with TestClient(create_app(settings), raise_server_exceptions=False, headers=ADMIN) as c:
+        assert c.get("/readyz").status_code == 503
+        for path, body in (("charges", laplace), ("reservations", laplace)):
+            refused = c.post(f"/v1/datasets/{ds}/{path}", json=body)
+            assert refused.status_code == 503, refused.text
+            assert "privacy-ledger migrate" in refused.json()["detail"]
+        dry = c.post(f"/v1/datasets/{ds}/charges", json=laplace, params={"dry_run": "true"})
+        assert dry.status_code == 503, dry.text
+        replay = c.post(
+            f"/v1/datasets/{ds}/charges", json=laplace, headers={"Idempotency-Key": "k1"}
+        )
+        assert replay.status_code == 201 and replay.json() == first.json()
+        budget = c.get(f"/v1/datasets/{ds}/budget")
+        assert budget.status_code == 200 and budget.json()["entries"] == 1  # nothing recorded
+        assert (
+            c.get(f"/v1/datasets/{ds}/reservations", params={"status": "all"}).json()[
+                "reservations"
+            ]
+            == []
+        )
+        db: Database = c.app.state.db  # type: ignore[attr-defined]
+        rederive_if_formulas_changed(db)  # what `migrate` runs
+        admitted = c.post(f"/v1/datasets/{ds}/charges", json=laplace)
+        assert admitted.status_code == 201, admitted.text
