@@ -10,6 +10,7 @@ itself, not even a prefix. Finding a key: ``app.services.auth``.
 from __future__ import annotations
 
 import secrets
+import unicodedata
 from datetime import UTC, datetime
 from typing import Any
 
@@ -53,10 +54,10 @@ def _serialise_key_changes(s: Session, revoked_at: datetime | None) -> None:
 
 
 def _check_label(s: Session, label: str | None, actor: Principal) -> None:
-    """409 when ``label`` reads as the label of a key outside the actor's reach (the same
-    after spaces are collapsed and case folded; revoked keys too: their entries keep their
-    label): the ledger and the dashboard name the key that made each entry by its label, so a
-    scoped admin must not mint a key that reads as someone else's. Within its reach (rotating
+    """409 when ``label`` reads as the label of a key outside the actor's reach (the same as
+    ``_shown`` reads them; revoked keys too: their entries keep their label): the ledger and
+    the dashboard name the key that made each entry by its label, so a scoped admin must not
+    mint a key that reads as someone else's. Within its reach (rotating
     a key, or an unscoped admin) a label may repeat; the key id stays the identity."""
     if label is None:
         return
@@ -75,8 +76,13 @@ def _check_label(s: Session, label: str | None, actor: Principal) -> None:
 
 
 def _shown(label: str) -> str:
-    """A label as a reader tells it apart: runs of spaces as one, case folded."""
-    return " ".join(label.split()).casefold()
+    """A label as a reader tells it apart: compatibility forms as their plain characters (NFKC:
+    a fullwidth letter is the letter), the characters a page does not show dropped (format and
+    control characters: zero-width spaces and joiners, soft hyphens, direction marks, DEL),
+    runs of spaces as one, case folded."""
+    plain = unicodedata.normalize("NFKC", label)
+    shown = "".join(ch for ch in plain if ch.isspace() or unicodedata.category(ch)[0] != "C")
+    return " ".join(shown.split()).casefold()
 
 
 def _new_key(role: Role) -> str:

@@ -9,7 +9,7 @@
 3. Any pipeline key of a dataset could release another key's hold (its run then went
    uncharged): only the key that made it, or an admin (audited), may release it.
 4. A scoped admin could give a new key the label of a key outside its scope (entries then read
-   as that key's).
+   as that key's), also with an invisible character added (authz46).
 5. An unknown key got 422, not 401, from two endpoints that checked their input first.
 """
 
@@ -305,6 +305,35 @@ def test_a_scoped_admin_cannot_take_the_label_of_a_key_outside_its_scope(
     assert everywhere["id"]
     body = {"role": "pipeline", "datasets": [a["id"]], "label": "etl-prod"}
     assert client.post("/v1/keys", json=body, headers=scoped).status_code == 409
+
+
+@pytest.mark.parametrize(
+    "lookalike",
+    [
+        "etl-prod\u200b",  # zero-width space
+        "\ufeffetl-prod",  # zero-width no-break space (BOM)
+        "etl\u00ad-prod",  # soft hyphen
+        "etl-\u2060prod",  # word joiner
+        "\u202detl-prod",  # left-to-right override
+        "etl-prod\x7f",  # DEL (a control character)
+        "\uff45\uff54\uff4c-prod",  # fullwidth letters
+    ],
+    ids=["zwsp", "bom", "soft-hyphen", "word-joiner", "lro", "del", "fullwidth"],
+)
+def test_a_label_with_invisible_or_compatibility_characters_reads_as_the_label(
+    client: TestClient, lookalike: str
+) -> None:
+    """Characters that a page does not show (format and control characters) or shows as the
+    plain letter (compatibility forms) made a label that read as another key's pass the check
+    above: ``"etl-prod\u200b"`` is shown as ``etl-prod`` on the ledger and the dashboard."""
+    a = new_dataset(client, "alpha")
+    _mint(client, {"role": "pipeline", "label": "etl-prod"})
+    scoped = _bearer(_mint(client, {"role": "admin", "datasets": [a["id"]]})["key"])
+    before = {k["id"] for k in client.get("/v1/keys").json()["keys"]}
+    body = {"role": "pipeline", "datasets": [a["id"]], "label": lookalike}
+    r = client.post("/v1/keys", json=body, headers=scoped)
+    assert r.status_code == 409, r.text
+    assert {k["id"] for k in client.get("/v1/keys").json()["keys"]} == before
 
 
 @pytest.mark.parametrize(
