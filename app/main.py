@@ -232,7 +232,9 @@ the work per request (and the order of paths in the OpenAPI document)."""
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the application for ``settings`` (default: from the environment)."""
     settings = settings or get_settings()
-    observability.configure_logging(settings.log_level, settings.log_json)
+    observability.configure_logging(
+        settings.log_level, settings.log_json, secrets=[settings.admin_key or ""]
+    )
     pld_mechanisms.set_cache_limit(settings.pld_cache_mb * 2**20)  # per process
 
     @contextlib.asynccontextmanager

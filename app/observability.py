@@ -143,14 +143,27 @@ _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
 }
 
 
-def scrub(text: str) -> str:
-    """Mask API keys, bearer tokens and URL passwords in ``text``."""
+def scrub(text: str, secrets: Sequence[str] = ()) -> str:
+    """Mask API keys, bearer tokens and URL passwords in ``text``, and each of ``secrets``
+    (values of any shape, such as ``PRIVACY_LEDGER_ADMIN_KEY``; also as a JSON string
+    escapes them)."""
+    for secret in secrets:
+        text = text.replace(secret, "***").replace(json.dumps(secret)[1:-1], "***")
     for pattern, repl in _SECRET_PATTERNS:
         text = pattern.sub(repl, text)
     return text
 
 
-class JsonFormatter(logging.Formatter):
+class _Masking:
+    """A formatter's secrets of any shape, masked with the shaped ones (:func:`scrub`)."""
+
+    secrets: tuple[str, ...] = ()
+
+    def scrub(self, text: str) -> str:
+        return scrub(text, self.secrets)
+
+
+class JsonFormatter(_Masking, logging.Formatter):
     """One JSON object per record; secrets masked (see :func:`scrub`)."""
 
     def format(self, record: logging.LogRecord) -> str:
@@ -168,16 +181,16 @@ class JsonFormatter(logging.Formatter):
                 out[key] = value
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return scrub(json.dumps(out, default=str, ensure_ascii=False))
+        return self.scrub(json.dumps(out, default=str, ensure_ascii=False))
 
 
-class TextFormatter(logging.Formatter):
+class TextFormatter(_Masking, logging.Formatter):
     """Human-readable lines (``PRIVACY_LEDGER_LOG_JSON=false``), secrets masked too."""
 
     def format(self, record: logging.LogRecord) -> str:
         rid = request_id_var.get()
         base = super().format(record)
-        return scrub(f"{base} [request_id={rid}]" if rid else base)
+        return self.scrub(f"{base} [request_id={rid}]" if rid else base)
 
 
 _HANDLER_FLAG = "_privacy_ledger_handler"
@@ -198,18 +211,23 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
-def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
+def configure_logging(
+    level: str = "INFO", json_logs: bool = True, secrets: Sequence[str] = ()
+) -> None:
     """Send the ``privacy_ledger`` and ``uvicorn`` loggers, and every logger that propagates to
-    the root (libraries), to stderr through our formatter.
+    the root (libraries), to stderr through our formatter, which masks ``secrets`` (the
+    operator's admin key: it need not look like a generated key) besides the shaped ones.
 
     Idempotent: calling it again replaces our handler instead of adding another.
     """
     handler = _StderrHandler()
-    handler.setFormatter(
+    formatter: JsonFormatter | TextFormatter = (
         JsonFormatter()
         if json_logs
         else TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
+    formatter.secrets = tuple(x for x in secrets if x)
+    handler.setFormatter(formatter)
     setattr(handler, _HANDLER_FLAG, True)
     for name in ("privacy_ledger", "uvicorn", "uvicorn.error"):
         logger = logging.getLogger(name)

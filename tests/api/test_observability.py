@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app import observability
 from app.main import create_app
-from tests.conftest import ADMIN, make_settings, new_dataset
+from tests.conftest import ADMIN, ADMIN_KEY, make_settings, new_dataset
 
 LAPLACE = {"mechanism": "laplace", "epsilon": 0.3}
 
@@ -154,6 +154,24 @@ def test_json_logs_carry_request_id_and_no_secret(
     assert len(records) == len([ln for ln in err.splitlines() if ln.strip()])
     for secret in (key, key[8:], ADMIN["Authorization"].split()[1]):
         assert secret not in err
+
+
+@pytest.mark.parametrize("log_json", [True, False])
+def test_the_operator_key_is_masked_in_logs_wherever_it_is_sent(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str], log_json: bool
+) -> None:
+    """``PRIVACY_LEDGER_ADMIN_KEY`` may be any string of 32 characters or more, not shaped like
+    a generated key (``pl_...``), which is all the masks knew: sent where an id goes (``keys
+    revoke <the secret>`` instead of its id), it was written to the access log's path in
+    clear (authz46)."""
+    assert not ADMIN_KEY.startswith("pl_")
+    with TestClient(create_app(make_settings(sqlite_url, log_json=log_json)), headers=ADMIN) as c:
+        assert c.delete(f"/v1/keys/{ADMIN_KEY}").status_code == 404
+        assert c.get(f"/v1/datasets/{ADMIN_KEY}/budget").status_code == 404
+        assert c.get("/v1/datasets", params={"key": ADMIN_KEY}).status_code == 200
+    err = capsys.readouterr().err
+    assert "/v1/keys/" in err  # the requests were logged
+    assert ADMIN_KEY not in err and ADMIN_KEY[4:-4] not in err
 
 
 def test_unhandled_error_is_logged_with_its_request_id(
