@@ -448,3 +448,14 @@ def test_an_unreachable_server_is_named_in_the_error(monkeypatch: pytest.MonkeyP
     )
     assert str(caught.value).endswith(f"the default {DEFAULT_URL})")  # the client's own default
     assert caught.value.detail == "ConnectError: Connection refused"
+
+
+@pytest.mark.parametrize("make", [LedgerClient, AsyncLedgerClient])
+def test_no_part_of_the_client_shows_its_api_key_in_a_repr(make: Any) -> None:
+    """The client's endpoint (URL and request headers) is a dataclass whose repr showed the
+    ``Authorization`` header, key and all (authz46): what a debugger, ``pytest --showlocals`` or
+    an error tracker that records a frame's locals (``self`` inside the endpoint's methods)
+    writes down. No repr of the client or of what it holds carries the key."""
+    key = "pl_p_" + "S3cret" * 8
+    client = make("http://ledger.test", key, transport=httpx.MockTransport(Script()))
+    assert all(key not in repr(part) for part in (client, *vars(client).values()))

@@ -27,10 +27,11 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
 
 @dataclass(frozen=True)
 class Endpoint:
-    """The server's base URL and the request headers (the key, if any, and a User-Agent)."""
+    """The server's base URL and the request headers (the key, if any, and a User-Agent; kept
+    out of the repr, which debuggers and error trackers record)."""
 
     url: str
-    headers: dict[str, str]
+    headers: dict[str, str] = dataclasses.field(repr=False)
     has_key: bool
 
     @classmethod
