@@ -19,6 +19,7 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///./privacy_ledger.db"
     admin_key: str | None = Field(
         default=None,
+        repr=False,  # a secret
         description=(
             "If set, an admin key with exactly this value is ensured at start-up; at least "
             f"{MIN_ADMIN_KEY_LENGTH} characters (empty: unset)."

@@ -94,9 +94,10 @@ class Principal:
 
 @dataclass(frozen=True)
 class Credentials:
-    """The key a request presented (None when absent) and the least role its route needs."""
+    """The key a request presented (None when absent; not in the repr) and the least role its
+    route needs."""
 
-    token: str | None
+    token: str | None = field(repr=False)
     role: Role
 
 

@@ -22,6 +22,7 @@ from app.config import Settings
 from app.db import migrate
 from app.db.models import ApiKey, AppSetting, Base
 from app.main import create_app
+from app.principal import Credentials, Role
 from app.services import key_digest
 from tests.conftest import ADMIN_KEY, make_settings
 from tests.live import Server
@@ -197,3 +198,12 @@ def test_keys_made_before_the_migration_keep_working(db_url: str) -> None:
         assert "prefix" not in listed["key_legacy0000aa"]
     [row] = [r for r in _rows(db_url) if r["id"] == "key_legacy0000aa"]
     assert row["lookup"].startswith(key_digest.DIGEST_PREFIX) and "prefix" not in row
+
+
+def test_no_repr_shows_a_presented_or_configured_key() -> None:
+    """A request's ``Credentials`` and the ``Settings`` showed the key in their repr (authz46):
+    what a debugger, a traceback with its locals or an error tracker writes down."""
+    key = "k" * 40
+    assert key not in repr(Credentials(key, Role.ADMIN))
+    assert key not in repr(Settings(admin_key=key, database_url="sqlite://"))
+    assert Credentials(key, Role.ADMIN).token == key  # (still there to be checked)
