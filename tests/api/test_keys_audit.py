@@ -9,8 +9,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import LargeBinary, String, Text, create_engine, inspect, select, text
 
+from app.config import Settings
 from app.db.models import Base
-from tests.conftest import expire_active_holds, new_dataset
+from app.errors import Forbidden
+from app.main import create_app
+from tests.conftest import ADMIN, expire_active_holds, make_settings, new_dataset
 
 
 def _all_stored_text(db_url: str) -> str:
@@ -92,6 +95,25 @@ def test_revoked_key_is_401_and_last_admin_cannot_be_revoked(client: TestClient)
     assert len(admins) == 1
     assert client.delete(f"/v1/keys/{admins[0]['id']}").status_code == 403
     assert client.delete("/v1/keys/key_missing").status_code == 404
+
+
+def test_a_revoked_operator_key_is_not_revived_by_a_restart(db_url: str) -> None:
+    """``PRIVACY_LEDGER_ADMIN_KEY`` ensures an admin key with its value at start-up; once an
+    admin has revoked that key, a restart with the same value must not make it work again (nor
+    mint a new row for it): the server refuses to start, naming the setting (authz46)."""
+    with TestClient(create_app(make_settings(db_url)), headers=ADMIN) as c:
+        other = c.post("/v1/keys", json={"role": "admin"}).json()
+        env = next(k for k in c.get("/v1/keys").json()["keys"] if k["created_by"] is None)
+        me = {"Authorization": f"Bearer {other['key']}"}
+        assert c.delete(f"/v1/keys/{env['id']}", headers=me).status_code == 200
+    with pytest.raises(Forbidden, match="PRIVACY_LEDGER_ADMIN_KEY matches a revoked"):
+        with TestClient(create_app(make_settings(db_url))):
+            pass
+    unset = Settings(database_url=db_url, admin_key=None, auto_migrate=False)
+    with TestClient(create_app(unset)) as c:
+        assert c.get("/v1/datasets", headers=ADMIN).status_code == 401
+        listed = c.get("/v1/keys", headers={"Authorization": f"Bearer {other['key']}"}).json()
+        assert [k["revoked"] for k in listed["keys"] if k["created_by"] is None] == [True]
 
 
 def test_key_scope_must_name_existing_datasets(client: TestClient) -> None:
