@@ -140,7 +140,8 @@ def create_key(
 
     A key mints keys only within its own role and scope: a scoped key must give ``datasets``,
     all of them within its own (ids it cannot see are unknown to it, as they would be
-    anywhere else: 422), and can never mint an unscoped key (403).
+    anywhere else: 422), and can never mint an unscoped key (403). Made by ``SYSTEM`` (the
+    CLI's ``--local``, on the database itself), its audit event says ``"via": "local"``.
     """
     actor = authenticated(db, caller)
     if role.rank > actor.role.rank:
@@ -172,6 +173,8 @@ def create_key(
         details: dict[str, Any] = {"role": role.value, "datasets": dataset_ids, "label": label}
         if allocations is not None:
             details["allocations"] = allocations
+        if actor is SYSTEM:  # no key made it: ``privacy-ledger keys create --local``
+            details["via"] = "local"
         audit.record(s, actor, "key.created", target_id=row.id, details=details)
         return r.KeyCreated(**key_answer(row).model_dump(), key=key)
 

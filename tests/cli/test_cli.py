@@ -60,6 +60,13 @@ def test_keys_create_local_writes_to_the_database(sqlite_url: str) -> None:
     with sqlite3.connect(path) as con:
         roles = dict(con.execute("SELECT id, role FROM api_key").fetchall())
     assert roles[made["id"]] == "viewer"
+    # audited as made on the server's machine (no key made them), not as an anonymous SYSTEM act
+    with sqlite3.connect(path) as con:
+        events = con.execute(
+            "SELECT key_id, details FROM audit_event WHERE action = 'key.created'"
+        ).fetchall()
+    assert len(events) == 2
+    assert all(key is None and json.loads(d)["via"] == "local" for key, d in events)
     remote = cli("keys", "create", "--role", "viewer", "--database-url", sqlite_url)
     assert remote.returncode == 1 and "--local" in remote.stderr  # as --allocation with --local
 
