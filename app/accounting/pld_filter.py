@@ -34,9 +34,22 @@ from dataclasses import dataclass
 from app.accounting import conversions as conv
 from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import Budget, Filter, Spend, with_holds_bound
-from app.accounting.pld import Pld
+from app.accounting.pld import LEFT_TAIL_MASS, RIGHT_TAIL_MASS, Pld
 
 METHOD = "pld"
+
+REORDER_SLACK = LEFT_TAIL_MASS + RIGHT_TAIL_MASS
+"""Delta set aside, per term beyond the first, when admission checks a ledger beside active holds
+(4 times as much where FFTs run in double precision, ``DOUBLE_REORDER_FACTOR``). Admission checks
+(committed + new) + held, the holds composed together; each hold's commit is then one more
+convolution into the stored ledger, with its own trimmed tails (at most ``LEFT_TAIL_MASS`` +
+``RIGHT_TAIL_MASS`` of delta) and FFT error bound (about 1e-12 per charge in double precision,
+2,000 times less in long double), so the stored PLD after the commits, in any order, certifies
+more delta than the one checked: measured at most 1.0e-13 per hold over 60 random ledgers and
+orders; a Laplace at the edge beside 3 holds ended 2.2e-8 over the budget epsilon before
+(``tests/api/test_hold_commit_order.py``)."""
+
+DOUBLE_REORDER_FACTOR = 4
 
 
 @dataclass(frozen=True)
@@ -81,19 +94,25 @@ class PldFilter:
     def budget(self) -> Budget:
         return self.curves.budget
 
-    def _pld_within(self, state: Pld) -> bool:
-        return state.delta(self.budget.epsilon) <= self.budget.delta
+    def _pld_within(self, state: Pld, additions: int = 1) -> bool:
+        """delta(eps_B) <= delta_B by ``state``, with ``REORDER_SLACK`` per term beyond the
+        first that may reach the ledger in another order (``additions``)."""
+        per_term = REORDER_SLACK * (1 if state.extended else DOUBLE_REORDER_FACTOR)
+        slack = per_term * max(0, additions - 1)
+        return state.delta(self.budget.epsilon) + slack <= self.budget.delta
 
-    def within(self, state: Pld, curve: PrivacyCurve) -> bool:
+    def within(self, state: Pld, curve: PrivacyCurve, additions: int = 1) -> bool:
         """The ledger composing to ``state`` (its PLD) and ``curve`` is within budget: by its
         PLD, delta(eps_B) <= delta_B, or by the curve rule; never once the entries' own deltas,
         added up (``curve.delta``), reach the budget delta, as under every other accounting
         (DESIGN: "once they reach the budget delta alone, nothing more is admitted"). The PLD
         composes them as 1 - prod(1 - delta_i), slightly less than their sum, and admitted two
-        charges of delta_B / 2 and more after them."""
+        charges of delta_B / 2 and more after them. ``additions``: the terms of ``state`` that
+        may reach the ledger in another order (the new entry and the active holds), each
+        allowed ``REORDER_SLACK`` of delta (the curve's bound already covers them)."""
         if curve.delta >= self.budget.delta:
             return False
-        return self._pld_within(state) or self.curves.admits(curve)
+        return self._pld_within(state, additions) or self.curves.admits(curve)
 
     def spend_at(self, state: Pld, curve: PrivacyCurve, delta: float) -> Spend:
         """The least epsilon at ``delta`` the distribution or the curve certifies."""
@@ -124,7 +143,8 @@ class PldFilter:
         after_curve = committed[1] + new[1]
         # the curve rule checks the bound on every order of commits, as ``Filter.dry_run``
         everything_curve = with_holds_bound(committed[1], held_curve, new[1], additions)
-        return self.within(everything, everything_curve), after, after_curve
+        admitted = self.within(everything, everything_curve, additions)
+        return admitted, after, after_curve
 
     def admits(
         self,
@@ -153,4 +173,4 @@ class PldFilter:
         return PldDryRun(admitted, after, after_curve, self.spend(after, after_curve))
 
 
-__all__ = ["METHOD", "PldDryRun", "PldFilter", "least", "with_new_entry"]
+__all__ = ["METHOD", "REORDER_SLACK", "PldDryRun", "PldFilter", "least", "with_new_entry"]

@@ -87,3 +87,50 @@ def test_holds_committed_in_any_order_stay_within_budget(
             assert client.post(f"/v1/reservations/{rid}/commit").status_code == 200
         b = client.get(f"{url}/budget").json()
         assert b["spent"]["epsilon"] <= b["budget"]["epsilon"], (seed, b["spent"])
+
+
+PLD_HOLDS = [
+    {"mechanism": "subsampled_gaussian", "sigma": 1.0, "sample_rate": 0.01, "steps": 50},
+    {"mechanism": "randomized_response", "epsilon": 0.15, "k": 3},
+    {"mechanism": "laplace", "epsilon": 0.1},
+]
+
+
+@pytest.mark.parametrize(("budget", "order"), [((2.0, 1e-5), (1, 2, 0)), ((1.0, 1e-6), (2, 1, 0))])
+def test_a_pld_ledger_admitted_by_its_distribution_beside_holds_stays_within_budget(
+    sqlite_client: TestClient, budget: tuple[float, float], order: tuple[int, ...]
+) -> None:
+    """Admission checked (committed + new) + held, the holds composed together; each commit is
+    one more convolution into the stored distribution (its own tails and FFT bound). The edge
+    Laplace beside these holds ended 2.0000000028 over 2.0 and 1.0000000206 over 1.0, every
+    commit order but one over (exhausted)."""
+    client = sqlite_client
+    ds = new_dataset(
+        client,
+        name=f"pld-edge-{budget[1]:g}",
+        budget={"epsilon": budget[0], "delta": budget[1]},
+        accounting="pld",
+        adaptive=False,
+    )
+    url = f"/v1/datasets/{ds['id']}"
+    holds = []
+    for mech in PLD_HOLDS:
+        r = client.post(f"{url}/reservations", json={"mechanism": mech, "ttl_seconds": 3600})
+        assert r.status_code == 201, r.text
+        holds.append(r.json()["id"])
+    lo, hi = 0.0, budget[0]  # the largest Laplace epsilon a dry run admits (50 at most)
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        if mid in (lo, hi):
+            break
+        body = {"mechanism": {"mechanism": "laplace", "epsilon": mid}}
+        r = client.post(f"{url}/charges", params={"dry_run": "true"}, json=body)
+        lo, hi = (mid, hi) if r.status_code == 200 else (lo, mid)
+    r = client.post(f"{url}/charges", json={"mechanism": {"mechanism": "laplace", "epsilon": lo}})
+    assert r.status_code == 201, r.text
+    for i in order:
+        assert client.post(f"/v1/reservations/{holds[i]}/commit").status_code == 200
+    b = client.get(f"{url}/budget").json()
+    assert b["spent"]["method"] == "pld"  # the distribution admitted it, not the curve rule
+    assert b["spent"]["epsilon"] <= b["budget"]["epsilon"], b["spent"]
+    assert not b["exhausted"]
