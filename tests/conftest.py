@@ -321,6 +321,18 @@ def dry_run_status(
     return r.status_code
 
 
+def new_allocation(
+    client: TestClient, ds: str, name: str, epsilon: float, delta: float = 1e-6
+) -> dict[str, Any]:
+    """Create allocation ``name`` of dataset ``ds`` with budget (epsilon, delta); return it."""
+    r = client.post(
+        f"/v1/datasets/{ds}/allocations",
+        json={"name": name, "budget": {"epsilon": epsilon, "delta": delta}},
+    )
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
 def new_dataset(client: TestClient, name: str = "census", **fields: Any) -> dict[str, Any]:
     """Create a dataset (default budget epsilon=1, delta=1e-5) and return it."""
     body: dict[str, Any] = {"name": name, "budget": {"epsilon": 1.0, "delta": 1e-5}}

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from app.services import answers, partitions, tallies
 from app.services.tallies import ALLOCATION_BLOCK, BLOCK, Tallies
+from tests.conftest import new_allocation
 
 HOLDS = [(date(2026, 1, 1), 40, 30.0), (date(2026, 1, 21), 40, 45.0), (date(2026, 3, 5), 30, 20.0)]
 """(first day, days, sigma) of each hold; the first two overlap for 20 days (Jan 21 - Feb 9),
@@ -43,11 +44,7 @@ def test_most_spent_converts_each_distinct_sum_once(
             "partition": {"unit": "day"},
         },
     ).json()["id"]
-    r = client.post(
-        f"/v1/datasets/{ds}/allocations",
-        json={"name": "team", "budget": {"epsilon": 4.0, "delta": 1e-6}},
-    )
-    assert r.status_code == 201, r.text
+    new_allocation(client, ds, "team", 4.0)
     for first, days, sigma in HOLDS:
         last = first + timedelta(days=days - 1)
         r = client.post(

@@ -13,7 +13,7 @@ from app.accounting.curve import PrivacyCurve
 from app.accounting.filters import Budget, Filter, FilterKind
 from app.accounting.mechanisms import mechanism_from_dict
 from app.services.blocks import MAX_SPAN
-from tests.conftest import expire_active_holds, new_dataset
+from tests.conftest import expire_active_holds, new_allocation, new_dataset
 
 LAPLACE = {"mechanism": "laplace", "epsilon": 0.4}
 
@@ -207,11 +207,7 @@ def test_lifetime_budget_caps_the_composition(client: TestClient) -> None:
 
 def test_reservations_hold_blocks_and_allocations(client: TestClient) -> None:
     ds = _partitioned(client)["id"]
-    a = client.post(
-        f"/v1/datasets/{ds}/allocations",
-        json={"name": "team-a", "budget": {"epsilon": 0.5, "delta": 1e-6}},
-    )
-    assert a.status_code == 201
+    new_allocation(client, ds, "team-a", 0.5)
     body = {"mechanism": LAPLACE, "blocks": {"from": "2026-11-01", "to": "2026-11-03"}}
     hold = client.post(f"/v1/datasets/{ds}/reservations", json={**body, "allocation": "team-a"})
     assert hold.status_code == 201, hold.text
@@ -303,11 +299,7 @@ def test_most_spent_block_counts_active_holds(client: TestClient) -> None:
     11-21 is refused (audit h2, F3). The block left with the least after its holds is the one
     reported, for the allocation and for /budget's most_spent."""
     ds = _partitioned(client)["id"]
-    made = client.post(
-        f"/v1/datasets/{ds}/allocations",
-        json={"name": "team-a", "budget": {"epsilon": 0.5, "delta": 1e-6}},
-    )
-    assert made.status_code == 201, made.text
+    new_allocation(client, ds, "team-a", 0.5)
     lap = lambda e: {"mechanism": "laplace", "epsilon": e}  # noqa: E731
     day = lambda d: {"from": f"2026-11-{d}", "to": f"2026-11-{d}"}  # noqa: E731
     r = client.post(
@@ -354,11 +346,7 @@ def test_most_spent_block_of_a_rho_filter_is_the_one_with_least_rho_left(
         adaptive=False,
         partition={"unit": "day"},
     )["id"]
-    made = client.post(
-        f"/v1/datasets/{ds}/allocations",
-        json={"name": "team-a", "budget": {"epsilon": 10.0, "delta": 1e-6}},
-    )
-    assert made.status_code == 201, made.text
+    new_allocation(client, ds, "team-a", 10.0)
     gaussian_rho = 0.4  # sigma = 1 / sqrt(2 rho), sensitivity 1: rho = 1 / (2 sigma^2)
     sigma = (2 * gaussian_rho) ** -0.5
     gaussian_day, laplace_day = "2026-11-20", "2026-11-21"
@@ -408,11 +396,7 @@ def test_allocations_never_take_the_lifetime_past_its_budget(
     epsilons (pure DP), and a fourth 0.4 would take that sum past 1.5 (audit blocks46)."""
     ds = _partitioned(client, lifetime_budget={"epsilon": 1.5, "delta": 1e-6})["id"]
     for team in ("team-a", "team-b"):
-        made = client.post(
-            f"/v1/datasets/{ds}/allocations",
-            json={"name": team, "budget": {"epsilon": 1.0, "delta": 1e-6}},
-        )
-        assert made.status_code == 201, made.text
+        new_allocation(client, ds, team, 1.0)
     day = lambda d: {"from": f"2026-11-{d:02d}", "to": f"2026-11-{d:02d}"}  # noqa: E731
     held = client.post(
         f"/v1/datasets/{ds}/reservations",

@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from tests.conftest import new_dataset
+from tests.conftest import new_allocation, new_dataset
 
 LAPLACE = {"mechanism": "laplace", "epsilon": 0.01}
 
@@ -36,11 +36,7 @@ def _expiry(view: dict[str, Any]) -> Any:
 def test_an_allocation_reports_the_earliest_of_its_own_holds(client: TestClient) -> None:
     ds = new_dataset(client, "alloc-expiry", budget={"epsilon": 5.0, "delta": 1e-5})["id"]
     for name in ("team-a", "team-b"):
-        r = client.post(
-            f"/v1/datasets/{ds}/allocations",
-            json={"name": name, "budget": {"epsilon": 1.0, "delta": 1e-6}},
-        )
-        assert r.status_code == 201, r.text
+        new_allocation(client, ds, name, 1.0)
     late = _hold(client, ds, 3600, allocation="team-a")
     early = _hold(client, ds, 600, allocation="team-a")
     dataset_only = _hold(client, ds, 60)  # not through an allocation: the dataset's alone
@@ -83,11 +79,7 @@ def test_blocks_report_the_earliest_hold_covering_them(client: TestClient) -> No
         adaptive=False,
         partition={"unit": "day"},
     )["id"]
-    r = client.post(
-        f"/v1/datasets/{ds}/allocations",
-        json={"name": "team", "budget": {"epsilon": 0.5, "delta": 1e-7}},
-    )
-    assert r.status_code == 201, r.text
+    new_allocation(client, ds, "team", 0.5, delta=1e-7)
     first = _hold(client, ds, 600, blocks={"from": "2026-11-01", "to": "2026-11-02"})
     second = _hold(
         client, ds, 3600, blocks={"from": "2026-11-02", "to": "2026-11-03"}, allocation="team"

@@ -23,7 +23,7 @@ from app.accounting.filters import Budget, Filter, FilterKind
 from app.accounting.mechanisms import mechanism_from_dict
 from app.principal import SYSTEM
 from app.services import admission, verification
-from tests.conftest import new_dataset
+from tests.conftest import new_allocation, new_dataset
 
 ENTRIES = 10
 MECHANISMS = [
@@ -41,11 +41,7 @@ def _partitioned(client: TestClient, name: str) -> str:
         adaptive=False,
         partition={"unit": "day"},
     )["id"]
-    r = client.post(
-        f"/v1/datasets/{ds}/allocations",
-        json={"name": "team-a", "budget": {"epsilon": 50.0, "delta": 1e-6}},
-    )
-    assert r.status_code == 201, r.text
+    new_allocation(client, ds, "team-a", 50.0)
     return str(ds)
 
 

@@ -38,6 +38,12 @@ FILTER_WORDS = {
 """The plain words the issue asks for, written out independently of app.js."""
 
 
+def admin_api(url: str) -> httpx.Client:
+    """An HTTP client of the server at ``url`` with the admin key (long timeout: the machine may
+    be loaded)."""
+    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120)
+
+
 def _browser_path() -> str:
     path = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
     if path is None:
@@ -131,9 +137,7 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """A running server with three datasets: one in use with refusals and a budget change, one
     past its warning threshold, one exhausted."""
     with running(f"sqlite:///{tmp_path / 'e2e.db'}", ADMIN_KEY) as server:
-        api = httpx.Client(
-            base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120
-        )
+        api = admin_api(server.url)
         census = api.post(
             "/v1/datasets",
             json={"name": "census", "budget": {"epsilon": 3.0, "delta": 1e-6}, "accounting": "rdp"},
@@ -545,9 +549,7 @@ def test_overview_reads_every_page_of_the_listing(tmp_path: Path) -> None:
         route.continue_(url=str(url.copy_set_param("limit", limit)))
 
     with running(f"sqlite:///{tmp_path / 'e2e.db'}", ADMIN_KEY) as server:
-        with httpx.Client(
-            base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120
-        ) as api:
+        with admin_api(server.url) as api:
             ids = {}
             for k in range(6):
                 r = api.post(

@@ -20,6 +20,7 @@ from tests.conftest import run_sql
 from tests.e2e.test_dashboard import (
     ADMIN_KEY,
     _browser_path,
+    admin_api,
     check_accessibility,
     dashboard_page,
     sign_in,
@@ -74,9 +75,7 @@ def charge_dataset(
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     db = tmp_path_factory.mktemp("audit") / "e2e.db"
     with running(f"sqlite:///{db}", ADMIN_KEY) as server:
-        api = httpx.Client(
-            base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120
-        )
+        api = admin_api(server.url)
 
         dataset = functools.partial(create_dataset, api)
         charge = functools.partial(charge_dataset, api)

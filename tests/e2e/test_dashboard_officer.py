@@ -16,6 +16,7 @@ import pytest
 from tests.e2e.test_dashboard import (
     ADMIN_KEY,
     _browser_path,
+    admin_api,
     check_accessibility,
     dashboard_page,
     floor_pct,
@@ -39,9 +40,7 @@ MARKUP = {
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     db = tmp_path_factory.mktemp("officer") / "e2e.db"
     with running(f"sqlite:///{db}", ADMIN_KEY) as server:
-        api = httpx.Client(
-            base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120
-        )
+        api = admin_api(server.url)
 
         dataset = functools.partial(create_dataset, api)
         charge = functools.partial(charge_dataset, api)

@@ -16,6 +16,7 @@ import pytest
 from tests.e2e.test_dashboard import (
     ADMIN_KEY,
     _browser_path,
+    admin_api,
     check_accessibility,
     dashboard_page,
     floor_pct,
@@ -46,9 +47,7 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """A daily partitioned dataset (budget 1 per block) with two team allocations whose budgets
     add up to more than the dataset's, charged over a few blocks; day 8 used up (0.3 + 0.7)."""
     with running(f"sqlite:///{tmp_path / 'e2e.db'}", ADMIN_KEY) as server:
-        api = httpx.Client(
-            base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120
-        )
+        api = admin_api(server.url)
         ds = api.post(
             "/v1/datasets",
             json={
@@ -233,9 +232,7 @@ def test_a_partitioned_dataset_without_a_lifetime_budget_shows_its_most_spent_bl
     second dataset with a lifetime budget keeps the composed spend against that budget."""
     executable = _browser_path()
     with running(f"sqlite:///{tmp_path / 'e2e.db'}", ADMIN_KEY) as server:
-        api = httpx.Client(
-            base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120
-        )
+        api = admin_api(server.url)
         made = {}
         # clicks and views: four days of 0.6 each; alerts (a third): one day charged 0.9 of its
         # 1, past the warning threshold (0.8)

@@ -4,6 +4,7 @@ epsilon or delta is never below the exact value, and exact zeros stay exactly ze
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import mpmath as mp
 import numpy as np
@@ -400,8 +401,6 @@ def test_gaussian_rho_is_never_below_and_exact_values_stay_exact() -> None:
     exact value (0.5 (Delta / sigma)^2 rounded to nearest was up to 2 ulps below it: sigma = 3
     read 0.05555555555555555 < 1/18), and a value that is a float (sigma = 2: 1/8) stays exact.
     Oracle: exact rationals."""
-    from fractions import Fraction
-
     cases = _gaussian_rho_cases()
     below = 0
     for sigma, sens in cases:
