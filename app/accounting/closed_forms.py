@@ -16,16 +16,13 @@ import numpy.typing as npt
 from scipy import special
 
 from app.accounting.orders import ORDERS
-from app.accounting.rounding import div_up_array, mul_up
+from app.accounting.rounding import TINY, div_up_array, mul_up
 
 Vector = npt.NDArray[np.float64]
 
 ULP_HALF = 2.0**-53
 """Unit roundoff of float64: a correctly rounded operation errs by at most this, relatively."""
 
-
-TINY = float(np.nextafter(0.0, 1.0))
-"""The least positive float."""
 
 TINY_LOG_T = -700.0
 """``rr_rdp``: below this log T, e^log T is near the subnormal range (e^-708 is the least normal

@@ -22,8 +22,9 @@ from functools import lru_cache
 import numpy as np
 
 from app.accounting.orders import INTEGER_MASK, ORDERS
+from app.accounting.rounding import TINY
 from app.accounting.subsampled_gaussian.integer_orders import Rows, integer_log_am1
-from app.accounting.subsampled_gaussian.numerics import TINY, Mask, U, Vector, Work, blocks
+from app.accounting.subsampled_gaussian.numerics import Mask, U, Vector, Work, blocks
 from app.accounting.subsampled_gaussian.signed_series import SERIES_TERMS, mtz_log_a
 from app.accounting.subsampled_gaussian.taylor_bound import (
     TAYLOR_K,

@@ -20,8 +20,6 @@ Mask = npt.NDArray[np.bool_]
 U = 2.0**-53
 """Unit roundoff of float64."""
 
-TINY = float(np.nextafter(0.0, 1.0))
-
 
 @dataclass
 class Work:

@@ -20,8 +20,8 @@ import numpy as np
 from scipy import special
 
 from app.accounting.orders import ORDERS
+from app.accounting.rounding import TINY
 from app.accounting.subsampled_gaussian.numerics import (
-    TINY,
     IntVector,
     Mask,
     U,
