@@ -12,14 +12,18 @@ import uvicorn
 from typer.testing import CliRunner
 
 from app.cli import cli
+from app.cli import server as serve_command
 from app.config import get_settings
 
 
 @pytest.fixture
 def started(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list[dict[str, Any]]]:
-    """uvicorn.run replaced by a recorder; the environment restored afterwards."""
+    """uvicorn.run replaced by a recorder; the environment restored afterwards. Nothing
+    listens, so the port pre-check is told the port is free: a server the developer runs on
+    the default port (``make run``) would otherwise fail these tests."""
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append({"app": app, **kw}))
+    monkeypatch.setattr(serve_command, "_port_taken", lambda host, port: None)
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     monkeypatch.setenv("PRIVACY_LEDGER_DATABASE_URL", f"sqlite:///{tmp_path / 'x.db'}")
     monkeypatch.delenv("WEB_CONCURRENCY", raising=False)
