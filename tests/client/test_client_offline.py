@@ -459,3 +459,37 @@ def test_no_part_of_the_client_shows_its_api_key_in_a_repr(make: Any) -> None:
     key = "pl_p_" + "S3cret" * 8
     client = make("http://ledger.test", key, transport=httpx.MockTransport(Script()))
     assert all(key not in repr(part) for part in (client, *vars(client).values()))
+
+
+def test_the_reservation_context_manager_names_an_allocation_and_blocks() -> None:
+    """``reservation(...)`` is ``reserve`` as a context manager (docs/client.md), but it took
+    no ``allocation`` or ``blocks``: on a partitioned dataset every hold it made was a 422, and
+    a key limited to allocations could not use it at all (403). Both clients pass them on."""
+    held = {"id": "rsv_1", "status": "active", "dataset_id": "ds_1"}
+    committed = {**held, "status": "committed", "ledger_entry_id": 1}
+    expected = {"allocation": "team-a", "blocks": {"from": "2026-11-20", "to": "2026-11-22"}}
+    blocks = ("2026-11-20", "2026-11-22")
+
+    script = Script(_json(201, held), _json(200, committed))
+    with (
+        _client(script) as c,
+        c.reservation("clicks", laplace(0.1), allocation="team-a", blocks=blocks) as hold,
+    ):
+        pass
+    assert hold.outcome == "committed"
+    body = json.loads(script.requests[0].content)
+    assert {k: body.get(k) for k in expected} == expected
+
+    async def reserve_async() -> dict[str, Any]:
+        script = Script(_json(201, held), _json(200, committed))
+        async with (
+            AsyncLedgerClient(
+                "http://ledger.test", "k", backoff=0.0, transport=httpx.MockTransport(script)
+            ) as c,
+            c.reservation("clicks", laplace(0.1), allocation="team-a", blocks=blocks),
+        ):
+            pass
+        return dict(json.loads(script.requests[0].content))
+
+    body = asyncio.run(reserve_async())
+    assert {k: body.get(k) for k in expected} == expected

@@ -497,11 +497,19 @@ class AsyncLedgerClient:
         ttl_seconds: int = 600,
         label: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        allocation: str | None = None,
+        blocks: tuple[str, str] | None = None,
     ) -> AsyncIterator[AsyncHold]:
         """``async with``: as ``LedgerClient.reservation`` (commit on normal exit, release when
         the block raises)."""
         hold = await self.reserve(
-            dataset, mechanism, ttl_seconds=ttl_seconds, label=label, metadata=metadata
+            dataset,
+            mechanism,
+            ttl_seconds=ttl_seconds,
+            label=label,
+            metadata=metadata,
+            allocation=allocation,
+            blocks=blocks,
         )
         try:
             yield hold

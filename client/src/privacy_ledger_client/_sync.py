@@ -522,12 +522,20 @@ class LedgerClient:
         ttl_seconds: int = 600,
         label: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        allocation: str | None = None,
+        blocks: tuple[str, str] | None = None,
     ) -> Iterator[Hold]:
         """Hold budget around a block: committed when the block exits normally, released when
         it raises. By using the block you assert that nothing computed inside it was released
         before an exception (if it may have been, call ``hold.commit()`` before re-raising)."""
         hold = self.reserve(
-            dataset, mechanism, ttl_seconds=ttl_seconds, label=label, metadata=metadata
+            dataset,
+            mechanism,
+            ttl_seconds=ttl_seconds,
+            label=label,
+            metadata=metadata,
+            allocation=allocation,
+            blocks=blocks,
         )
         try:
             yield hold
