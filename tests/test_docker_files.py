@@ -154,3 +154,16 @@ def test_web_concurrency_sets_the_worker_count() -> None:
     app = _compose()["services"]["app"]
     ((name, default),) = _interpolated(app["environment"]["WEB_CONCURRENCY"])
     assert name == "WEB_CONCURRENCY" and int(default.removeprefix(":-")) >= 2
+
+
+def test_the_env_example_leaves_the_password_empty() -> None:
+    """README's Docker steps are ``cp .env.example .env`` then ``docker compose up``: the
+    example carried ``POSTGRES_PASSWORD=change-me``, so a copy nobody edited started PostgreSQL
+    with a password everyone knows. Empty, compose's ``${POSTGRES_PASSWORD:?...}`` refuses to
+    start until one is set."""
+    values = dict(
+        line.split("=", 1)
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert values["POSTGRES_PASSWORD"] == ""
