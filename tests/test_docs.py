@@ -13,6 +13,7 @@ import typer.main
 
 from app import responses
 from app.cli import cli
+from app.config import Settings
 from app.services.ledger import CSV_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,3 +77,25 @@ def test_client_md_lists_every_answer_type() -> None:
         and cls is not privacy_ledger_client.Model
     }
     assert exported - listed == set()
+
+
+def test_the_readmes_configuration_table_names_every_setting() -> None:
+    """Every ``Settings`` field is read from ``PRIVACY_LEDGER_<NAME>``; the README's table
+    left out four (the body limit, both page sizes and the longest reservation), so an operator
+    met their 413 and 422 answers with no setting named anywhere but operations.md."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("| variable | default | meaning |")
+    table = readme[start : readme.index("\n\n", start)]
+    rows = {
+        match.group(1): match.group(2)
+        for match in re.finditer(r"^\| `(PRIVACY_LEDGER_\w+)` \| ([^|]*) \|", table, re.MULTILINE)
+    }
+    fields = Settings.model_fields
+    assert set(rows) == {f"PRIVACY_LEDGER_{name.upper()}" for name in fields}
+    for name, field in fields.items():
+        default = field.default
+        if default is None or name == "database_url":
+            continue
+        shown = rows[f"PRIVACY_LEDGER_{name.upper()}"].strip().strip("`")
+        expected = str(default).lower() if isinstance(default, bool) else str(default)
+        assert shown == expected, name
