@@ -1,20 +1,36 @@
 """The lists the docs keep by hand stay in step with the code they describe: the CSV export's
 columns (docs/operations.md), the CLI's commands (README.md) and the client's answer types
 (docs/client.md). Each of these had fallen behind (allocation_id / block_from / block_to, the
-blocks, allocations and archive commands, ChargeBatch / Allocation / Block)."""
+blocks, allocations and archive commands, ChargeBatch / Allocation / Block).
+
+And the examples whose output a page prints run as written against this process's app (no
+server, about a second in all): README's first session and command line, docs/budgets.md's
+worked example, docs/client.md's Python example. docs/quickstart.md runs against a live server
+in tests/client/test_quickstart.py (slow)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+import math
 import re
+import shlex
+import sys
 from pathlib import Path
+from typing import Any
 
 import privacy_ledger_client
+import pytest
 import typer.main
+from fastapi.testclient import TestClient
 
 from app import responses
-from app.cli import cli
+from app.cli import cli, common
 from app.config import Settings
 from app.services.ledger import CSV_COLUMNS
+from tests.cli.conftest import Cli
+from tests.conftest import ADMIN_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -121,3 +137,208 @@ def test_client_md_names_every_client_method_and_builder() -> None:
         if name[0].islower() and callable(getattr(privacy_ledger_client, name))
     }
     assert (methods | builders) - internal - named == set()
+
+
+# --- the pages' examples, run as written -------------------------------------------------------
+
+ID = re.compile(r"\b(?:ds|al|key|rsv)_[0-9a-f]{16}\b")
+
+
+def _same_json(shown: Any, got: Any, where: str) -> None:
+    """``got`` is the answer ``shown``: the same structure and values, floats to 1e-9 relative
+    (the pages warn that a composed epsilon's last digits follow the CPU's exp and log)."""
+    if isinstance(shown, float) and isinstance(got, float):
+        assert math.isclose(shown, got, rel_tol=1e-9), (where, shown, got)
+    elif isinstance(shown, dict) and isinstance(got, dict):
+        assert list(shown) == list(got), (where, shown, got)
+        for k in shown:
+            _same_json(shown[k], got[k], f"{where}.{k}")
+    elif isinstance(shown, list) and isinstance(got, list):
+        assert len(shown) == len(got), (where, shown, got)
+        for i, (s, g) in enumerate(zip(shown, got, strict=True)):
+            _same_json(s, g, f"{where}[{i}]")
+    else:
+        assert shown == got, (where, shown, got)
+
+
+def _ids_as_met(text: str, seen: dict[str, str]) -> str:
+    """``text`` with each id replaced by its kind and the order in which it was first met, so
+    that the page's random ids and the run's match where they name the same thing."""
+
+    def name(match: re.Match[str]) -> str:
+        token = match.group(0)
+        return seen.setdefault(token, f"{token[:3]}#{len(seen)}")
+
+    return ID.sub(name, text)
+
+
+def test_budgets_md_worked_example_answers_as_shown(
+    sqlite_client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/budgets.md's curl session, each command sent as written to a fresh server and its
+    answer put through the page's own ``python3 -c`` filter: the printed lines are the page's,
+    but for the random ids."""
+    text = (ROOT / "docs" / "budgets.md").read_text()
+    match = re.search(r"## Worked example.*?```\n(.*?)```", text, re.DOTALL)
+    assert match, "the worked example is gone from docs/budgets.md"
+    shown_ids: dict[str, str] = {}
+    got_ids: dict[str, str] = {}
+    ran = 0
+    for chunk in match.group(1).strip().split("\n\n"):
+        command, *shown = chunk.splitlines()
+        assert command.startswith("$ "), chunk
+        if not command.startswith("$ curl "):
+            assert re.fullmatch(r"\$ (URL|KEY)=\S+.*", command), command
+            continue
+        curl, _, pipe = command[2:].partition(" | ")
+        words = shlex.split(curl.replace("$URL", "").replace("$KEY", ADMIN_KEY))
+        method, headers, body, url = "GET", {}, None, None
+        it = iter(words[1:])
+        for word in it:
+            if word == "-s":
+                continue
+            if word == "-X":
+                method = next(it)
+            elif word == "-H":
+                name, _, value = next(it).partition(": ")
+                headers[name] = value
+            elif word == "-d":
+                body = next(it)
+            else:
+                assert url is None and word.startswith("/v1/"), word
+                url = word
+        assert url is not None and headers["Authorization"] == f"Bearer {ADMIN_KEY}"
+        answer = sqlite_client.request(method, url, content=body, headers=headers)
+        python = shlex.split(pipe)
+        assert python[:2] == ["python3", "-c"], pipe
+        monkeypatch.setattr(sys, "stdin", io.StringIO(answer.text))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(python[2], {})  # the page's filter, as the reader runs it
+        (line,) = out.getvalue().splitlines()
+        _same_json(
+            json.loads(_ids_as_met("\n".join(shown), shown_ids)),
+            json.loads(_ids_as_met(line, got_ids)),
+            command[:80],
+        )
+        ran += 1
+    assert ran == 11
+
+
+def _cli(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """The ``privacy-ledger`` command in this process against ``client``'s app (as
+    tests/cli/conftest.py's ``run``)."""
+    monkeypatch.setattr(common, "TRANSPORT", client._transport)
+    monkeypatch.setattr(common.console, "width", 200)
+    monkeypatch.setattr(common.err_console, "width", 200)
+    return Cli(client)
+
+
+def test_the_readmes_first_session_and_command_line_print_what_it_shows(
+    sqlite_client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README.md's curl session, then its command-line session, in order on a fresh server:
+    each ``#   prints:`` line is what the command before it prints (``...``: elided), and the
+    numbers the text after it quotes are the ones a server gives."""
+    readme = (ROOT / "README.md").read_text()
+    session = re.search(r"## A first session\n\n```sh\n(.*?)```", readme, re.DOTALL)
+    assert session, "README's first session is gone"
+    for command in re.split(r"\n(?=curl )", session.group(1).split("\n", 1)[1].strip()):
+        words = shlex.split(command.replace("\\\n", " ").replace("$KEY", ADMIN_KEY))
+        data = words[words.index("-d") + 1] if "-d" in words else None
+        url = next(w for w in words if w.startswith("localhost:8000")).removeprefix(
+            "localhost:8000"
+        )
+        answer = sqlite_client.request(
+            "POST" if data else "GET",
+            url,
+            content=data,
+            headers={"content-type": "application/json"},
+        )
+        assert answer.status_code in (200, 201), (command, answer.text)
+    census = answer.json()["spent"]["epsilon"]
+
+    run = _cli(sqlite_client, monkeypatch)
+    block = re.search(r"## The command line\n.*?```sh\n(.*?)```", readme, re.DOTALL)
+    assert block, "README's command-line session is gone"
+    printed = ""
+    checked = 0
+    for line in block.group(1).splitlines():
+        if line.startswith("#   prints: "):
+            pattern = re.escape(line.removeprefix("#   prints: ")).replace(r"\.\.\.", r".+?")
+            assert re.fullmatch(pattern, printed), (line, printed)
+            checked += 1
+            continue
+        command = line.split("  #", 1)[0].strip()
+        if not command.startswith("privacy-ledger "):
+            continue
+        words = shlex.split(command)[1:]
+        if ">" in words:
+            words = words[: words.index(">")]
+        printed = run(*words).stdout.strip()
+    assert checked == 2
+
+    text = _words(readme)
+    quoted = re.search(
+        r"the same Gaussian spent ([\d.]+) on `census`, ([\d.]+) here\. An epsilon of ([\d.]+) "
+        r"for the second charge would be refused \(exit 2; it would reach ([\d.]+), over the "
+        r"budget of 1\)",
+        text,
+    )
+    assert quoted, "README no longer quotes the spends after its command-line session"
+    adaptive, fixed, second, refused = quoted.groups()
+    assert f"{census:.6f}" == adaptive
+    run("datasets", "create", "survey-b", "--epsilon", "1", "--delta", "1e-6", "--no-adaptive")
+    charged = run("charge", "survey-b", "--mechanism", "gaussian", "--sigma", "8").stdout
+    assert f"spent epsilon {fixed} " in charged
+    over = run(
+        "charge", "survey-b", "-m", "discrete_laplace", "--epsilon", second,
+        "--sensitivity", "1", code=2,
+    )  # fmt: skip
+    assert f"would reach {refused}, above the budget 1" in over.stderr
+
+
+def test_client_md_python_example_prints_what_it_shows(
+    sqlite_client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/client.md's Python example, run as written on a fresh server (its ``LedgerClient()``
+    given this app's transport), prints the lines the page shows; and the steps the page says
+    ``calibrate`` answers for DP-SGD on a fresh dataset are the ones it answers."""
+    text = (ROOT / "docs" / "client.md").read_text()
+    match = re.search(r"```python\n(import random\n.*?)```\n\n.*?```\n(.*?)```", text, re.DOTALL)
+    assert match, "the Python example or its output is gone from docs/client.md"
+    code, shown = match.groups()
+
+    class Client(privacy_ledger_client.LedgerClient):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("transport", sqlite_client._transport)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(privacy_ledger_client, "LedgerClient", Client)
+    monkeypatch.setenv("PRIVACY_LEDGER_URL", "http://testserver")
+    monkeypatch.setenv("PRIVACY_LEDGER_API_KEY", ADMIN_KEY)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(code, {"__name__": "example"})
+    lines = out.getvalue().splitlines()
+    assert len(lines) == len(shown.splitlines()) == 4
+    for want, got in zip(shown.splitlines(), lines, strict=True):
+        numbers = r"-?\d+\.\d+(?:e-?\d+)?"
+        assert re.sub(numbers, "#", want) == re.sub(numbers, "#", got), (want, got)
+        for a, b in zip(re.findall(numbers, want), re.findall(numbers, got), strict=True):
+            assert math.isclose(float(a), float(b), rel_tol=1e-9), (want, got)
+
+    steps = re.search(
+        r'calibrate\("patients", "subsampled_gaussian", "steps", sigma=([\d.]+), '
+        r"sample_rate=([\d.]+)\)` answers the most steps that do \(([\d,]+) on a fresh dataset\)",
+        _words(text),
+    )
+    assert steps, "client.md no longer quotes the DP-SGD steps calibrate answers"
+    sigma, rate, most = steps.groups()
+    with Client() as ledger:
+        ledger.create_dataset("patients-fresh", 1.0, 1e-6)
+        answer = ledger.calibrate(
+            "patients-fresh", "subsampled_gaussian", "steps", sigma=float(sigma),
+            sample_rate=float(rate),
+        )  # fmt: skip
+    assert answer.value == int(most.replace(",", ""))
