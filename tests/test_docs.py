@@ -3,10 +3,11 @@ columns (docs/operations.md), the CLI's commands (README.md) and the client's an
 (docs/client.md). Each of these had fallen behind (allocation_id / block_from / block_to, the
 blocks, allocations and archive commands, ChargeBatch / Allocation / Block).
 
-And the examples whose output a page prints run as written against this process's app (no
-server, about a second in all): README's first session and command line, docs/budgets.md's
-worked example, docs/client.md's Python example. docs/quickstart.md runs against a live server
-in tests/client/test_quickstart.py (slow)."""
+And the pages' examples run as written against this process's app (no server; a few seconds
+of CPU in all): README's first session and command line, docs/budgets.md's worked example and
+docs/client.md's Python example print what the pages show; the command-line sessions of
+docs/client.md and docs/budgets.md run in order, every command succeeding.
+docs/quickstart.md runs against a live server in tests/client/test_quickstart.py (slow)."""
 
 from __future__ import annotations
 
@@ -342,3 +343,76 @@ def test_client_md_python_example_prints_what_it_shows(
             sample_rate=float(rate),
         )  # fmt: skip
     assert answer.value == int(most.replace(",", ""))
+
+
+def _shell(run: Cli, block: str, cwd: Path) -> dict[str, str]:
+    """Run a page's ``sh`` block of ``privacy-ledger`` commands as a reader would, in ``cwd``:
+    each command must succeed. Understood besides: ``# comments``, ``\\`` continuations,
+    ``> FILE``, ``echo '...' > FILE`` and ``NAME=$(privacy-ledger ... | python3 -c '...')``
+    (then ``"$NAME"``). Returns the variables set, and each command's output by its line."""
+    env: dict[str, str] = {}
+    outputs: dict[str, str] = {}
+    for raw in block.replace("\\\n", " ").splitlines():
+        assign = re.fullmatch(r"(\w+)=\$\((.*)\)\s*(?:#[^)]*)?", raw.strip())
+        filter_code = None
+        if assign:
+            inner = shlex.split(assign.group(2))
+            pipe = inner.index("|")
+            assert inner[pipe + 1 : pipe + 3] == ["python3", "-c"], raw
+            raw_words, filter_code = inner[:pipe], inner[pipe + 3]
+        else:
+            raw_words = shlex.split(raw, comments=True)
+        if not raw_words:
+            continue
+        words = [env.get(w[1:], w) if w.startswith("$") else w for w in raw_words]
+        target = None
+        if ">" in words:
+            words, target = words[: words.index(">")], words[words.index(">") + 1]
+        if words[0] == "echo":
+            assert target is not None, raw
+            (cwd / target).write_text(" ".join(words[1:]) + "\n")
+            continue
+        assert words[0] == "privacy-ledger", raw
+        result = run(*words[1:])
+        output = result.stdout
+        if filter_code is not None and assign:
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.ExitStack() as stack:
+                stack.callback(setattr, sys, "stdin", sys.stdin)
+                sys.stdin = io.StringIO(output)
+                exec(filter_code, {})
+            env[assign.group(1)] = out.getvalue().strip()
+        elif target is not None:
+            (cwd / target).write_text(output)
+        outputs[raw] = output
+    return outputs
+
+
+def test_the_pages_command_line_sessions_run_in_order(
+    sqlite_client: TestClient, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """docs/client.md's client-side session ("run in this order with an admin key ... they make
+    a dataset of their own") and docs/budgets.md's, each command as written, every one
+    succeeding; budgets.md's ``budget`` table shows the rows the page prints."""
+    run = _cli(sqlite_client, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    client_md = (ROOT / "docs" / "client.md").read_text()
+    sessions = re.findall(r"```sh\n(privacy-ledger datasets  .*?)```", client_md, re.DOTALL)
+    assert len(sessions) == 1, "client.md's client-side session is gone"
+    _shell(run, sessions[0], tmp_path)
+    assert (tmp_path / "ledger.csv").read_text().startswith("id,seq,")
+
+    budgets_md = (ROOT / "docs" / "budgets.md").read_text()
+    match = re.search(
+        r"## From the command line.*?```sh\n(.*?)```.*?After the charge above.*?```\n(.*?)```",
+        budgets_md,
+        re.DOTALL,
+    )
+    assert match, "budgets.md's command-line session or its budget table is gone"
+    session, table = match.groups()
+    first = session.split("privacy-ledger blocks", 1)[0]  # the table is read after the charge
+    _shell(run, first, tmp_path)
+    shown = run("budget", "pageviews").stdout
+    for row in table.strip().splitlines():
+        assert row in shown, (row, shown)
+    _shell(run, "privacy-ledger blocks" + session.split("privacy-ledger blocks", 1)[1], tmp_path)
