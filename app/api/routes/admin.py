@@ -23,7 +23,7 @@ router = APIRouter(tags=["admin"])
     "/v1/keys",
     status_code=status.HTTP_201_CREATED,
     response_model=r.KeyCreated,
-    responses=responses(),
+    responses=responses(409),  # a scoped admin's label that reads as a key's outside its scope
     summary="Create a key (shown once)",
 )
 def create_key(body: KeyIn, db: DbDep, caller: Admin) -> Response:
