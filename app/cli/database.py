@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -73,17 +74,45 @@ def _driver(url: str) -> None:
         )
 
 
+def _missing_sqlite_file(url: str) -> Path | None:
+    """The absolute path of the SQLite file ``url`` names, if it names one that is not there
+    (a relative one is relative to the working directory, as SQLite opens it)."""
+    from sqlalchemy import make_url
+
+    parsed = make_url(url)
+    name = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not name or name == ":memory:":
+        return None
+    if name.startswith("file:"):  # a URI filename: SQLite's own rules, left to SQLite
+        return None
+    path = Path(name).absolute()
+    return None if path.exists() else path
+
+
 @contextmanager
-def opened(url: str, doing: str, hint: str = "") -> Iterator[None]:
+def opened(url: str, doing: str, hint: str = "", *, existing: bool = False) -> Iterator[None]:
     """Run database work for a command (``doing``: "migrate", "verify", ...); a URL that is not
     a database URL, names a driver that is not installed, or a database that cannot be reached
     or read (refused connection, not a database file, a directory that does not exist) ends
     the command with ``error: cannot <doing> the database at <url>: <why>`` and the setting to
-    check. Errors of any other kind are not the database's and pass through."""
+    check. Errors of any other kind are not the database's and pass through.
+
+    ``existing``: the command reads a ledger that must be there (``verify``, ``keys create
+    --local``, ``prune-idempotency``), so a SQLite file that is not there is named by its
+    absolute path and not created: connecting made an empty file wherever the command ran
+    (README's "run from this directory" missed by one ``cd``) and answered "no such table"."""
     from sqlalchemy.exc import DBAPIError, SQLAlchemyError  # (server commands only)
 
     _driver(url)
     where = redact(url)
+    missing = _missing_sqlite_file(url) if existing else None
+    if missing is not None:
+        fail(
+            f"cannot {doing} the database at {where}: no database file at {missing} (a "
+            f"relative path is relative to the directory the command runs in; the server's "
+            f"file is the one its {DATABASE_ENV} names, ./privacy_ledger.db where it was "
+            f"started by default). Check {DATABASE_ENV} or --database-url."
+        )  # (not the hint to migrate: that would make an empty ledger in the wrong place)
     try:
         yield
     except SQLAlchemyError as exc:

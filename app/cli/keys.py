@@ -84,7 +84,7 @@ def keys_create(
         from app.services import keys as key_service
 
         database_url = database_url or settings().database_url
-        with opened(database_url, "create a key in"):
+        with opened(database_url, "create a key in", existing=True):
             db = Database(database_url)
             try:
                 ids = [dataset_service.get_dataset(db, SYSTEM, ref).id for ref in refs]

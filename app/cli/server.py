@@ -174,7 +174,7 @@ def verify(
         report = _verify_on_server(url, api_key, rebuild, quiet=as_json)
     else:
         target = database_url or settings().database_url
-        with opened(target, "verify", hint=", and run `privacy-ledger migrate`"):
+        with opened(target, "verify", hint=", and run `privacy-ledger migrate`", existing=True):
             report = _verify_here(target, rebuild, as_json)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
@@ -293,7 +293,9 @@ def prune_idempotency(
     except OverflowError:
         fail(f"--older-than-days {older_than_days:g} reaches before the calendar's start")
     target = database_url or settings().database_url
-    with opened(target, "prune-idempotency", hint=", and run `privacy-ledger migrate`"):
+    with opened(
+        target, "prune-idempotency", hint=", and run `privacy-ledger migrate`", existing=True
+    ):
         db = Database(target)
         try:
             deleted = idempotency.prune(db, made_before)

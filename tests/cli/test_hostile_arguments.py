@@ -401,3 +401,31 @@ def test_the_command_with_non_utf8_bytes_in_argv_says_so(tmp_path: Path) -> None
     assert r.returncode == 1 and "Traceback" not in stderr, stderr
     assert stderr.strip().splitlines()[-1].startswith("error: an argument is not UTF-8 text")
     assert "byte 0xff" in stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "doing"),
+    [
+        (["verify"], "verify"),
+        (["keys", "create", "--role", "admin", "--local"], "create a key in"),
+        (["prune-idempotency", "--older-than-days", "30"], "prune-idempotency"),
+    ],
+    ids=["verify", "keys-local", "prune"],
+)
+def test_a_sqlite_file_that_is_not_there_is_named_and_not_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], doing: str
+) -> None:
+    """README: "Lost the key? privacy-ledger keys create --role admin --local, run from this
+    directory". Run from another one, the default ``sqlite:///./privacy_ledger.db`` made an
+    empty file there and answered "no such table: app_setting" about ``./privacy_ledger.db``,
+    naming neither the file it had just made nor where the server's is. These commands read an
+    existing ledger: a SQLite file that is not there is named by its absolute path, and left
+    uncreated (``migrate`` still creates one)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PRIVACY_LEDGER_DATABASE_URL", raising=False)
+    r = _local(args, {})
+    line = _error_line(r, 1)
+    path = tmp_path / "privacy_ledger.db"
+    assert f"cannot {doing} the database at sqlite:///./privacy_ledger.db" in line, line
+    assert f"no database file at {path}" in line and "PRIVACY_LEDGER_DATABASE_URL" in line
+    assert not path.exists()
