@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import Any
 
@@ -81,33 +81,18 @@ def _answer_mechanism(
     return out
 
 
-def _further_by_pld(
-    st: DatasetState, kind: str, fixed: dict[str, Any], result: Calibration, work: PldWork
-) -> Calibration:
-    """On a ``pld`` dataset, which admits by its PLD or by its curve rule: the curve rule's
-    answer moved as far as the PLD admits, in at most ``PLD_EVALUATIONS`` admission checks
-    and ``PLD_WORK`` units of counted work (``work``, the request's meter: constructions and
-    compositions, priced before they run), each check the one a charge of that mechanism
-    meets (``PldFilter.admits``, as ``admission.decide``). Not for DP-SGD (a candidate's
-    construction is up to seconds), more than ``PLD_MAX_COUNT`` repetitions, or a Gaussian on
-    a Gaussian ledger with Gaussian holds (its curve rule is the exact conversion already; one
-    non-Gaussian hold makes it a bound, which answered 7.8 % more noise than the PLD needs)."""
+def _pld_admits(
+    st: DatasetState, kind: str, fixed: dict[str, Any], parameter: str, search: PldWork
+) -> Callable[[Any, float], bool | None]:
+    """The admission check a charge of ``kind`` with ``parameter`` = value meets on a ``pld``
+    dataset (``PldFilter.admits``, as ``admission.decide``), as a predicate of (mechanism,
+    value): None once ``search`` (the search's meter: constructions and compositions, priced
+    before they run) is spent."""
     committed = st.pld
-    if (
-        committed is None
-        or kind == "subsampled_gaussian"
-        or result.mechanism.count > PLD_MAX_COUNT
-        or (
-            result.curve.gaussian_only and _with_holds(st.committed, st.held_curve).gaussian_only
-        )  # exact already
-    ):
-        return result
-
-    search = PldWork(min(work.limit, work.spent + PLD_WORK))  # this search's share
-    search.spent = work.spent
+    assert committed is not None
 
     def admits(m: Any, value: float) -> bool | None:
-        wire = _answer_mechanism(kind, fixed, result.parameter, value, m)
+        wire = _answer_mechanism(kind, fixed, parameter, value, m)
         try:
             ask = admission.Ask.of(m, wire)
             new = admission.entry_pld(st, ask.wire, search)
@@ -126,14 +111,91 @@ def _further_by_pld(
             st.held.count + 1,
         )
 
+    return admits
+
+
+def _searched_by_pld(kind: str, start: Calibration) -> bool:
+    """Whether a calibration of ``kind`` from ``start`` is searched on the PLD at all: not
+    DP-SGD (a candidate's construction is up to seconds), nor more than ``PLD_MAX_COUNT``
+    repetitions."""
+    return kind != "subsampled_gaussian" and start.mechanism.count <= PLD_MAX_COUNT
+
+
+def _search_meter(work: PldWork) -> PldWork:
+    """The PLD search's share of the request's meter: ``PLD_WORK`` more, within its limit."""
+    search = PldWork(min(work.limit, work.spent + PLD_WORK))
+    search.spent = work.spent
+    return search
+
+
+def _further_by_pld(
+    st: DatasetState,
+    kind: str,
+    fixed: dict[str, Any],
+    result: Calibration,
+    work: PldWork,
+    *,
+    from_cheapest: bool = False,
+) -> Calibration:
+    """On a ``pld`` dataset, which admits by its PLD or by its curve rule: the curve rule's
+    answer (or, ``from_cheapest``, the least costly invocation, which the PLD admits where the
+    curve rule admits nothing) moved as far as the PLD admits, in at most ``PLD_EVALUATIONS``
+    admission checks and ``PLD_WORK`` units of counted work (``work``, the request's meter:
+    constructions and compositions, priced before they run), each check the one a charge of
+    that mechanism meets (``_pld_admits``). Not for DP-SGD or more than ``PLD_MAX_COUNT``
+    repetitions (``_searched_by_pld``), or a Gaussian on a Gaussian ledger with Gaussian holds
+    (its curve rule is the exact conversion already; one non-Gaussian hold makes it a bound,
+    which answered 7.8 % more noise than the PLD needs). From the least costly invocation, the
+    steps after a guess that fits start small (the jump from there spans many decades)."""
+    if (
+        st.pld is None
+        or not _searched_by_pld(kind, result)
+        or (
+            result.curve.gaussian_only and _with_holds(st.committed, st.held_curve).gaussian_only
+        )  # exact already
+    ):
+        return result
+
+    search = _search_meter(work)
+    admits = _pld_admits(st, kind, fixed, result.parameter, search)
+    after: float | None
     if kind == "gaussian" and result.parameter == "sigma":
         guess, after = _gaussian_guess(st, fixed, result, search), GUESS_MARGIN
     else:
         guess, after = _guess(st, kind, fixed, result, search), None
+        if from_cheapest:
+            after = FIRST_STEP
     try:
         return further(kind, fixed, result, admits, PLD_EVALUATIONS, guess, after_guess=after)
     finally:
         work.spent = search.spent
+
+
+FIRST_STEP = 0.01
+"""The first step (in log of the parameter) after a guess that fits, in a PLD search from the
+least costly invocation (``extend``'s own first step): the jump to the guess from there is tens
+of nats, and stepping on by it, then bisecting, left answers about 10 % short of the edge."""
+
+
+def _cheapest_by_pld(
+    st: DatasetState, kind: str, fixed: dict[str, Any], parameter: str, work: PldWork
+) -> Calibration | None:
+    """On a ``pld`` dataset whose curve rule admits no value at all (its RDP bound of the
+    ledger at or past the budget, where the PLD's is below it), the least costly invocation
+    (``cheapest``) if the PLD admits it, its distribution built on the request's meter (422 if
+    it alone is past the limit, as its charge would be); None otherwise, or where the PLD is
+    not searched (``_searched_by_pld``)."""
+    least = cheapest(kind, fixed, parameter)
+    if st.pld is None or least is None or not _searched_by_pld(kind, least):
+        return None
+    wire = _answer_mechanism(kind, fixed, parameter, least.value, least.mechanism)
+    admission.entry_pld(st, wire, work)
+    search = _search_meter(work)
+    try:
+        admitted = _pld_admits(st, kind, fixed, parameter, search)(least.mechanism, least.value)
+    finally:
+        work.spent = search.spent
+    return least if admitted else None
 
 
 def _pld_epsilon_with(
@@ -470,6 +532,12 @@ def calibrate_next(
         answer = _answer_mechanism(kind, fixed, parameter, result.value, result.mechanism)
         admission.entry_pld(st, answer, work)
         result = _further_by_pld(st, kind, fixed, result, work)
+    elif result is None and st.pld is not None:
+        # the curve rule fits nothing, but the PLD, the tighter bound, may: from the least
+        # costly invocation when the PLD admits it (it answered 409 with 6 % of the budget left)
+        least = _cheapest_by_pld(st, kind, fixed, parameter, work)
+        if least is not None:
+            result = _further_by_pld(st, kind, fixed, least, work, from_cheapest=True)
     if not exact:
         result = _further_by_admission(st, prepared, kind, fixed, parameter, result)
     if result is None:

@@ -200,21 +200,23 @@ def test_nothing_fits_409_carries_spent_as_a_charges_409_does(
 ) -> None:
     """h1 finding 3: calibrate's 409 had budget but no ``spent`` (DESIGN: a 409 carries spent,
     budget, requested). Where a charge of the least costly invocation is refused, the 409 is
-    that charge's: its spent, budget and requested, the mechanism it names; a pld dataset,
-    whose PLD may still admit it, says spent and budget (and to ask with a dry run)."""
+    that charge's: its spent, budget and requested, the mechanism it names. On a pld dataset the
+    least costly invocation is checked on the PLD too (pldcal47): a ledger of one Laplace of
+    epsilon 1 leaves the PLD 2e-6 of a budget epsilon of 1, where a Gaussian of sigma 3.6e7
+    fits, so the budget is lowered below what was charged: nothing fits either way."""
     ds = new_dataset(client, budget={"epsilon": 1.0, "delta": 1e-6}, **FILTERS[filt])
     laplace = {"mechanism": "laplace", "epsilon": 1.0}
     r = client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": laplace})
     assert r.status_code == 201, r.text
+    budget = {"epsilon": 0.9, "delta": 1e-6}
+    r = client.patch(f"/v1/datasets/{ds['id']}", json={"budget": budget})
+    assert r.status_code == 200, r.text
     spent = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]
     r = client.get(f"/v1/datasets/{ds['id']}/calibrate", params={"mechanism": "gaussian"})
     assert r.status_code == 409, r.text
     problem = r.json()
     assert problem["type"].endswith("/budget-exceeded")
-    assert problem["spent"] == spent and problem["budget"] == {"epsilon": 1.0, "delta": 1e-6}
-    if filt == "pld":
-        assert "dry_run=true" in problem["detail"]
-        return
+    assert problem["spent"] == spent and problem["budget"] == budget
     m = problem["requested"]["mechanism"]
     charge = client.post(
         f"/v1/datasets/{ds['id']}/charges", params={"dry_run": "true"}, json={"mechanism": m}
@@ -222,6 +224,29 @@ def test_nothing_fits_409_carries_spent_as_a_charges_409_does(
     assert charge.status_code == 409, charge.text
     for member in ("spent", "budget", "requested", "would_spend"):
         assert problem[member] == charge.json()[member], member
+
+
+def test_pld_nothing_fits_by_the_curve_rule_and_not_searched_says_to_dry_run(
+    client: TestClient,
+) -> None:
+    """A pld dataset whose curve rule fits nothing (500 Laplace charges of epsilon 0.01 at
+    (1, 1e-6): 1.008 by RDP, 0.936 by the PLD) and whose PLD is not searched for the invocation
+    asked (more than ``PLD_MAX_COUNT`` repetitions) says spent and budget, and that its PLD may
+    still admit a charge (ask with a dry run): a charge of the least costly one is admitted."""
+    ds = new_dataset(client, budget={"epsilon": 1.0, "delta": 1e-6}, **FILTERS["pld"])
+    prior = {"mechanism": "laplace", "epsilon": 0.01, "count": 500}
+    r = client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": prior})
+    assert r.status_code == 201, r.text
+    spent = client.get(f"/v1/datasets/{ds['id']}/budget").json()["spent"]
+    r = client.get(
+        f"/v1/datasets/{ds['id']}/calibrate", params={"mechanism": "laplace", "count": 2000}
+    )
+    assert r.status_code == 409, r.text
+    problem = r.json()
+    assert problem["spent"] == spent and problem["budget"] == {"epsilon": 1.0, "delta": 1e-6}
+    assert "dry_run=true" in problem["detail"]
+    least = {"mechanism": "laplace", "epsilon": 1e-9, "count": 2000}
+    assert _dry(client, ds, least) == 200
 
 
 def test_an_integer_field_given_as_a_float_is_an_integer_or_a_422(client: TestClient) -> None:
@@ -235,3 +260,49 @@ def test_an_integer_field_given_as_a_float_is_an_integer_or_a_422(client: TestCl
     assert isinstance(ok.json()["mechanism"]["sensitivity"], int)
     bad = client.get(url, params={"mechanism": "discrete_laplace", "sensitivity": 1.5})
     assert bad.status_code == 422 and "sensitivity must be an integer" in bad.json()["detail"]
+
+
+def _dp_accounting_epsilon(mechanisms: list[dict], delta: float) -> float:
+    """dp_accounting's pessimistic PLD (interval 1e-4) of Laplace (epsilon form, with count)
+    and Gaussian mechanisms, composed directly: the independent oracle."""
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    total = None
+    for m in mechanisms:
+        if m["mechanism"] == "laplace":
+            one = pld.from_laplace_mechanism(1.0 / m["epsilon"])
+        else:
+            one = pld.from_gaussian_mechanism(m["sigma"], sensitivity=m.get("sensitivity", 1.0))
+        one = one.self_compose(m.get("count", 1)) if m.get("count", 1) > 1 else one
+        total = one if total is None else total.compose(one)
+    assert total is not None
+    return float(total.get_epsilon_for_delta(delta))
+
+
+@pytest.mark.parametrize(("kind", "param"), [("laplace", "epsilon"), ("gaussian", "sigma")])
+def test_pld_answers_where_its_curve_rule_admits_nothing(
+    sqlite_client: TestClient, kind: str, param: str
+) -> None:
+    """pldcal47: 500 Laplace charges of epsilon 0.01 on a pld dataset (1, 1e-6) spend 0.936 by
+    the PLD (dp_accounting: 0.936) and 1.008 by the RDP rule, so the curve rule fits nothing:
+    calibrate answered 409 for every kind ("its PLD may still admit a charge") while a charge's
+    dry run took a Laplace of epsilon 0.07. The PLD search now starts from the least costly
+    invocation when the PLD admits it: the answer is admitted, keeps the ledger within budget by
+    dp_accounting, and 10 % further would not fit by dp_accounting either (not wasteful)."""
+    client = sqlite_client
+    ds = new_dataset(client, budget={"epsilon": 1.0, "delta": 1e-6}, **FILTERS["pld"])
+    prior = {"mechanism": "laplace", "epsilon": 0.01, "count": 500}
+    r = client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": prior})
+    assert r.status_code == 201, r.text
+    conversions = client.get(f"/v1/datasets/{ds['id']}/spend", params={"delta": 1e-6}).json()
+    assert conversions["conversions"]["rdp_improved"] > 1.0 > conversions["epsilon"]
+    r = client.get(f"/v1/datasets/{ds['id']}/calibrate", params={"mechanism": kind})
+    assert r.status_code == 200, r.text
+    m = r.json()["mechanism"]
+    assert _dry(client, ds, m) == 200
+    r = client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": m})
+    assert r.status_code == 201, r.text
+    assert r.json()["spent"]["epsilon"] <= 1.0
+    assert _dp_accounting_epsilon([prior, m], 1e-6) <= 1.0 + 1e-6
+    further = {**m, param: m[param] * 1.1 if param == "epsilon" else m[param] / 1.1}
+    assert _dp_accounting_epsilon([prior, further], 1e-6) > 1.0
