@@ -61,7 +61,8 @@ distribution the whole calibration stays within ``PLD_WORK_LIMIT``."""
 
 PLD_MAX_COUNT = 1_000
 """Repetitions above which the PLD is not searched: a candidate's construction composes it
-``count`` times (log2(count) convolutions, about 2 s of CPU each at 10^6)."""
+``count`` times (log2(count) convolutions, about 2 s of CPU each at 10^6). Not for a Gaussian,
+whose repetitions are one Gaussian (``pld_mechanisms.gaussian``)."""
 
 
 def _answer_mechanism(
@@ -117,8 +118,12 @@ def _pld_admits(
 def _searched_by_pld(kind: str, start: Calibration) -> bool:
     """Whether a calibration of ``kind`` from ``start`` is searched on the PLD at all: not
     DP-SGD (a candidate's construction is up to seconds), nor more than ``PLD_MAX_COUNT``
-    repetitions."""
-    return kind != "subsampled_gaussian" and start.mechanism.count <= PLD_MAX_COUNT
+    repetitions, but for a Gaussian: its repetitions are one Gaussian of sensitivity x
+    sqrt(count), built at the cost of one run (count 1,001 answered 7.8 % more noise than
+    dp_accounting's PLD needs, where count 1,000 was within 0.01 %)."""
+    if kind == "subsampled_gaussian":
+        return False
+    return kind == "gaussian" or start.mechanism.count <= PLD_MAX_COUNT
 
 
 def _search_meter(work: PldWork) -> PldWork:

@@ -306,3 +306,29 @@ def test_pld_answers_where_its_curve_rule_admits_nothing(
     assert _dp_accounting_epsilon([prior, m], 1e-6) <= 1.0 + 1e-6
     further = {**m, param: m[param] * 1.1 if param == "epsilon" else m[param] / 1.1}
     assert _dp_accounting_epsilon([prior, further], 1e-6) > 1.0
+
+
+def test_pld_gaussian_of_many_repetitions_is_searched_on_the_pld(sqlite_client: TestClient) -> None:
+    """pldcal47: a Gaussian of more than ``PLD_MAX_COUNT`` (1,000) repetitions was not searched
+    on the PLD, although its distribution is one Gaussian of sensitivity x sqrt(count), built at
+    the cost of one run: after a Laplace of epsilon 0.3 at (1, 1e-6), count 1,000 answered sigma
+    179.70 (5.6826 per sqrt(count), dp_accounting's edge 5.6824) and count 1,001 answered 193.81
+    (6.1256: 7.8 % more noise). 1 % less noise than the answer does not fit by dp_accounting."""
+    client = sqlite_client
+    ds = new_dataset(client, budget={"epsilon": 1.0, "delta": 1e-6}, **FILTERS["pld"])
+    prior = {"mechanism": "laplace", "epsilon": 0.3}
+    r = client.post(f"/v1/datasets/{ds['id']}/charges", json={"mechanism": prior})
+    assert r.status_code == 201, r.text
+    count = 1001
+    r = client.get(
+        f"/v1/datasets/{ds['id']}/calibrate", params={"mechanism": "gaussian", "count": count}
+    )
+    assert r.status_code == 200, r.text
+    m = r.json()["mechanism"]
+    assert m["count"] == count and _dry(client, ds, m) == 200
+    per_run = m["sigma"] / count**0.5  # count Gaussians of sigma: one of sigma / sqrt(count)
+    assert _dp_accounting_epsilon([prior, {"mechanism": "gaussian", "sigma": per_run}], 1e-6) <= (
+        1.0 + 1e-6
+    )
+    closer = {"mechanism": "gaussian", "sigma": per_run / 1.01}
+    assert _dp_accounting_epsilon([prior, closer], 1e-6) > 1.0
