@@ -252,3 +252,82 @@ def test_a_subnormal_sampling_probability_is_refused_as_a_direct_charge_is(
     assert "smallest normal float" in detail
     assert r.json()["event_path"] == "event"
     assert client.get(f"/v1/datasets/{ds['id']}/budget").json()["entries"] == 0
+
+
+HUGE = "1" + "0" * 400
+"""An integer beyond the float range: Python's JSON parser reads it exactly, and ``float()`` of
+it raises OverflowError."""
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        (f'{{"type": "GaussianDpEvent", "noise_multiplier": {HUGE}}}', "noise_multiplier"),
+        (f'{{"type": "GaussianDpEvent", "noise_multiplier": -{HUGE}}}', "noise_multiplier"),
+        (f'{{"type": "LaplaceDpEvent", "noise_multiplier": {HUGE}}}', "noise_multiplier"),
+        (
+            f'{{"type": "RandomizedResponseDpEvent", "noise_parameter": 0.5, "num_buckets": {HUGE}}}',
+            "num_buckets",
+        ),
+        (
+            f'{{"type": "DiscreteLaplaceDpEvent", "noise_parameter": 0.5, "sensitivity": {HUGE}}}',
+            "sensitivity",
+        ),
+        (f'{{"type": "ZCDpEvent", "rho": {HUGE}}}', "rho"),
+        (f'{{"type": "ZCDpEvent", "rho": 0.1, "xi": {HUGE}}}', "xi"),
+        (f'{{"type": "EpsilonDeltaDpEvent", "epsilon": {HUGE}, "delta": 0}}', "epsilon"),
+        (
+            f'{{"type": "PoissonSampledDpEvent", "sampling_probability": {HUGE}, '
+            '"event": {"type": "GaussianDpEvent", "noise_multiplier": 1}}',
+            "sampling_probability",
+        ),
+        (
+            '{"type": "PoissonSampledDpEvent", "sampling_probability": 0.1, '
+            f'"event": {{"type": "GaussianDpEvent", "noise_multiplier": {HUGE}}}}}',
+            "noise_multiplier",
+        ),
+        (
+            '{"type": "PoissonSampledDpEvent", "sampling_probability": 0.1, "event": '
+            '{"type": "ComposedDpEvent", "events": '
+            f'[{{"type": "GaussianDpEvent", "noise_multiplier": {HUGE}}}]}}}}',
+            "noise_multiplier",
+        ),
+    ],
+)
+def test_an_integer_beyond_the_float_range_is_a_422_naming_its_field(
+    client: TestClient, raw: str, says: str
+) -> None:
+    """Audit 47: ``float()`` of such an integer raised OverflowError in the event checks, a 500
+    ("an unexpected error occurred") where every other out-of-range value is a 422 naming the
+    event and its field."""
+    ds = new_dataset(client, "huge-int", adaptive=False)
+    for dry in ("false", "true"):
+        r = client.post(
+            f"/v1/datasets/{ds['id']}/charges/dp_event",
+            content='{"dp_event": ' + raw + "}",
+            headers={"Content-Type": "application/json"},
+            params={"dry_run": dry},
+        )
+        assert r.status_code == 422, r.text
+        detail = r.json()["detail"]
+        assert says in detail and "not finite" in detail, detail
+    assert client.get(f"/v1/datasets/{ds['id']}/budget").json()["entries"] == 0
+
+
+def test_a_huge_noise_under_a_sampling_probability_of_0_charges_nothing(
+    client: TestClient,
+) -> None:
+    """The translation read the Gaussian's noise before seeing that nothing is sampled: the same
+    OverflowError (audit 47). Nothing sampled is nothing charged, as with any other noise."""
+    ds = new_dataset(client, "huge-int-q0", adaptive=False)
+    raw = (
+        '{"type": "PoissonSampledDpEvent", "sampling_probability": 0.0, '
+        f'"event": {{"type": "GaussianDpEvent", "noise_multiplier": {HUGE}}}}}'
+    )
+    r = client.post(
+        f"/v1/datasets/{ds['id']}/charges/dp_event",
+        content='{"dp_event": ' + raw + "}",
+        headers={"Content-Type": "application/json"},
+    )
+    assert r.status_code == 422, r.text
+    assert "charges nothing" in r.json()["detail"]

@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from app.accounting.kinds._spec import MIN_EPSILON, Param
+from app.accounting.kinds._spec import MIN_EPSILON, Param, json_float
 
 COMPOSED = "ComposedDpEvent"
 SELF_COMPOSED = "SelfComposedDpEvent"
@@ -63,11 +63,12 @@ def join(path: str, part: str) -> str:
 
 
 def number(event: Mapping[str, Any], name: str) -> float | None:
-    """A numeric field, or None when it is not a number (the translation's error names it)."""
+    """A numeric field, or None when it is not a number (the translation's error names it); an
+    integer beyond the float range reads as an infinity (``json_float``)."""
     value = event.get(name)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    return json_float(value)
 
 
 def only(event: Mapping[str, Any], allowed: tuple[str, ...], path: str) -> None:

@@ -485,12 +485,22 @@ path in the tree (``events[2].event``, ``""`` at the root) and its depth; raises
 the event to translate (itself, or one rewritten by the kind's rule)."""
 
 
+def json_float(value: int | float) -> float:
+    """A JSON number as a float. JSON (and Python's parser) allows integers of any size: one
+    beyond the float range is an infinity of its sign (``float()`` raised OverflowError, a 500
+    from a DpEvent charge), which every check refuses as not finite."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def event_number(event: Mapping[str, Any], name: str) -> float:
     """A numeric field of a DpEvent dict (ValueError naming the event type and the field)."""
     value = event.get(name)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"{event.get('type')}: field {name!r} must be a number, got {value!r}")
-    return float(value)
+    return json_float(value)
 
 
 def unknown_event_fields(kind: object, names: Iterable[str]) -> ValueError:
@@ -669,6 +679,7 @@ __all__ = [
     "Translate",
     "UnitCurves",
     "event_number",
+    "json_float",
     "unknown_event_fields",
     "finish",
     "param",
