@@ -111,6 +111,11 @@ def test_charge_opacus_errors_name_the_history_entry(run: Cli) -> None:
     assert "over budget" in r.stderr
     r = run("charge-opacus", "sgd-bad", code=1)
     assert "--history" in r.stderr and "--history-file" in r.stderr
+    # audit 47: an integer beyond the float range was an OverflowError traceback ("internal
+    # error ... This is a bug in privacy-ledger")
+    r = run("charge-opacus", "sgd-bad", "--history", f"[[1{'0' * 400}, 0.01, 10]]", code=1)
+    assert "history[0]: noise_multiplier must be finite" in r.stderr
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr
     assert run.json("budget", "sgd-bad")["entries"] == 0
 
 

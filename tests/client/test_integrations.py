@@ -249,6 +249,9 @@ def test_opacus_values_no_ledger_accepts_name_the_history_entry() -> None:
         ([(1.0, -0.1, 10)], "history[0]: sample_rate -0.1 is negative"),
         ([(0.0, 0.1, 10)], "history[0]: noise_multiplier 0 adds no noise"),
         ([(1.0, 0.0, 10)], "sample_rate 0"),
+        # audit 47: an integer beyond the float range raised OverflowError (a CLI traceback)
+        ([(1.0, 0.01, 10), (10**400, 0.01, 10)], "history[1]: noise_multiplier must be finite"),
+        ([(1.0, -(10**400), 10)], "history[0]: sample_rate must be finite"),
     ):
         with pytest.raises(ValueError, match=re.escape(says)):
             opacus_dp_event(history)

@@ -49,7 +49,7 @@ def opacus_dp_event(history: Iterable[Sequence[Any]]) -> dict[str, Any]:
         for name, value in (("noise_multiplier", nm), ("sample_rate", q)):
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise ValueError(f"history[{i}]: {name} must be a number, got {value!r}")
-            if not math.isfinite(float(value)):
+            if not _finite(value):
                 raise ValueError(f"history[{i}]: {name} must be finite, got {value!r}")
             if float(value) < 0:
                 raise ValueError(f"history[{i}]: {name} {value!r} is negative")
@@ -73,6 +73,15 @@ def opacus_dp_event(history: Iterable[Sequence[Any]]) -> dict[str, Any]:
             "there is nothing to charge"
         )
     return {"type": "ComposedDpEvent", "events": events}
+
+
+def _finite(value: numbers.Real) -> bool:
+    """Whether ``value`` is a finite float: an integer beyond the float range (JSON, and so
+    ``--history``, allows any) is not (``float()`` of it raised OverflowError)."""
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 _EVENT_INDEX = re.compile(r"events\[(\d+)\]")
