@@ -133,6 +133,12 @@ MAX_EVENT_PARTS = 1000
 
 merged = dp_events.merged
 
+EACH_MECHANISM = (
+    "charge each mechanism the event translates to with POST /v1/datasets/{id}/charges "
+    "(GET /v1/mechanisms lists the event types each kind translates)"
+)
+"""What a caller whose dp_event charge needs an allocation or blocks can do instead."""
+
 
 def translate_dp_event(event: dict[str, Any]) -> list[Mechanism]:
     """The mechanisms of a dp_accounting event (``app.accounting.dp_events``; 422 naming what
@@ -202,10 +208,14 @@ def charge_dp_event(
     grow; a ``pld`` dataset checks the composed distribution), then one entry each, in one
     transaction under the dataset's lock. A refusal is one rejection recording the event.
     It names no allocation or blocks: a key limited to allocations is refused (403), and so is
-    a partitioned dataset (422, from ``admission.prepare``)."""
+    a partitioned dataset (422), each saying to charge the event's mechanisms one by one (the
+    plain charge's refusals asked for an 'allocation' or 'blocks' this body cannot hold)."""
     principal = authenticated(db, caller)
-    if (why := principal.may_charge(None)) is not None:
-        raise Forbidden(why)
+    if principal.may_charge(None) is not None:
+        raise Forbidden(
+            f"this key is limited to allocations {list(principal.allocations or ())}, and a "
+            f"dp_event charge names no allocation: {EACH_MECHANISM}, naming one in 'allocation'"
+        )
     mechanisms = translate_dp_event(event)
     asks = [admission.Ask.of(m, m.to_dict(), label, metadata, principal) for m in mechanisms]
     total = functools.reduce(lambda a, b: a + b, [a.curve for a in asks])
@@ -232,7 +242,12 @@ def charge_dp_event(
             and (why := pld_mechanisms.too_many_distinct([a.wire for a in asks])) is not None
         ):
             raise Unprocessable(f"dp_event: {why}")
-        admission.prepare(s, st, whole)  # 422 on a partitioned dataset (no blocks given)
+        if st.partition_unit is not None:
+            raise Unprocessable(
+                f"dataset {st.name!r} is partitioned by {st.partition_unit}, and a dp_event "
+                f"charge names no blocks: {EACH_MECHANISM}, giving its 'blocks'"
+            )
+        admission.prepare(s, st, whole)
         for a in asks:
             admission.check_allowed(st, a.kind)
             admission.check_admissible(st, a.kind, a.curve)

@@ -331,3 +331,51 @@ def test_a_huge_noise_under_a_sampling_probability_of_0_charges_nothing(
     )
     assert r.status_code == 422, r.text
     assert "charges nothing" in r.json()["detail"]
+
+
+def test_refusals_for_blocks_and_allocations_do_not_ask_for_fields_a_dp_event_lacks(
+    client: TestClient,
+) -> None:
+    """A dp_event charge names no blocks and no allocation (its body has neither field: sending
+    one is a 422), so it is refused on a partitioned dataset and for an allocation-limited key.
+    The refusals were the plain charge's: "give the blocks the charge reads, 'blocks': ..." and
+    "name one of them in 'allocation'", advice the caller cannot follow (audit 47). They now
+    say that a dp_event charge cannot, and what can: a charge of each mechanism."""
+    event = {"type": "LaplaceDpEvent", "noise_multiplier": 100.0}
+    part = new_dataset(client, "by-day", partition={"unit": "day"})
+    body: dict[str, Any] = {"dp_event": event}
+    r = client.post(
+        f"/v1/datasets/{part['id']}/charges/dp_event",
+        json={**body, "blocks": {"from": "2026-11-20", "to": "2026-11-20"}},
+    )
+    assert r.status_code == 422  # (the advice could not be followed)
+    for dry in ("false", "true"):
+        r = client.post(
+            f"/v1/datasets/{part['id']}/charges/dp_event", json=body, params={"dry_run": dry}
+        )
+        assert r.status_code == 422, r.text
+        detail = r.json()["detail"]
+        assert "partitioned by day" in detail and "dp_event charge names no blocks" in detail
+        assert "give the blocks" not in detail
+        assert "/charges" in detail
+    ds = new_dataset(client, "teams", budget={"epsilon": 2.0, "delta": 1e-6})
+    r = client.post(
+        f"/v1/datasets/{ds['id']}/allocations",
+        json={"name": "team-a", "budget": {"epsilon": 1.0, "delta": 1e-6}},
+    )
+    assert r.status_code == 201, r.text
+    key = client.post("/v1/keys", json={"role": "pipeline", "allocations": ["team-a"]}).json()
+    headers = {"Authorization": f"Bearer {key['key']}"}
+    r = client.post(
+        f"/v1/datasets/{ds['id']}/charges/dp_event",
+        json={**body, "allocation": "team-a"},
+        headers=headers,
+    )
+    assert r.status_code == 422  # (the advice could not be followed)
+    r = client.post(f"/v1/datasets/{ds['id']}/charges/dp_event", json=body, headers=headers)
+    assert r.status_code == 403, r.text
+    detail = r.json()["detail"]
+    assert "limited to allocations" in detail and "dp_event charge names no allocation" in detail
+    assert "name one of them in 'allocation'" not in detail
+    for d in (part, ds):
+        assert client.get(f"/v1/datasets/{d['id']}/budget").json()["entries"] == 0
