@@ -379,3 +379,21 @@ def test_refusals_for_blocks_and_allocations_do_not_ask_for_fields_a_dp_event_la
     assert "name one of them in 'allocation'" not in detail
     for d in (part, ds):
         assert client.get(f"/v1/datasets/{d['id']}/budget").json()["entries"] == 0
+
+
+def test_a_composition_built_step_by_step_is_charged(client: TestClient) -> None:
+    """``event = ComposedDpEvent([event, step])`` for 20 steps: dp_accounting composes it, and
+    the server refused it ("dp_event nests 41 levels deep; the limit is 32") as the client
+    wrote it nested (audit 47). Written flat, it is charged; its spend is never above
+    dp_accounting's RDP accountant on the nested event (invariant 5)."""
+    event: Any = de.GaussianDpEvent(100.0)
+    for i in range(20):
+        event = de.ComposedDpEvent([event, de.LaplaceDpEvent(100.0 + i)])
+    ds = new_dataset(client, "step-by-step", adaptive=False)
+    r = _post(client, ds["id"], event)
+    assert r.status_code == 201, r.text
+    assert len(r.json()["entries"]) == 21
+    acc = rdpa.RdpAccountant()
+    acc.compose(event)
+    spent = r.json()["spent"]
+    assert spent["epsilon"] <= acc.get_epsilon(spent["delta"]) * (1 + 1e-12)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 from dp_accounting import dp_event as de
+from dp_accounting.rdp import rdp_privacy_accountant as rdpa
 from privacy_ledger_client import dp_event_to_dict
 
 GAUSS = de.GaussianDpEvent(1.1)
@@ -136,4 +137,54 @@ def test_dataclass_events_are_written_the_same_way() -> None:
 )
 def test_values_without_a_json_form_are_refused(event: Any, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
+        dp_event_to_dict(event)
+
+
+def _step_by_step(steps: int) -> de.DpEvent:
+    """A composition built as a pipeline builds it, one release at a time:
+    ``event = ComposedDpEvent([event, step])``."""
+    event: de.DpEvent = de.GaussianDpEvent(100.0)
+    for i in range(steps):
+        event = de.ComposedDpEvent([event, de.LaplaceDpEvent(100.0 + i)])
+    return event
+
+
+def _rdp(event: de.DpEvent) -> Any:
+    acc = rdpa.RdpAccountant()
+    acc.compose(event)
+    return np.array(acc._rdp)  # noqa: SLF001 - the accountant's composed RDP vector
+
+
+@pytest.mark.parametrize("steps", [20, 600])
+def test_a_composition_built_step_by_step_is_one_flat_list(steps: int) -> None:
+    """Audit 47: ``ComposedDpEvent([earlier, step])`` nests one level per step. Written as
+    nested JSON, 16 steps already passed the server's depth limit (a 422, "dp_event nests 33
+    levels deep"), and some 300 raised RecursionError here, where dp_accounting's own
+    accountants compose it. Composition is associative: nested ComposedDpEvents are written as
+    one, in order, and dp_accounting composes the rebuilt event to the same RDP curve."""
+    event = _step_by_step(steps)
+    ours = dp_event_to_dict(event)
+    assert ours["type"] == "ComposedDpEvent" and len(ours["events"]) == steps + 1
+    assert all(e["type"] != "ComposedDpEvent" for e in ours["events"])
+    assert [e["noise_multiplier"] for e in ours["events"]] == [100.0] + [
+        100.0 + i for i in range(steps)
+    ]
+    np.testing.assert_array_equal(_rdp(_rebuild(ours)), _rdp(event))
+
+
+def test_a_composition_inside_another_event_is_flattened_too() -> None:
+    inner = de.ComposedDpEvent([de.ComposedDpEvent([GAUSS, GAUSS]), de.LaplaceDpEvent(3.0)])
+    ours = dp_event_to_dict(de.SelfComposedDpEvent(inner, 4))
+    assert ours["event"]["events"] == [dp_event_to_dict(e) for e in (GAUSS, GAUSS)] + [
+        dp_event_to_dict(de.LaplaceDpEvent(3.0))
+    ]
+
+
+def test_an_event_nested_too_deeply_is_a_value_error() -> None:
+    """Nesting a composition cannot flatten (a SelfComposedDpEvent in a SelfComposedDpEvent
+    ...) raised RecursionError past a few hundred levels: a ValueError saying how deep."""
+    event: de.DpEvent = GAUSS
+    for _ in range(2000):
+        event = de.SelfComposedDpEvent(event, 1)
+    with pytest.raises(ValueError, match="nests deeper than"):
         dp_event_to_dict(event)
