@@ -50,6 +50,25 @@ settings.load_profile(os.environ.get("PRIVACY_LEDGER_HYPOTHESIS", "ledger"))
 TEST_SALT = "5eed" * 8
 key_digest.scrypt_digest = functools.lru_cache(maxsize=4096)(key_digest.scrypt_digest)  # type: ignore[assignment]
 
+# Keys made by tests (thousands: a viewer, a pipeline, a scoped admin per permission case) are
+# digested at a tiny scrypt cost (N = 16) in this process: the production cost (N = 2**14,
+# 16 MiB, ~50 ms) is a brute-force defence, not behaviour, and it made up about a tenth of the
+# suite's CPU. Same function, same salt, same format; servers started as subprocesses keep the
+# production cost, and test_key_storage checks the stored digest against scrypt at that cost
+# (``production_kdf``).
+PRODUCTION_SCRYPT_N = key_digest.SCRYPT_N
+key_digest.SCRYPT_N = 2**4
+
+
+@pytest.fixture
+def production_kdf(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Key digests at the production scrypt cost for one test (the digest cache emptied before
+    and after, so no digest crosses between the two costs)."""
+    key_digest.scrypt_digest.cache_clear()  # type: ignore[attr-defined]
+    monkeypatch.setattr(key_digest, "SCRYPT_N", PRODUCTION_SCRYPT_N)
+    yield
+    key_digest.scrypt_digest.cache_clear()  # type: ignore[attr-defined]
+
 
 def _worker_database(url: str | None) -> str | None:
     """Under pytest-xdist (``make test`` runs two workers) each worker gets its own PostgreSQL
