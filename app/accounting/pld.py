@@ -51,7 +51,6 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 from scipy import fft as sp_fft
-from scipy import signal
 
 from app.accounting import conversions as conv
 from app.accounting.rounding import up
@@ -372,6 +371,8 @@ def _fft_convolve(a: Vector, b: Vector, tolerance: float) -> tuple[Vector, float
     times slower, a bound about 2000 times smaller); the long double result is rounded up to
     double (entries below the smallest normal double add at most M 2^-1022 to the bound).
     """
+    from scipy import signal  # here: importing it costs about 0.9 s of a process's start-up
+
     bound = _fft_error_bound(a, b)
     if bound <= tolerance or _U_EXTENDED >= _U:
         return np.maximum(signal.fftconvolve(a, b), 0.0), bound

@@ -50,12 +50,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-from dp_accounting.pld import pld_pmf
-from dp_accounting.pld import privacy_loss_distribution as dpl
-from dp_accounting.pld import privacy_loss_mechanism as plm
 
 from app.accounting import registry
 from app.accounting.kinds import KINDS, KindSpec
@@ -68,6 +65,12 @@ from app.accounting.pld import (
     PldWorkExceeded,
 )
 from app.accounting.rounding import up
+
+if TYPE_CHECKING:  # imported where used: dp_accounting.pld loads scipy.signal and scipy.stats
+    # (about 1 s), which a process that builds no PLD (the command line, migrations, a server
+    # with no pld dataset yet) need not pay at start-up
+    from dp_accounting.pld import pld_pmf
+    from dp_accounting.pld import privacy_loss_distribution as dpl
 
 _U = 2.0**-53
 
@@ -388,6 +391,9 @@ def gaussian(
     """Gaussian mechanism f(x) + N(0, sigma^2 I), L2 sensitivity ``sensitivity`` under the
     caller's neighbouring relation (symmetric PLD). ``count`` repetitions are exactly one
     Gaussian with sensitivity * sqrt(count) (docs/formulas.md §2.3), rounded up."""
+    from dp_accounting.pld import privacy_loss_distribution as dpl
+    from dp_accounting.pld import privacy_loss_mechanism as plm
+
     sigma = _check("sigma", sigma, 0.0, math.inf, open_lo=True)
     sens = _check("sensitivity", sensitivity, 0.0, math.inf, open_lo=True)
     count = _check_count(count)
@@ -424,6 +430,9 @@ def subsampled_gaussian(
     record with probability ``sample_rate`` and adding N(0, sigma^2) to a sum of contributions
     clipped to L2 norm ``sensitivity`` (noise multiplier sigma / sensitivity). Neighbours: add
     or remove one record; the PLD keeps both directions. Sample rate 1 is a plain Gaussian."""
+    from dp_accounting.pld import privacy_loss_distribution as dpl
+    from dp_accounting.pld import privacy_loss_mechanism as plm
+
     sigma = _check("sigma", sigma, 0.0, math.inf, open_lo=True)
     sens = _check("sensitivity", sensitivity, 0.0, math.inf, open_lo=True)
     q = _check("sample_rate", sample_rate, 0.0, 1.0, open_lo=True)
@@ -453,6 +462,8 @@ def subsampled_gaussian(
 def laplace(epsilon: float, count: int = 1, *, interval: float = BASE_INTERVAL) -> Pld:
     """Laplace mechanism with epsilon = L1 sensitivity / scale (caller's relation; symmetric).
     dp_accounting's parameter is the scale for sensitivity 1, rounded down (more loss)."""
+    from dp_accounting.pld import privacy_loss_distribution as dpl
+
     eps = _check("epsilon", epsilon, 0.0, math.inf, open_lo=True)
     count = _check_count(count)
     scale = _down(1.0 / eps)
@@ -487,6 +498,8 @@ def discrete_laplace(
     t (Delta - 2 o) w.p. tanh(t/2) e^{-t o} (0 < o < Delta), -t Delta w.p.
     e^{-t Delta} / (1 + e^-t) (o >= Delta); they are split onto the grid like any atoms.
     """
+    from dp_accounting.pld import privacy_loss_distribution as dpl
+
     eps = _check("epsilon", epsilon, 0.0, 700.0, open_lo=True)
     if isinstance(sensitivity, bool) or not isinstance(sensitivity, int) or sensitivity < 1:
         raise ValueError(f"sensitivity must be an integer >= 1, got {sensitivity!r}")
@@ -645,6 +658,8 @@ def exponential(epsilon: float, count: int = 1, *, interval: float = BASE_INTERV
     connect-the-dots PLD of ``bounded_range_delta(eps, .)`` on the grid from floor(-eps/d) to
     ceil(eps/d) (dp_accounting ``create_pmf_pessimistic_connect_dots_fixed_gap``). Never looser
     than ``pure_dp(eps)``, whose worst pair has losses +-eps (range 2 eps)."""
+    from dp_accounting.pld import pld_pmf
+
     eta = _check("epsilon", epsilon, 0.0, 700.0, open_lo=True)
     count = _check_count(count)
     d = _unit_interval(2.0 * eta, interval)
