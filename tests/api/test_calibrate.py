@@ -7,6 +7,15 @@ from fastapi.testclient import TestClient
 
 from tests.conftest import new_dataset
 
+
+@pytest.fixture
+def db_url(sqlite_url: str) -> str:
+    """SQLite only (``client`` builds on it): calibration reads the dataset state through the
+    same services as every route, which tests/api run on both databases; what is tested here is
+    the search and its answer."""
+    return sqlite_url
+
+
 FILTERS = {
     "rdp": {"accounting": "rdp", "adaptive": False},
     "rdp_fixed_orders": {"accounting": "rdp", "adaptive": True},

@@ -16,6 +16,14 @@ from app.services.calibrate import MOST_BINDING_BLOCKS
 from tests.conftest import dry_run_status, new_dataset
 
 
+@pytest.fixture
+def db_url(sqlite_url: str) -> str:
+    """SQLite only (``client`` builds on it): what is tested here is that calibration and
+    admission agree, both computed from the state the services read the same way on either
+    database (tests/api run those on both)."""
+    return sqlite_url
+
+
 @pytest.mark.parametrize("sensitivity", [1e-5, 1e7])
 def test_dp_sgd_sigma_for_a_clipping_norm_far_from_one(
     client: TestClient, sensitivity: float

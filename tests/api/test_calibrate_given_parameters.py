@@ -21,6 +21,14 @@ from app.accounting.registry import calibration_parameters, kind_names, spec
 from tests.conftest import ADMIN_KEY, new_dataset
 from tests.kind_examples import calibrations
 
+
+@pytest.fixture
+def db_url(sqlite_url: str) -> str:
+    """SQLite only (``client`` builds on it): what is tested here is which parameters the
+    calibration holds or refuses, decided before and apart from any database access."""
+    return sqlite_url
+
+
 BUDGET = {"epsilon": 2.0, "delta": 1e-6}
 
 SOLVED = [(kind, p) for kind, params in calibration_parameters().items() for p in params]

@@ -20,6 +20,15 @@ from app.accounting.kinds._spec import MIN_EPSILON
 from app.accounting.orders import ORDERS
 from tests.conftest import new_dataset
 
+
+@pytest.fixture
+def db_url(sqlite_url: str) -> str:
+    """SQLite only (``client`` builds on it): what is tested here is the translation of
+    DpEvents into mechanisms; their charges store entries as every other charge does, which
+    tests/api run on both databases."""
+    return sqlite_url
+
+
 INTEGER_ORDERS = ORDERS[np.equal(np.floor(ORDERS), ORDERS) & (ORDERS <= 256)]
 """Orders where dp_accounting evaluates the subsampled Gaussian exactly (at fractional ones it
 sums absolute values of a series, an upper bound on ours)."""
