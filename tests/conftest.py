@@ -126,6 +126,23 @@ def pytest_report_header(config: pytest.Config) -> str:
     return "postgres: PRIVACY_LEDGER_TEST_POSTGRES_URL not set, PostgreSQL tests will be skipped"
 
 
+LONG_FIRST = ("tests/packaging/", "tests/e2e/", "tests/db/", "tests/client/", "tests/test_live")
+"""Where the suite's longest tests are (wheels and venvs built, browsers, server processes):
+collected first, so that pytest-xdist's two workers end on short tests. In path order they came
+last, and one worker ran them for about a minute while the other, done, waited."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules under ``LONG_FIRST`` before the others, in its order; the order within a
+    module kept."""
+
+    def rank(item: pytest.Item) -> int:
+        where = [i for i, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix)]
+        return where[0] if where else len(LONG_FIRST)
+
+    items.sort(key=rank)  # stable
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     global _pg_passed
     if report.when == "call" and report.passed and "[postgres" in report.nodeid:
