@@ -34,6 +34,13 @@ class Cli:
     def json(self, *args: str, key: str | None = ADMIN_KEY) -> Any:
         return json.loads(self(*args, "--json", key=key).stdout)
 
+    def dataset(self, name: str = "census", *extra: str) -> dict[str, Any]:
+        """``datasets create NAME`` with a budget of (1, 1e-6) and ``extra`` flags: the answer."""
+        created: dict[str, Any] = self.json(
+            "datasets", "create", name, "--epsilon", "1", "--delta", "1e-6", *extra
+        )
+        return created
+
 
 @pytest.fixture
 def run(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cli]:

@@ -55,13 +55,6 @@ def _flags(args: list[str]) -> dict[str, str | None]:
     return {n: given.get("--" + n.replace("_", "-")) for n in FLAG_NAMES}
 
 
-def _dataset(run: Cli, name: str = "census", *extra: str) -> dict[str, Any]:
-    created: dict[str, Any] = run.json(
-        "datasets", "create", name, "--epsilon", "1", "--delta", "1e-6", *extra
-    )
-    return created
-
-
 # --- mechanisms from the registry -------------------------------------------------------------
 
 
@@ -79,7 +72,7 @@ def test_flags_build_a_mechanism_the_core_accepts_with_declared_types(kind: str)
 
 
 def test_an_integer_parameter_refuses_a_fraction_and_a_foreign_flag_is_named(run: Cli) -> None:
-    _dataset(run)
+    run.dataset()
     r = run(
         "charge",
         "census",
@@ -117,7 +110,7 @@ def test_charge_every_kind(run: Cli, kind: str) -> None:
 
 
 def test_discrete_laplace_sensitivity_is_sent_as_an_integer(run: Cli) -> None:
-    _dataset(run)
+    run.dataset()
     r = run("charge", "census", "--mechanism", "discrete_laplace", "--epsilon", "0.5",
             "--sensitivity", "1", "--json")  # fmt: skip
     sensitivity = json.loads(r.stdout)["entry"]["mechanism"]["sensitivity"]
@@ -128,7 +121,7 @@ def test_discrete_laplace_sensitivity_is_sent_as_an_integer(run: Cli) -> None:
 
 
 def test_refused_for_budget_exits_2_and_records_a_rejection(run: Cli) -> None:
-    _dataset(run)
+    run.dataset()
     r = run("charge", "census", "-m", "laplace", "--epsilon", "5", code=2)
     assert "over budget" in r.stderr and "nothing was charged" in r.stderr
     assert run.client.get("/v1/datasets/census/budget").json()["entries"] == 0
@@ -154,7 +147,7 @@ def test_refused_for_budget_exits_2_and_records_a_rejection(run: Cli) -> None:
 
 
 def test_reserve_commit_release(run: Cli) -> None:
-    _dataset(run)
+    run.dataset()
     held = run.json("reserve", "census", "-m", "gaussian", "--sigma", "10", "--ttl", "60")
     other = run.json("reserve", "census", "-m", "laplace", "--epsilon", "0.1")
     assert held["status"] == other["status"] == "active"
@@ -173,7 +166,7 @@ def test_reserve_commit_release(run: Cli) -> None:
 def test_budget_gives_the_epsilon_reserved(run: Cli) -> None:
     """The reserved row read "1 active holds": it gives the epsilon the holds add to the spend
     (``reserved.epsilon``), their number (singular or plural) and the first expiry."""
-    _dataset(run, "census", "--no-adaptive")
+    run.dataset("census", "--no-adaptive")
     run("reserve", "census", "-m", "laplace", "--epsilon", "0.25")
     api = run.client.get("/v1/datasets/census/budget").json()["reserved"]
     row = _rows(run("budget", "census").stdout)["reserved"]
@@ -190,7 +183,7 @@ def test_budget_gives_the_epsilon_reserved(run: Cli) -> None:
 
 
 def test_calibrate_gives_the_least_sigma_that_fits(run: Cli) -> None:
-    _dataset(run, "census", "--no-adaptive")
+    run.dataset("census", "--no-adaptive")
     run("charge", "census", "-m", "laplace", "--epsilon", "0.3")
     answer = run.json("calibrate", "census", "-m", "gaussian", "--sensitivity", "1")
     sigma = answer["value"]
@@ -257,7 +250,7 @@ def test_calibrate_refuses_a_flag_the_answer_would_not_hold(
 ) -> None:
     """The server answered without such a flag (it dropped it, h3 finding 8); it now refuses
     it (422), and the CLI says so, as the server would, before asking."""
-    _dataset(run)
+    run.dataset()
     r = run("calibrate", "census", *flags, code=1)
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and says in last, r.stderr
@@ -266,7 +259,7 @@ def test_calibrate_refuses_a_flag_the_answer_would_not_hold(
 def test_calibrate_answers_with_the_flags_it_holds(run: Cli) -> None:
     """What the flags fix is in the answer: a Laplace scale for a sensitivity, DP-SGD steps
     for a sigma."""
-    _dataset(run)
+    run.dataset()
     lap = run.json("calibrate", "census", "-m", "laplace", "--parameter", "scale",
                    "--sensitivity", "2")  # fmt: skip
     assert lap["mechanism"] == {"mechanism": "laplace", "scale": lap["value"], "sensitivity": 2.0,
@@ -349,7 +342,7 @@ def test_compose_help_says_what_the_plan_file_holds() -> None:
 
 
 def test_status_on_rdp_shows_epsilon_added_not_rho(run: Cli) -> None:
-    _dataset(run, "train", "--no-adaptive")
+    run.dataset("train", "--no-adaptive")
     run("charge", "train", "-m", "subsampled_gaussian", "--sigma", "4", "--sample-rate",
         "0.01", "--steps", "100")  # fmt: skip
     run("charge", "train", "-m", "laplace", "--epsilon", "0.1")
@@ -383,7 +376,7 @@ def test_status_epsilon_added_adds_up_to_the_spend_after_a_budget_delta_change(
     budget delta changed, the kinds' additions summed to the last entry's spend at the old delta
     (0.4 below the spend at a lowered one) while the table said "at delta 1e-08". A row now
     brings them to the current spend, and each value is rounded up (it is a spend)."""
-    _dataset(run, "moved", "--no-adaptive")
+    run.dataset("moved", "--no-adaptive")
     run("charge", "moved", "-m", "gaussian", "--sigma", "12")
     run("charge", "moved", "-m", "laplace", "--epsilon", "0.1")
     run("datasets", "update", "moved", "--delta", delta)
@@ -399,7 +392,7 @@ def test_status_epsilon_added_adds_up_to_the_spend_after_a_budget_delta_change(
 def test_status_epsilon_added_says_when_no_finite_epsilon_holds(run: Cli) -> None:
     """A budget delta lowered to the entries' own deltas: no finite epsilon holds there, and
     the additions cannot add up to it."""
-    _dataset(run, "own", "--no-adaptive")
+    run.dataset("own", "--no-adaptive")
     run("charge", "own", "-m", "approx_dp", "--epsilon", "0.1", "--delta", "1e-7")
     run("datasets", "update", "own", "--delta", "1e-7")
     assert run.client.get("/v1/datasets/own").json()["spent"]["epsilon"] is None
@@ -440,7 +433,7 @@ def test_status_and_budget_show_the_apis_state(run: Cli) -> None:
     """One rule for the state (docs/operations.md): the CLI shows the API's, as the datasets
     listing does, not its own reading of ``exhausted``."""
     for name, epsilon in (("fine", "0.1"), ("near", "0.9"), ("full", "0.9999999999")):
-        _dataset(run, name, "--no-adaptive")
+        run.dataset(name, "--no-adaptive")
         run("charge", name, "-m", "laplace", "--epsilon", epsilon)
     api = {n: run.client.get(f"/v1/datasets/{n}/budget").json() for n in ("fine", "near", "full")}
     # the cases that differ from the boolean: warning, and exhausted within the tolerance
@@ -461,7 +454,7 @@ def test_a_narrow_table_never_cuts_a_number_short(
 ) -> None:
     """At 80 columns (the width when the output is not a terminal) the datasets table cut
     ``left ε`` to "1.1102…" for 1.11e-15 and "5.2913…" for 5e-12: now a narrow column folds."""
-    _dataset(run, "tiny", "--no-adaptive")
+    run.dataset("tiny", "--no-adaptive")
     run("charge", "tiny", "-m", "laplace", "--epsilon", "0.999999999999999")
     left = run.client.get("/v1/datasets/tiny/budget").json()["remaining"]["epsilon"]
     shown = common.left(left)  # (rounded down: never more than is left)
@@ -487,7 +480,7 @@ def test_the_state_falls_back_when_an_older_server_omits_it() -> None:
 
 
 def test_status_on_zcdp_ranks_by_rho(run: Cli) -> None:
-    _dataset(run, "z", "--accounting", "zcdp")
+    run.dataset("z", "--accounting", "zcdp")
     run("charge", "z", "-m", "gaussian", "--sigma", "10")
     text = run("status", "z").stdout
     assert "mechanisms by rho" in text and "epsilon added" not in text
@@ -499,7 +492,7 @@ def test_ledger_csv_and_jsonl_are_the_servers_export(
     """``--format csv|jsonl`` writes what ``GET .../ledger?format=csv|jsonl`` answers, byte for
     byte (its columns, oldest first, compact JSON), streamed over several of its pages."""
     monkeypatch.setattr(ledger_service, "EXPORT_PAGE_SIZE", 2)  # five entries: three pages
-    _dataset(run, "census", "--no-adaptive")
+    run.dataset("census", "--no-adaptive")
     for i in range(5):
         run("charge", "census", "-m", "gaussian" if i % 2 else "laplace", "--sigma" if i % 2
             else "--epsilon", "50" if i % 2 else "0.01", "--label", f"run {i}, \"quoted\"",
@@ -537,7 +530,7 @@ def test_ledger_csv_and_jsonl_are_the_servers_export(
 
 
 def test_audit_shows_a_budget_change(run: Cli) -> None:
-    ds = _dataset(run)
+    ds = run.dataset()
     updated = run.json("datasets", "update", "census", "--epsilon", "2", "--description", "US")
     assert updated["budget"]["epsilon"] == 2.0 and updated["description"] == "US"
     events = run.json("audit", "--dataset", "census")
@@ -548,7 +541,7 @@ def test_audit_shows_a_budget_change(run: Cli) -> None:
 
 
 def test_datasets_list_and_update_refuses_nothing_to_change(run: Cli) -> None:
-    _dataset(run)
+    run.dataset()
     assert [d["name"] for d in run.json("datasets")] == ["census"]
     assert "census" in run("datasets").stdout
     assert "nothing to change" in run("datasets", "update", "census", code=1).stderr
@@ -561,7 +554,7 @@ def test_datasets_list_reads_every_page(run: Cli, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(client_calls, "DATASET_PAGE", 2)
     names = [f"d{k}" for k in range(6)]
     for name in names:
-        _dataset(run, name)
+        run.dataset(name)
     run("datasets", "archive", "d3")
     active = [n for n in names if n != "d3"]
     assert [d["name"] for d in run.json("datasets")] == active
@@ -575,7 +568,7 @@ def test_datasets_list_reads_every_page(run: Cli, monkeypatch: pytest.MonkeyPatc
 
 
 def test_keys_by_dataset_name(run: Cli) -> None:
-    ds = _dataset(run)
+    ds = run.dataset()
     created = run.json("keys", "create", "--role", "viewer", "--dataset", "census",
                        "--label", "dash")  # fmt: skip
     assert created["datasets"] == [ds["id"]] and created["key"].startswith("pl_v_")
@@ -590,7 +583,7 @@ def test_keys_by_dataset_name(run: Cli) -> None:
 def test_keys_show_the_allocations_a_key_is_limited_to(run: Cli) -> None:
     """`keys create --allocation team-a` printed the key without its allocation limit, and
     `keys list` had no allocations column: both show it now."""
-    _dataset(run)
+    run.dataset()
     for name in ("team-a", "team-b"):
         run("allocations", "create", "census", name, "--epsilon", "0.5", "--delta", "1e-6")
     out = run("keys", "create", "--role", "pipeline", "--dataset", "census",
@@ -789,7 +782,7 @@ def test_budget_and_status_of_a_partitioned_dataset(run: Cli) -> None:
         assert rows["most-spent block"].startswith("2026-W47: epsilon ")
 
     # a dataset that is not partitioned keeps its plain rows
-    _dataset(run, "plain", "--no-adaptive")
+    run.dataset("plain", "--no-adaptive")
     for command in ("budget", "status"):
         rows = _rows(run(command, "plain").stdout)
         assert rows["budget"] == "epsilon 1, delta 1e-06"
@@ -842,7 +835,7 @@ def test_over_budget_names_the_budget_that_refused(run: Cli) -> None:
         "no lifetime budget",
     ]
     # an allocation refuses: its budget and spend, then the dataset's budget, labelled
-    _dataset(run, "plain", "--no-adaptive")
+    run.dataset("plain", "--no-adaptive")
     run("allocations", "create", "plain", "team-a", "--epsilon", "0.5", "--delta", "1e-6")
     run("charge", "plain", "-m", "laplace", "--epsilon", "0.25", "--allocation", "team-a")
     r = run("charge", "plain", "-m", "laplace", "--epsilon", "0.3", "--allocation", "team-a",
@@ -886,7 +879,7 @@ def test_datasets_list_and_update_label_a_partitioned_budget(
         "--partition", "day", "--lifetime-epsilon", "5", "--lifetime-delta", "1e-6")  # fmt: skip
     run("datasets", "create", "weekly", "--epsilon", "1", "--delta", "1e-6", "--no-adaptive",
         "--partition", "week")  # fmt: skip
-    _dataset(run, "plain", "--no-adaptive")
+    run.dataset("plain", "--no-adaptive")
     for block in ("2026-11-01", "2026-11-02"):
         run("charge", "clicks", "-m", "laplace", "--epsilon", "0.55", "--blocks", block)
     listing = run("datasets").stdout
@@ -932,7 +925,7 @@ def test_datasets_list_and_update_label_a_partitioned_budget(
 
 
 def test_archive_and_unarchive_through_the_cli(run: Cli) -> None:
-    _dataset(run)
+    run.dataset()
     archived = run.json("datasets", "archive", "census")
     assert archived["archived"] is True
     assert "census" not in run("datasets").stdout
@@ -945,7 +938,7 @@ def test_archive_and_unarchive_through_the_cli(run: Cli) -> None:
 
 
 def test_charge_with_the_whole_mechanism_as_json(run: Cli) -> None:
-    _dataset(run, "census", "--no-adaptive")
+    run.dataset("census", "--no-adaptive")
     answer = run.json("charge", "census", "--mechanism-json",
                       '{"mechanism": "laplace", "epsilon": 0.1}')  # fmt: skip
     assert answer["entry"]["mechanism"]["epsilon"] == 0.1
@@ -980,7 +973,7 @@ def test_the_ledger_table_says_who_charged_each_entry(
 ) -> None:
     """The table names the charging key (its label) and the team (allocation) an entry was
     charged to, as the dashboard's "charged by" does; it left both out."""
-    _dataset(run, "teams")
+    run.dataset("teams")
     made = run.client.post(
         "/v1/datasets/teams/allocations",
         json={"name": "team-a", "budget": {"epsilon": 0.5, "delta": 1e-6}},
@@ -1005,12 +998,12 @@ def test_the_ledger_table_says_who_charged_each_entry(
 def test_entry_delta_budget_from_create_to_status(run: Cli) -> None:
     """An adaptive dataset created with --entry-delta-budget admits a mechanism with its own
     delta within it (the default refuses it), and ``status`` shows the split."""
-    _dataset(run, "plain")
+    run.dataset("plain")
     refused = run(
         "charge", "plain", "-m", "approx_dp", "--epsilon", "0.05", "--delta", "1e-7", code=1
     )
     assert "entry_delta_budget" in refused.stderr
-    ds = _dataset(run, "census", "--entry-delta-budget", "3e-7")
+    ds = run.dataset("census", "--entry-delta-budget", "3e-7")
     assert ds["adaptive"] is True and ds["entry_delta_budget"] == 3e-7
     r = run("charge", "census", "-m", "approx_dp", "--epsilon", "0.05", "--delta", "1e-7", "--json")
     assert json.loads(r.stdout)["entry"]["mechanism"]["delta"] == 1e-7
@@ -1038,8 +1031,7 @@ def test_lifetime_entry_delta_budget_from_create_to_status(run: Cli) -> None:
         code=1,
     )
     assert "lifetime_entry_delta_budget" in refused.stderr
-    ds = _dataset(
-        run,
+    ds = run.dataset(
         "daily",
         *partitioned,
         "--entry-delta-budget",
@@ -1059,7 +1051,7 @@ def test_lifetime_entry_delta_budget_from_create_to_status(run: Cli) -> None:
 def test_a_dp_sgd_run_without_its_steps_is_refused(run: Cli) -> None:
     """``--steps`` has no default: a run charged without it was charged as one step (a
     newcomer's walkthrough), an under-charge by the number of steps. Now nothing is sent."""
-    _dataset(run, "census", "--no-adaptive")
+    run.dataset("census", "--no-adaptive")
     r = run("charge", "census", "-m", "subsampled_gaussian", "--sigma", "3", "--sample-rate",
             "0.01", "--dry-run", code=2)  # fmt: skip
     assert "needs --steps" in r.stderr, r.stderr
@@ -1071,7 +1063,7 @@ def test_a_dp_sgd_run_without_its_steps_is_refused(run: Cli) -> None:
 def test_a_retried_charge_says_it_was_a_retry(run: Cli) -> None:
     """The same --idempotency-key twice printed the same "recorded as entry" line twice:
     the second now says it was the first answer and that nothing was charged again."""
-    _dataset(run, "census", "--no-adaptive")
+    run.dataset("census", "--no-adaptive")
     flags = ["-m", "gaussian", "--sigma", "20", "--idempotency-key", "nightly-2026-11-25"]
     first = run("charge", "census", *flags).stdout
     again = run("charge", "census", *flags).stdout

@@ -51,8 +51,7 @@ def db_url(sqlite_url: str) -> str:
 
 @pytest.fixture
 def census(run: Cli) -> dict[str, Any]:
-    made: dict[str, Any] = run.json("datasets", "create", "census", "--epsilon", "1",
-                                    "--delta", "1e-6")  # fmt: skip
+    made = run.dataset("census")
     run("allocations", "create", "census", "team-a", "--epsilon", "0.5", "--delta", "1e-6")
     return made
 

@@ -4,22 +4,13 @@ this process (as test_commands.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from tests.cli.conftest import Cli
 
 
-def _dataset(run: Cli, name: str = "census") -> dict[str, Any]:
-    created: dict[str, Any] = run.json(
-        "datasets", "create", name, "--epsilon", "1", "--delta", "1e-6"
-    )
-    return created
-
-
 def test_verify_here_and_on_the_server(run: Cli, db_url: str) -> None:
-    _dataset(run)
+    run.dataset()
     run("charge", "census", "-m", "gaussian", "--sigma", "30")
     here = run.json("verify", "--database-url", db_url)
     assert here["ok"] and [d["entries"] for d in here["datasets"]] == [1]
@@ -31,7 +22,7 @@ def test_verify_here_and_on_the_server(run: Cli, db_url: str) -> None:
 def test_verify_here_checks_archived_datasets_too(run: Cli, db_url: str) -> None:
     """An archived dataset keeps its ledger and totals: verify (here, as on the server) checks
     them; it listed only the datasets that are not archived."""
-    _dataset(run)
+    run.dataset()
     run("charge", "census", "-m", "gaussian", "--sigma", "30")
     assert run.client.post("/v1/datasets/census/archive").status_code == 200
     here = run.json("verify", "--database-url", db_url)
@@ -54,7 +45,7 @@ def test_verify_progress_bar_advances_within_a_dataset_and_counts_the_ledger(
     from app.services import verification
 
     monkeypatch.setattr(verification, "READ_CHUNK", 2)  # several pages from a short ledger
-    ds = _dataset(run)
+    ds = run.dataset()
     for i in range(6):
         run("charge", "census", "-m", "laplace", "--epsilon", str(0.01 + i * 0.001))
     engine = create_engine(db_url)
